@@ -1,0 +1,34 @@
+"""Errors a user sees. Each carries one sentence that names the problem and, where it helps, the fix."""
+from __future__ import annotations
+
+
+class MlmsError(Exception):
+    """Base of every error mlms-nb raises on purpose; `str(err)` is meant to be shown as is."""
+
+
+class ManifestError(MlmsError):
+    """A manifest is malformed; the message names the field path (``inputs[0].dimensions: ...``)."""
+
+
+class UnknownModelError(MlmsError, LookupError):
+    """No manifest matches the requested model name (the message suggests the closest names)."""
+
+
+class AssetError(MlmsError):
+    """An asset could not be resolved, fetched or verified."""
+
+
+class ChecksumMismatchError(AssetError):
+    """An asset's sha256 differs from the one its manifest declares; nothing was cached."""
+
+
+class FrameworkNotInstalledError(MlmsError, ImportError):
+    """A framework (or another optional dependency) is missing; the message names the extra to install."""
+
+
+class DatasetError(MlmsError):
+    """A dataset could not be found, is empty, or does not fit the manifest."""
+
+
+class PredictorError(MlmsError):
+    """A predictor could not open a model or run a batch."""
