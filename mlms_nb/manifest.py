@@ -122,7 +122,7 @@ class Step(BaseModel):
             return {"op": op, "args": STEP_ARGS[op].model_validate(args)}
         except ValidationError as err:
             first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
+            where = str(first["loc"][0]) if first["loc"] else ""
             raise ValueError(f"{op}.{where}: {first['msg']}" if where else f"{op}: {first['msg']}") from None
 
     def __repr__(self) -> str:
@@ -413,7 +413,8 @@ class ManifestCatalog:
             candidates = [m for m in candidates if semantic_version.Version(m.version) in spec]
             if not candidates:
                 raise UnknownModelError(f"model {name!r} has no version matching {version!r}")
-        return max(candidates, key=lambda m: semantic_version.Version(m.version))
+        # Newest version first; between frameworks, the order of FRAMEWORKS (PyTorch is the reference).
+        return max(candidates, key=lambda m: (semantic_version.Version(m.version), -FRAMEWORKS.index(m.framework.name)))
 
 
 def find_manifest(name_or_path: str | os.PathLike, framework: str | None = None, version: str | None = None) -> Manifest:
