@@ -1,4 +1,20 @@
-"""mlms-nb: MLModelScope rebuilt for the notebook."""
+"""mlms-nb: MLModelScope rebuilt for the notebook.
+
+``mlms_nb.evaluate(...)``, ``mlms_nb.models()``, ``mlms_nb.history()``; ``%load_ext mlms_nb`` for ``%mlms``.
+"""
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from .api import convert, evaluate, history, load_evaluation, models  # noqa: E402
+from .manifest import find_manifest, load_manifest  # noqa: E402
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext mlms_nb`` registers ``%mlms``."""
+    from .magics import load_ipython_extension as _load
+
+    _load(ipython)
+
+
+__all__ = ["convert", "evaluate", "find_manifest", "history", "load_evaluation", "load_manifest", "models"]

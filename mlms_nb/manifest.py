@@ -64,7 +64,8 @@ class NormalizeArgs(_Strict):
 
 
 class ToLayoutArgs(_Strict):
-    layout: Literal["NCHW", "NHWC"]
+    """Move channels to the given layout; by default, the manifest input's layout."""
+    layout: Literal["NCHW", "NHWC"] | None = None
 
 
 class SoftmaxArgs(_Strict):

@@ -1,0 +1,151 @@
+"""The Python API that the magics and the CLI are thin shells over."""
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+import pandas as pd
+
+from .errors import MlmsError
+from .manifest import FRAMEWORKS, Manifest, ManifestCatalog, canonical_framework
+
+log = logging.getLogger(__name__)
+
+
+def _as_list(value: str | Iterable | None) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return list(value)
+
+
+def parse_batch_sizes(value: str | int | Iterable[int]) -> list[int]:
+    """``"1,8"`` / ``8`` / ``[1, 8]`` -> ``[1, 8]``; anything else names the bad entry."""
+    items = [value] if isinstance(value, int) else _as_list(value)
+    sizes = []
+    for item in items:
+        try:
+            size = int(item)
+            if isinstance(item, float) and item != size:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise MlmsError(f"batch sizes: {item!r} is not an integer") from None
+        if size < 1:
+            raise MlmsError(f"batch sizes: {size} is not a positive integer")
+        sizes.append(size)
+    if not sizes:
+        raise MlmsError("batch sizes: expected at least one, e.g. 1,8")
+    return sizes
+
+
+def models(framework: str | None = None) -> pd.DataFrame:
+    """Every manifest mlms-nb can see, one row per model and framework."""
+    catalog = ManifestCatalog()
+    rows = []
+    for m in catalog.select(framework):
+        rows.append({
+            "model": m.name, "version": m.version, "framework": m.framework.name,
+            "framework_version": m.framework.version, "input": "x".join(map(str, m.inputs[0].dimensions)),
+            "layout": m.inputs[0].layout, "weights": m.model.weights,
+            "top1": m.attributes.get("top1"), "description": m.description, "source": m.source,
+        })
+    frame = pd.DataFrame(rows).sort_values(["model", "framework"], ignore_index=True) if rows else pd.DataFrame()
+    frame.attrs["errors"] = catalog.errors
+    frame.attrs["note"] = "top1: the published ImageNet top-1 accuracy (%), from the manifest"
+    return frame
+
+
+def evaluate(
+    model: str | Manifest,
+    framework: str | Iterable[str] = "torch",
+    batch_sizes: str | int | Iterable[int] = (1,),
+    dataset: str | None = None,
+    scenario: str = "single-stream",
+    device: str = "cpu",
+    threads: int | None = None,
+    trace_level: str = "NONE",
+    warmup: int | str = "auto",
+    min_repeats: int = 20,
+    min_time_s: float = 1.0,
+    max_time_s: float = 120.0,
+    target_qps: float | None = None,
+    latency_bound_ms: float | None = None,
+    limit: int | None = None,
+    keep_probabilities: bool = False,
+    trust: bool = False,
+    progress: bool = True,
+    history: bool | str = True,
+):
+    """Evaluate ``model`` in one or more frameworks; returns an `Evaluation`.
+
+    ``batch_sizes``: inputs per call; ``min_repeats``/``min_time_s``: the timed loop runs until both are
+    reached (LoadGen style); ``scenario``: single-stream (report p90), offline (throughput) or server
+    (Poisson arrivals at ``target_qps``; p99 against ``latency_bound_ms``). ``history``: store the result
+    in the history store (True: the default store; a string: an SQLAlchemy URL; False: don't).
+    """
+    from .evaluation.runner import EvaluationRunner, RunOptions, resolve_manifests
+    from .evaluation.scenarios import TimingConfig
+
+    frameworks = [canonical_framework(f) for f in _as_list(framework)] or ["torch"]
+    for fw in frameworks:
+        if fw not in FRAMEWORKS:
+            raise MlmsError(f"unknown framework {fw!r}; expected one of {', '.join(FRAMEWORKS)}")
+    if trace_level.upper() != "NONE":
+        from .tracing.levels import TraceLevel
+
+        TraceLevel.parse(trace_level)  # a clear error for an unknown level name
+        raise MlmsError(
+            f"trace level {trace_level.upper()} is not available yet: this version measures latency and accuracy "
+            "without tracing (trace_level NONE)")
+    options = RunOptions(
+        batch_sizes=parse_batch_sizes(batch_sizes), dataset=dataset, scenario=scenario, device=device,
+        threads=threads, trace_level=trace_level.upper(), limit=limit, keep_probabilities=keep_probabilities,
+        trust=trust, progress=progress,
+        timing=TimingConfig(warmup=warmup, min_repeats=min_repeats, min_time_s=min_time_s, max_time_s=max_time_s,
+                            target_qps=target_qps, latency_bound_ms=latency_bound_ms))
+    options.validate()
+    manifests = resolve_manifests(model, frameworks)
+    evaluation = EvaluationRunner(manifests, options).run()
+    if history:
+        _store(evaluation, None if history is True else str(history))
+    return evaluation
+
+
+def _store(evaluation, url: str | None) -> None:
+    """Save to history; a failing store is a warning on the result, never a lost measurement."""
+    from .history import HistoryStore
+
+    try:
+        evaluation.history_ids = HistoryStore(url).save(evaluation)
+    except Exception as err:  # the measurement is worth more than the store: keep it, say why
+        evaluation.warnings.append(f"not saved to history: {err}")
+        log.warning("not saved to history: %s", err)
+
+
+def history(model: str | None = None, framework: str | None = None, version: str | None = None,
+            complete: bool | None = None, limit: int | None = None, url: str | None = None) -> pd.DataFrame:
+    """Stored evaluations, newest first (one row per evaluation and framework)."""
+    from .history import HistoryStore
+
+    return HistoryStore(url).query(model=model, framework=canonical_framework(framework) if framework else None,
+                                   version=version, complete=complete, limit=limit)
+
+
+def load_evaluation(ref: str | int, url: str | None = None):
+    """An `Evaluation` from history (row id or evaluation id) or a saved JSON file."""
+    from pathlib import Path
+
+    from .evaluation.result import Evaluation
+    from .history import HistoryStore
+
+    if isinstance(ref, str) and ref.endswith(".json") and Path(ref).exists():
+        return Evaluation.load(ref)
+    return HistoryStore(url).load(int(ref) if str(ref).isdigit() else ref)
+
+
+def convert(model: str, to: str, force: bool = False):
+    """Build (or reuse) the ONNX Runtime or TensorFlow copy of a model's PyTorch weights."""
+    from .models.convert import convert as _convert
+
+    return _convert(model, to=canonical_framework(to), force=force)

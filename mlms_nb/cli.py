@@ -1,0 +1,31 @@
+"""The ``mlms`` command: the same verbs as ``%mlms``, printing text tables or ``--json``."""
+from __future__ import annotations
+
+import logging
+import sys
+
+from .commands import RUNNERS, cli_parser
+from .errors import MlmsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = cli_parser()
+    args = parser.parse_args(argv)
+    if not args.verb:
+        parser.print_help()
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        out = RUNNERS[args.verb](args)
+    except MlmsError as err:
+        print(f"mlms {args.verb}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"mlms {args.verb}: interrupted", file=sys.stderr)
+        return 130
+    print(out.json() if getattr(args, "json", False) else out.text)
+    return out.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

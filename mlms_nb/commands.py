@@ -1,0 +1,183 @@
+"""The verbs shared by the ``mlms`` command and the ``%mlms`` magic: their arguments, written once, and
+what each verb returns (a value plus its plain-text, HTML and JSON renderings)."""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import api
+
+VERBS: dict[str, str] = {
+    "models": "list the models mlms-nb can run (built-in manifests and MLMS_MANIFEST_PATH)",
+    "eval": "evaluate a model: accuracy on a dataset and latency per framework and batch size",
+    "history": "list stored evaluations, newest first",
+    "convert": "build the ONNX Runtime or TensorFlow copy of a model's PyTorch weights",
+}
+
+Arg = tuple[tuple[str, ...], dict[str, Any]]
+JSON_FLAG: Arg = (("--json",), {"action": "store_true", "help": "print one JSON object instead of a table"})
+
+ARGUMENTS: dict[str, list[Arg]] = {
+    "models": [
+        (("--framework",), {"help": "only this framework (torch, onnxruntime, tensorflow)"}),
+        JSON_FLAG,
+    ],
+    "eval": [
+        (("model",), {"help": "model name (see `models`) or a manifest .yaml path"}),
+        (("--framework",), {"default": "torch", "help": "comma-separated frameworks, e.g. torch,onnxruntime,tensorflow"}),
+        (("--batch-sizes",), {"default": "1", "help": "comma-separated batch sizes, e.g. 1,8"}),
+        (("--dataset",), {"default": None, "help": "imagenet-samples | synthetic[:N] | an image folder | a .npz file"}),
+        (("--scenario",), {"default": "single-stream", "choices": ["single-stream", "offline", "server"],
+                           "help": "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99)"}),
+        (("--device",), {"default": "cpu", "help": "cpu or cuda[:N]"}),
+        (("--threads",), {"type": int, "default": None, "help": "intra-op threads (default: the framework's)"}),
+        (("--trace-level",), {"default": "NONE", "help": "NONE (tracing levels arrive with the tracing work)"}),
+        (("--warmup",), {"default": "auto", "help": "untimed calls before timing: a count, or auto (until stable)"}),
+        (("--min-repeats",), {"type": int, "default": 20, "help": "timed calls per batch size, at least"}),
+        (("--min-time",), {"type": float, "default": 1.0, "help": "seconds of timed calls per batch size, at least"}),
+        (("--qps",), {"type": float, "default": None, "help": "server scenario: target queries per second"}),
+        (("--latency-bound",), {"type": float, "default": None, "help": "server scenario: p99 bound in ms"}),
+        (("--limit",), {"type": int, "default": None, "help": "use at most this many dataset inputs"}),
+        (("--no-history",), {"action": "store_true", "help": "do not store the result in the history store"}),
+        (("--trust",), {"action": "store_true", "help": "allow the manifest's code steps to run"}),
+        JSON_FLAG,
+    ],
+    "history": [
+        (("--model",), {"default": None, "help": "only this model"}),
+        (("--framework",), {"default": None, "help": "only this framework"}),
+        (("--version",), {"default": None, "help": "only manifest versions in this range, e.g. ^1.0"}),
+        (("--limit",), {"type": int, "default": 50, "help": "at most this many rows"}),
+        JSON_FLAG,
+    ],
+    "convert": [
+        (("model",), {"help": "model name with a PyTorch manifest"}),
+        (("--to",), {"required": True, "choices": ["onnxruntime", "tensorflow"], "help": "target framework"}),
+        (("--force",), {"action": "store_true", "help": "rebuild even when a verified copy is cached"}),
+        JSON_FLAG,
+    ],
+}
+
+
+@dataclass
+class Output:
+    """What a verb produced: the Python value, and how to show it as text, HTML and JSON."""
+    value: Any
+    text: str
+    html: str
+    data: Any = field(default=None)
+    exit_code: int = 0
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return {"text/plain": self.text, "text/html": self.html}
+
+    def json(self) -> str:
+        return json.dumps(self.data, indent=2, default=_json_default)
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return str(obj)
+
+
+def _frame_output(frame, title: str, empty: str) -> Output:
+    import pandas as pd
+
+    if frame.empty:
+        return Output(frame, empty, f"<p>{html.escape(empty)}</p>", [])
+    note = frame.attrs.get("note", "")
+    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
+        text = f"{title}\n{frame.to_string(index=False)}" + (f"\n{note}" if note else "")
+    body = frame.to_html(index=False, border=0, na_rep="")
+    html_text = f"<h4>{html.escape(title)}</h4>{body}" + (f"<p><small>{html.escape(note)}</small></p>" if note else "")
+    return Output(frame, text, html_text, json.loads(frame.to_json(orient="records")))
+
+
+def run_models(args: argparse.Namespace) -> Output:
+    frame = api.models(framework=args.framework)
+    shown = frame.drop(columns=["description", "source"], errors="ignore")
+    shown.attrs = frame.attrs
+    out = _frame_output(shown, "Models", "no models found")
+    errors = frame.attrs.get("errors") or {}
+    if errors:
+        out.text += "\nManifests that failed to load:\n" + "\n".join(f"  {e}" for e in errors.values())
+        out.html += "<p>Manifests that failed to load:</p><ul>" + "".join(
+            f"<li>{html.escape(e)}</li>" for e in errors.values()) + "</ul>"
+    out.data = {"models": out.data, "errors": errors}
+    return out
+
+
+def run_eval(args: argparse.Namespace) -> Output:
+    warmup = args.warmup if args.warmup == "auto" else int(args.warmup)
+    evaluation = api.evaluate(
+        args.model, framework=args.framework, batch_sizes=args.batch_sizes, dataset=args.dataset,
+        scenario=args.scenario, device=args.device, threads=args.threads, trace_level=args.trace_level,
+        warmup=warmup, min_repeats=args.min_repeats, min_time_s=args.min_time, target_qps=args.qps,
+        latency_bound_ms=args.latency_bound, limit=args.limit, trust=args.trust,
+        progress=not getattr(args, "json", False), history=not args.no_history)
+    return Output(evaluation, evaluation.to_text(), evaluation._repr_html_(), evaluation_json(evaluation),
+                  exit_code=0 if evaluation.complete else 130)
+
+
+def evaluation_json(evaluation) -> dict:
+    """The CLI's JSON: ``{"results": [{"model", "framework", "accuracy", "cold_start", "latency": [...]}]}``."""
+    results = []
+    for fw in evaluation.frameworks:
+        acc = evaluation.accuracy
+        acc_row = acc[acc["framework"] == fw].to_dict("records") if not acc.empty else []
+        lat = evaluation.latency
+        lat_rows = lat[lat["framework"] == fw].drop(columns=["framework"]).to_dict("records") if not lat.empty else []
+        cold = evaluation.cold_start
+        cold_row = cold[cold["framework"] == fw].drop(columns=["framework"]).to_dict("records") if not cold.empty else []
+        results.append({
+            "model": evaluation.model, "model_version": evaluation.model_version, "framework": fw,
+            "accuracy": ({k: acc_row[0][k] for k in ("top1", "top5", "n")} | {"dataset": acc_row[0]["dataset"]})
+            if acc_row else None,
+            "cold_start": cold_row[0] if cold_row else None,
+            "latency": lat_rows,
+        })
+    return {"evaluation_id": evaluation.id, "complete": evaluation.complete, "warnings": evaluation.warnings,
+            "stack": evaluation.stack, "options": evaluation.options, "results": results}
+
+
+def run_history(args: argparse.Namespace) -> Output:
+    frame = api.history(model=args.model, framework=args.framework, version=args.version, limit=args.limit)
+    return _frame_output(frame, "Evaluation history (newest first)", "no stored evaluations match")
+
+
+def run_convert(args: argparse.Namespace) -> Output:
+    artifact = api.convert(args.model, to=args.to, force=args.force)
+    text = f"{args.model} -> {args.to}: {artifact.path}\nsha256 {artifact.sha256}"
+    data = {"model": args.model, "framework": args.to, "path": str(artifact.path), "sha256": artifact.sha256}
+    return Output(artifact, text, f"<pre>{html.escape(text)}</pre>", data)
+
+
+RUNNERS: dict[str, Callable[[argparse.Namespace], Output]] = {
+    "models": run_models, "eval": run_eval, "history": run_history, "convert": run_convert,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
+    for flags, kwargs in ARGUMENTS[verb]:
+        parser.add_argument(*flags, **kwargs)
+    return parser
+
+
+def cli_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlms", description="MLModelScope for the notebook: evaluate and profile models.")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, help_text in VERBS.items():
+        add_arguments(sub.add_parser(verb, help=help_text, description=help_text), verb)
+    return parser
+
+
+def help_text() -> str:
+    lines = ["%mlms VERB [options]   (the same verbs as the `mlms` command)", ""]
+    lines += [f"  {verb:<9} {text}" for verb, text in VERBS.items()]
+    lines += ["", "`%mlms VERB -h` shows a verb's options; -o returns the result, --save VAR stores it."]
+    return "\n".join(lines)

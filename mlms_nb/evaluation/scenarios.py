@@ -1,0 +1,164 @@
+"""Timing loops for the LoadGen-style scenarios, over any ``predict(batch)`` callable.
+
+All times come from ``time.perf_counter_ns`` (monotonic, nanoseconds). The timed loop does nothing but
+call, stamp and store, so what it measures is the framework, not the harness.
+
+- ``single-stream``: one query after another; each sample is one call's latency.
+- ``offline``: back-to-back calls; throughput is inputs over the loop's wall time.
+- ``server``: queries arrive as a Poisson process at a target rate; a sample is completion minus arrival
+  (queueing included), so a model that cannot keep up shows it in p99.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..errors import MlmsError
+
+SCENARIOS = ("single-stream", "offline", "server")
+
+
+@dataclass
+class TimingConfig:
+    """When to stop: after at least ``min_repeats`` calls AND ``min_time_s`` seconds, or at a max.
+
+    ``warmup``: a fixed number of untimed calls, or "auto": until the median of the last 5 calls is within
+    ``warmup_tolerance`` of the 5 before (at least 10, at most ``max_warmup`` calls).
+    """
+    warmup: int | str = "auto"
+    max_warmup: int = 50
+    warmup_tolerance: float = 0.05
+    min_repeats: int = 20
+    min_time_s: float = 1.0
+    max_repeats: int = 100_000
+    max_time_s: float = 120.0
+    target_qps: float | None = None
+    latency_bound_ms: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (self.warmup == "auto" or (isinstance(self.warmup, int) and self.warmup >= 0)):
+            raise MlmsError(f"warmup: expected a count >= 0 or 'auto', got {self.warmup!r}")
+        if self.min_repeats < 1:
+            raise MlmsError(f"min_repeats: expected at least 1, got {self.min_repeats}")
+        if self.min_time_s < 0 or self.max_time_s <= 0:
+            raise MlmsError("min_time_s and max_time_s must be positive seconds")
+
+
+@dataclass
+class TimingResult:
+    """Latency samples (ns) of one scenario at one batch size, and what the loop saw."""
+    scenario: str
+    batch_size: int
+    samples_ns: np.ndarray
+    wall_ns: int
+    warmup_calls: int
+    extra: dict = field(default_factory=dict)
+
+
+def warm_up(predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> int:
+    """Untimed calls until warm; returns how many were made."""
+    if cfg.warmup != "auto":
+        for _ in range(int(cfg.warmup)):
+            predict(batch)
+        return int(cfg.warmup)
+    clock = time.perf_counter_ns
+    times: list[int] = []
+    while len(times) < cfg.max_warmup:
+        t0 = clock()
+        predict(batch)
+        times.append(clock() - t0)
+        if len(times) >= 10:
+            recent, before = np.median(times[-5:]), np.median(times[-10:-5])
+            if abs(recent - before) <= cfg.warmup_tolerance * before:
+                break
+    return len(times)
+
+
+def time_closed_loop(predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> tuple[np.ndarray, int]:
+    """Back-to-back calls until the stopping rule holds; returns (per-call ns, loop wall ns)."""
+    clock = time.perf_counter_ns
+    samples = np.empty(min(cfg.max_repeats, 1024), dtype=np.int64)
+    min_ns, max_ns = int(cfg.min_time_s * 1e9), int(cfg.max_time_s * 1e9)
+    n = 0
+    start = clock()
+    try:
+        while True:
+            t0 = clock()
+            predict(batch)
+            t1 = clock()
+            if n == len(samples):
+                samples = np.resize(samples, min(2 * n, cfg.max_repeats))
+            samples[n] = t1 - t0
+            n += 1
+            elapsed = t1 - start
+            if (n >= cfg.min_repeats and elapsed >= min_ns) or n >= cfg.max_repeats or elapsed >= max_ns:
+                break
+    except KeyboardInterrupt as interrupt:
+        interrupt.partial = (samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
+        raise
+    return samples[:n].copy(), clock() - start
+
+
+def time_server(predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> tuple[np.ndarray, int, dict]:
+    """Poisson arrivals at ``cfg.target_qps`` served by one worker; samples are arrival-to-completion ns."""
+    if not cfg.target_qps or cfg.target_qps <= 0:
+        raise MlmsError("the server scenario needs a target rate: target_qps > 0 (queries per second)")
+    rng = np.random.default_rng(cfg.seed)
+    count = max(cfg.min_repeats, int(np.ceil(cfg.target_qps * cfg.min_time_s)))
+    count = min(count, cfg.max_repeats)
+    gaps_ns = rng.exponential(1e9 / cfg.target_qps, size=count)
+    clock = time.perf_counter_ns
+    start = clock()
+    arrivals = start + np.cumsum(gaps_ns).astype(np.int64)
+    samples = np.empty(count, dtype=np.int64)
+    n = 0
+    try:
+        for n in range(count):
+            arrival = int(arrivals[n])
+            now = clock()
+            if now < arrival:
+                _sleep_until(arrival, clock)
+            predict(batch)
+            samples[n] = clock() - arrival
+            if clock() - start > cfg.max_time_s * 1e9:
+                n += 1
+                break
+        else:
+            n = count
+    except KeyboardInterrupt as interrupt:
+        interrupt.partial = (samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
+        raise
+    wall = clock() - start
+    done = samples[:n].copy()
+    extra = {"target_qps": float(cfg.target_qps), "achieved_qps": n / (wall / 1e9)}
+    if cfg.latency_bound_ms is not None:
+        p99_ms = float(np.percentile(done, 99)) / 1e6
+        extra["latency_bound_ms"] = float(cfg.latency_bound_ms)
+        extra["meets_bound"] = bool(p99_ms <= cfg.latency_bound_ms)
+    return done, wall, extra
+
+
+def _sleep_until(deadline_ns: int, clock: Callable[[], int]) -> None:
+    """Sleep most of the way, then spin the last ~200 µs for an accurate arrival time."""
+    remaining = deadline_ns - clock()
+    if remaining > 300_000:
+        time.sleep((remaining - 200_000) / 1e9)
+    while clock() < deadline_ns:
+        pass
+
+
+def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> TimingResult:
+    """Warm up, then time one scenario at the batch's size."""
+    if scenario not in SCENARIOS:
+        raise MlmsError(f"unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
+    warm = warm_up(predict, batch, cfg)
+    if scenario == "server":
+        samples, wall, extra = time_server(predict, batch, cfg)
+    else:
+        samples, wall = time_closed_loop(predict, batch, cfg)
+        extra = {}
+    return TimingResult(scenario, int(batch.shape[0]), samples, wall, warm, extra)

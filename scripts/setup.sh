@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up mlms-nb on a fresh machine: a virtualenv in .venv with every framework and the test tools.
+# Idempotent: a second run only checks that everything is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out.
+.venv/bin/python -m pip install -q -e '.[all,dev]'
+# foolbox only carries the 20 labeled ImageNet photos (imagenet-samples); its dependencies are not needed.
+.venv/bin/python -m pip install -q --no-deps 'foolbox==3.3.4'
+# the kernel the example notebooks run on
+.venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
