@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
@@ -45,9 +46,14 @@ class MlmsMagics(Magics):
         if verb not in VERBS:
             print(f"%mlms: unknown verb {verb!r}\n\n{help_text()}")
             return None
+        parser = _VERB_FUNCTIONS[verb].parser
+        if "-h" in words[1:] or "--help" in words[1:]:
+            print(parser.format_help())
+            return None
         try:
             args = parse_argstring(_VERB_FUNCTIONS[verb], rest)
-        except SystemExit:  # -h, or a usage error argparse already printed
+        except UsageError as err:
+            print(f"%mlms {verb}: {err}\n{parser.format_usage()}")
             return None
         try:
             out = RUNNERS[verb](args)

@@ -142,6 +142,7 @@ class EvaluationRunner:
         t0 = time.perf_counter_ns()
         predictor = open_predictor(manifest, device=opts.device, options=popts)
         load_ns = time.perf_counter_ns() - t0
+        log.info("opened %s in %.0f ms", manifest.key, load_ns / 1e6)
         try:
             info = predictor.info()
             evaluation.options.setdefault("predictors", {})[fw] = info.to_dict()
@@ -164,6 +165,7 @@ class EvaluationRunner:
             for batch_size in opts.batch_sizes:
                 batch = _make_batch(inputs, batch_size)
                 self._current = (fw, batch_size)
+                log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
                 result = run_scenario(opts.scenario, predictor.predict, batch, opts.timing)
                 rows.append(self._latency_row(fw, batch_size, result.samples_ns, result.wall_ns,
                                               result.warmup_calls, result.extra, evaluation))
