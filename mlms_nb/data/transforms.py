@@ -1,0 +1,356 @@
+"""Pre- and post-processing from a manifest's declarative steps.
+
+`Preprocessor` turns one image (a path, a ``PIL.Image`` or an HWC ``uint8`` array) into the model's
+input tensor, without the batch dimension, shaped exactly as ``manifest.inputs[0].dimensions``.
+`Postprocessor` turns a batch of model outputs (logits) into probabilities and the top-k classes.
+
+Preprocess steps, in the order the manifest lists them:
+
+- ``decode {color_mode}``: read the file with PIL and convert it to RGB, BGR (RGB with the channels
+  reversed) or GRAY (one channel). The image is fully loaded here, so a truncated or corrupt file fails
+  in this step with `ImageDecodeError` (datasets skip such files). EXIF orientation is not applied, as
+  in the reference pipelines (torchvision, Keras). When no decode step is listed one is added first,
+  with the input's ``color_mode``.
+- ``resize {size, interpolation}``: PIL resize (antialiased). An int resizes the shorter side to
+  ``size`` and the longer one to ``int(size * long / short)`` (torchvision's rule); ``[h, w]`` resizes
+  exactly. Interpolation: nearest, bilinear (the default), bicubic or lanczos.
+- ``center_crop {size}``: torchvision's rule (offsets ``round((H - h) / 2)``); a crop larger than the
+  image is padded with zeros.
+- ``normalize {mean, scale}``: ``(x - mean) / scale`` per channel, in float32, on pixels in 0..255.
+- ``to_layout {layout}``: channels first (NCHW) or last (NHWC); by default the input's layout.
+- ``code {source}``: Python source defining ``process(x)``; runs only with ``trust=True``. ``x`` is a
+  numpy array (HWC uint8 when no numeric step ran before it); ``process`` returns the new array.
+
+With no preprocess steps the standard ImageNet ones are derived from the input: decode(color_mode),
+resize the shorter side to ``round(H / 0.875)``, center_crop(H, W), normalize(mean, scale),
+to_layout(layout). After the last step the array is put in the input's layout (unless a code step
+ran, whose layout is the code's business), cast to ``element_type`` and its shape checked.
+
+Postprocess steps: ``softmax {axis}`` (numerically stable), ``top_k {k}`` (default 5, at most the
+number of classes) and ``code``. With no postprocess steps: softmax, then top_k(5). Without a softmax
+step the outputs are taken to be probabilities already.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+import numpy as np
+from PIL import Image
+
+from ..errors import DatasetError, ManifestError, MlmsError
+from ..manifest import (CenterCropArgs, DecodeArgs, Manifest, NormalizeArgs, ResizeArgs, SoftmaxArgs, Step,
+                        ToLayoutArgs, TopKArgs)
+
+ImageLike = Union[str, "os.PathLike[str]", Image.Image, np.ndarray]
+
+#: The fraction of the resized image that the center crop keeps when no steps are listed (ImageNet's 224/256).
+CROP_FRACTION = 0.875
+DEFAULT_TOP_K = 5
+
+_INTERPOLATION = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+}
+_PIL_MODE = {"RGB": "RGB", "BGR": "RGB", "GRAY": "L"}
+
+
+class UntrustedCodeError(MlmsError):
+    """A manifest has ``code`` steps and the caller did not pass ``trust=True``."""
+
+
+class ImageDecodeError(DatasetError):
+    """One image could not be read or decoded (datasets skip it and record why)."""
+
+
+def _untrusted(manifest: Manifest, where: str) -> UntrustedCodeError:
+    return UntrustedCodeError(
+        f"manifest {manifest.key} has a code step in {where} (Python source that would run in this process); "
+        "refusing to run it: pass trust=True (--trust) if you trust the manifest's author")
+
+
+def _compile_code(source: str, manifest: Manifest, where: str) -> Callable[[Any], Any]:
+    namespace: dict[str, Any] = {"np": np, "numpy": np, "__name__": f"mlms_manifest_{where}"}
+    try:
+        exec(compile(source, f"<{manifest.key} {where} code>", "exec"), namespace)  # noqa: S102 - trusted by the caller
+    except SyntaxError as err:
+        raise ManifestError(f"{where}: code step is not valid Python (line {err.lineno}: {err.msg})") from None
+    process = namespace.get("process")
+    if not callable(process):
+        raise ManifestError(f"{where}: code step must define a function process(x)")
+    return process
+
+
+def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    return int(size[0]), int(size[1])
+
+
+# ---------------------------------------------------------------- preprocessing
+
+class Preprocessor:
+    """One image -> the model's input tensor (no batch dimension), as ``manifest.inputs[0]`` describes it.
+
+    Thread-safe: datasets call it from a small thread pool (PIL releases the GIL while decoding).
+    """
+
+    def __init__(self, manifest: Manifest, trust: bool = False):
+        self.manifest = manifest
+        self.trust = trust
+        self.input = manifest.inputs[0]
+        self.shape = tuple(int(d) for d in self.input.dimensions)
+        self.dtype = np.dtype(self.input.element_type)
+        steps = list(manifest.preprocess) or self.default_steps(manifest)
+        if any(s.op == "code" for s in steps) and not trust:
+            raise _untrusted(manifest, "preprocess")
+        is_image = self.input.type == "image"
+        if is_image and not any(s.op == "decode" for s in steps):
+            steps.insert(0, Step(op="decode", args=DecodeArgs(color_mode=self.input.color_mode)))
+        for i, step in enumerate(steps):
+            if step.op == "decode" and i != 0:
+                raise ManifestError(f"preprocess[{i}]: decode must be the first step")
+        self.steps: list[Step] = steps
+        self._code = {i: _compile_code(s.args.source, manifest, f"preprocess[{i}]")
+                      for i, s in enumerate(steps) if s.op == "code"}
+
+    @staticmethod
+    def default_steps(manifest: Manifest) -> list[Step]:
+        """The standard steps derived from the input spec, for manifests that list none."""
+        spec = manifest.inputs[0]
+        if spec.type != "image":
+            return []
+        h, w = spec.height_width
+        return [
+            Step(op="decode", args=DecodeArgs(color_mode=spec.color_mode)),
+            Step(op="resize", args=ResizeArgs(size=int(round(h / CROP_FRACTION)), interpolation="bilinear")),
+            Step(op="center_crop", args=CenterCropArgs(size=(h, w))),
+            Step(op="normalize", args=NormalizeArgs(mean=list(spec.mean), scale=list(spec.scale))),
+            Step(op="to_layout", args=ToLayoutArgs(layout=spec.layout)),
+        ]
+
+    def __repr__(self) -> str:
+        return f"Preprocessor({self.manifest.key}, steps=[{', '.join(s.op for s in self.steps)}])"
+
+    # ------------------------------------------------------------------ the work
+    def __call__(self, image: ImageLike) -> np.ndarray:
+        x: Any = image
+        layout = "HWC"  # where the channels are while we know it; None after a code step
+        bgr = False
+        for i, step in enumerate(self.steps):
+            op, args = step.op, step.args
+            if op == "decode":
+                x = decode_image(image, args.color_mode)
+                bgr = args.color_mode == "BGR"
+            elif op == "resize":
+                x = self._resize(x, args)
+            elif op == "center_crop":
+                x = self._center_crop(x, layout, args)
+            elif op == "normalize":
+                x, bgr = self._to_array(x, bgr, np.float32), False
+                x = self._normalize(x, layout, args, i)
+            elif op == "to_layout":
+                x, bgr = self._to_array(x, bgr), False
+                x, layout = self._to_layout(x, layout, args.layout or self.input.layout, i)
+            elif op == "code":
+                x, bgr = self._to_array(x, bgr), False
+                x, layout = np.asarray(self._code[i](x)), None
+        x = self._to_array(x, bgr)
+        if layout is not None and x.ndim == 3:
+            x, layout = self._to_layout(x, layout, self.input.layout, None)
+        if x.shape != self.shape:
+            raise DatasetError(
+                f"{self.manifest.key}: preprocessing gives shape {list(x.shape)} but the model input "
+                f"(inputs[0].dimensions, {self.input.layout} without the batch) expects {list(self.shape)}; "
+                "check the manifest's resize/center_crop/to_layout steps")
+        if self.dtype == np.uint8 and x.dtype != np.uint8:
+            x = np.clip(np.rint(x), 0, 255)
+        return np.ascontiguousarray(x, dtype=self.dtype)
+
+    @staticmethod
+    def _to_array(x: Any, bgr: bool, dtype: Any = None) -> np.ndarray:
+        if isinstance(x, Image.Image):
+            x = np.asarray(x, dtype=dtype)
+            if x.ndim == 2:
+                x = x[:, :, None]
+            if bgr:
+                x = x[:, :, ::-1]
+            return x
+        x = np.asarray(x)
+        return x if dtype is None else x.astype(dtype, copy=False)
+
+    @staticmethod
+    def _resize(x: Any, args: ResizeArgs) -> Any:
+        resample = _INTERPOLATION[args.interpolation]
+        if isinstance(x, Image.Image):
+            w, h = x.size
+        else:
+            h, w = x.shape[:2]
+        if isinstance(args.size, int):
+            short, long = (w, h) if w <= h else (h, w)
+            new_short, new_long = args.size, int(args.size * long / short)
+            nw, nh = (new_short, new_long) if w <= h else (new_long, new_short)
+        else:
+            nh, nw = _pair(args.size)
+        if (nw, nh) == (w, h):
+            return x
+        if isinstance(x, Image.Image):
+            return x.resize((nw, nh), resample)
+        # An array (after a code step): resize each channel as a float image.
+        arr = np.asarray(x, dtype=np.float32)
+        planes = arr[:, :, None] if arr.ndim == 2 else arr
+        out = np.stack([np.asarray(Image.fromarray(np.ascontiguousarray(planes[:, :, c]), mode="F")
+                                   .resize((nw, nh), resample)) for c in range(planes.shape[2])], axis=2)
+        return out if arr.ndim == 3 else out[:, :, 0]
+
+    @staticmethod
+    def _center_crop(x: Any, layout: str | None, args: CenterCropArgs) -> Any:
+        th, tw = _pair(args.size)
+        if isinstance(x, Image.Image):
+            w, h = x.size
+            top, left = int(round((h - th) / 2.0)), int(round((w - tw) / 2.0))
+            return x.crop((left, top, left + tw, top + th))  # out of bounds -> zeros
+        chw = layout == "CHW"
+        h, w = (x.shape[1], x.shape[2]) if chw else (x.shape[0], x.shape[1])
+        if th > h or tw > w:
+            raise DatasetError(f"center_crop: crop {th}x{tw} is larger than the array's {h}x{w}")
+        top, left = int(round((h - th) / 2.0)), int(round((w - tw) / 2.0))
+        if chw:
+            return x[:, top:top + th, left:left + tw]
+        return x[top:top + th, left:left + tw]
+
+    def _normalize(self, x: np.ndarray, layout: str | None, args: NormalizeArgs, i: int) -> np.ndarray:
+        channels = x.shape[0] if layout == "CHW" else x.shape[-1]
+        mean = np.asarray(args.mean, dtype=np.float32)
+        scale = np.asarray(args.scale, dtype=np.float32)
+        for name, v in (("mean", mean), ("scale", scale)):
+            if v.size not in (1, channels):
+                raise ManifestError(f"preprocess[{i}].{name}: expected 1 or {channels} values (one per channel), "
+                                    f"got {v.size}")
+        if layout == "CHW":
+            mean, scale = mean.reshape(-1, 1, 1), scale.reshape(-1, 1, 1)
+        out = np.subtract(x, mean, dtype=np.float32)
+        np.divide(out, scale, out=out)
+        return out
+
+    def _to_layout(self, x: np.ndarray, layout: str | None, target: str, i: int | None):
+        want = "CHW" if target == "NCHW" else "HWC"
+        if layout is None:
+            where = f"preprocess[{i}]: " if i is not None else ""
+            raise ManifestError(f"{where}to_layout after a code step: the code must return the model's layout itself")
+        if x.ndim == 2:
+            x = x[:, :, None] if layout == "HWC" else x[None]
+        if layout != want:
+            x = x.transpose(2, 0, 1) if want == "CHW" else x.transpose(1, 2, 0)
+        return x, want
+
+
+def decode_image(image: ImageLike, color_mode: str = "RGB") -> Image.Image:
+    """A fully loaded PIL image in ``RGB`` (also for BGR: the channels are swapped later) or ``L`` (GRAY).
+
+    Raises `ImageDecodeError` for a missing, unreadable, truncated or corrupt file.
+    """
+    mode = _PIL_MODE[color_mode]
+    if isinstance(image, np.ndarray):
+        arr = image
+        if arr.dtype != np.uint8:
+            raise ImageDecodeError(f"an image array must be uint8 (H, W[, C]), got {arr.dtype}")
+        img = Image.fromarray(arr[:, :, 0] if arr.ndim == 3 and arr.shape[2] == 1 else arr)
+        return img if img.mode == mode else img.convert(mode)
+    if isinstance(image, Image.Image):
+        try:
+            image.load()
+            return image if image.mode == mode else image.convert(mode)
+        except Exception as err:  # noqa: BLE001 - any decoder failure is a bad image
+            raise ImageDecodeError(f"cannot decode the image: {_reason(err)}") from None
+    try:
+        with Image.open(image) as img:
+            img.load()
+            return img.convert(mode) if img.mode != mode else img.copy()
+    except Exception as err:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError, EOFError ...
+        raise ImageDecodeError(f"cannot decode {os.fspath(image)}: {_reason(err)}") from None
+
+
+def _reason(err: BaseException) -> str:
+    text = str(err).split("\n")[0]
+    if type(err).__name__ == "UnidentifiedImageError":
+        return "not an image PIL can identify"
+    if isinstance(err, FileNotFoundError):
+        return "no such file"
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+# ---------------------------------------------------------------- postprocessing
+
+@dataclass
+class Prediction:
+    """Probabilities ``(N, C)`` float32 and the top-k classes ``(N, k)``, highest first."""
+    probabilities: np.ndarray
+    top_k_indices: np.ndarray
+    top_k_probabilities: np.ndarray
+
+    @property
+    def top1(self) -> np.ndarray:
+        return self.top_k_indices[:, 0]
+
+    def __len__(self) -> int:
+        return int(self.probabilities.shape[0])
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax in float32 (the max is subtracted first); NaN rows stay NaN."""
+    x = np.asarray(x, dtype=np.float32)
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    np.exp(shifted, out=shifted)
+    shifted /= np.sum(shifted, axis=axis, keepdims=True)
+    return shifted
+
+
+def top_k(probabilities: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest entries of each row, highest first (ties: lower index first)."""
+    k = max(1, min(int(k), probabilities.shape[1]))
+    order = np.argsort(-probabilities, axis=1, kind="stable")[:, :k].astype(np.int64)
+    return order, np.take_along_axis(probabilities, order, axis=1)
+
+
+class Postprocessor:
+    """A batch of model outputs ``(N, C)`` (logits) -> `Prediction`, following ``manifest.postprocess``."""
+
+    def __init__(self, manifest: Manifest, trust: bool = False):
+        self.manifest = manifest
+        self.trust = trust
+        steps = list(manifest.postprocess) or [Step(op="softmax", args=SoftmaxArgs()),
+                                               Step(op="top_k", args=TopKArgs(k=DEFAULT_TOP_K))]
+        if any(s.op == "code" for s in steps) and not trust:
+            raise _untrusted(manifest, "postprocess")
+        self.steps: list[Step] = steps
+        self.k = next((s.args.k for s in reversed(steps) if s.op == "top_k"), DEFAULT_TOP_K)
+        self._code = {i: _compile_code(s.args.source, manifest, f"postprocess[{i}]")
+                      for i, s in enumerate(steps) if s.op == "code"}
+
+    def __repr__(self) -> str:
+        return f"Postprocessor({self.manifest.key}, steps=[{', '.join(s.op for s in self.steps)}], k={self.k})"
+
+    def __call__(self, outputs: np.ndarray) -> Prediction:
+        x = np.asarray(outputs)
+        if x.ndim == 1:
+            x = x[None]
+        elif x.ndim > 2:
+            x = x.reshape(x.shape[0], -1)
+        x = x.astype(np.float32, copy=False)
+        for i, step in enumerate(self.steps):
+            if step.op == "softmax":
+                x = softmax(x, axis=step.args.axis)
+            elif step.op == "code":
+                x = np.asarray(self._code[i](x), dtype=np.float32)
+                if x.ndim == 1:
+                    x = x[None]
+        if x.ndim != 2:
+            raise MlmsError(f"{self.manifest.key}: postprocessing expects outputs shaped (N, classes), "
+                            f"got {list(x.shape)}")
+        indices, probs = top_k(x, self.k)
+        return Prediction(probabilities=np.ascontiguousarray(x, dtype=np.float32), top_k_indices=indices,
+                          top_k_probabilities=np.ascontiguousarray(probs, dtype=np.float32))
