@@ -176,7 +176,8 @@ class EvaluationRunner:
 
     def _latency_row(self, fw, batch_size, samples, wall_ns, warmup_calls, extra, evaluation) -> dict:
         scenario = self.options.scenario
-        stats = latency_stats(samples, batch_size, wall_ns=wall_ns if scenario == "offline" else None)
+        # single-stream: throughput = batch / mean latency; offline and server: inputs served / loop wall time
+        stats = latency_stats(samples, batch_size, wall_ns=None if scenario == "single-stream" else wall_ns)
         row = {"framework": fw, "batch_size": int(batch_size), "scenario": scenario, **stats,
                "warmup_calls": int(warmup_calls), **extra}
         evaluation.samples[(fw, int(batch_size), scenario)] = np.asarray(samples, dtype=np.int64)
