@@ -6,6 +6,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+# The history module is imported before the API so that the package attribute ``mlms_nb.history`` stays
+# the API function (importing a submodule later would rebind the attribute to the module).
+from . import history as _history_store  # noqa: E402,F401
 from .api import convert, evaluate, history, load_evaluation, models  # noqa: E402
 from .manifest import find_manifest, load_manifest  # noqa: E402
 

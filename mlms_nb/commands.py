@@ -54,7 +54,7 @@ ARGUMENTS: dict[str, list[Arg]] = {
     ],
     "convert": [
         (("model",), {"help": "model name with a PyTorch manifest"}),
-        (("--to",), {"required": True, "choices": ["onnxruntime", "tensorflow"], "help": "target framework"}),
+        (("--to",), {"required": True, "help": "target framework: onnxruntime (onnx) or tensorflow (tf)"}),
         (("--force",), {"action": "store_true", "help": "rebuild even when a verified copy is cached"}),
         JSON_FLAG,
     ],

@@ -53,7 +53,7 @@ def test_empty_dataset_and_mismatched_images(shared_home, tmp_path):
 
     np.savez(tmp_path / "wrong.npz", x=np.zeros((4, 3, 32, 32), np.float32))
     out = mlms("eval", "efficientnet_lite0", "--dataset", str(tmp_path / "wrong.npz"), "--no-history", home=shared_home)
-    assert out.returncode == 2 and "(3, 224, 224)" in out.stderr, out.stderr
+    assert out.returncode == 2 and "[3, 224, 224]" in out.stderr, out.stderr
 
 
 @pytest.mark.slow
