@@ -6,6 +6,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import os as _os
+
+# TensorFlow's C++ start-up INFO lines would flood notebooks and the CLI; the user's own setting wins.
+_os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
 # The history module is imported before the API so that the package attribute ``mlms_nb.history`` stays
 # the API function (importing a submodule later would rebind the attribute to the module).
 from . import history as _history_store  # noqa: E402,F401

@@ -1,10 +1,7 @@
 """TensorFlow predictor: a Keras model (``.keras`` file or built-in architecture) or a SavedModel folder."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TF's C++ start-up chatter out of notebooks
 
 import numpy as np
 import tensorflow as tf

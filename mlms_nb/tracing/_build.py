@@ -1,0 +1,158 @@
+"""Columnar builders shared by the tracer and the importers: records -> spans frame, time containment."""
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from .schema import DEFAULT_KIND, FIELD_COLUMNS, canonical_categorical, level_categorical, spans_frame, str_column
+
+_INT_FIELDS = {"stream": -1, "layer_index": -1}
+_FLOAT_FIELDS = ("flops", "bytes", "memory")
+_CAT_FIELDS = {"device": "cpu", "layer_type": "", "shape": ""}
+
+
+def dumps_attrs(attrs: dict) -> str:
+    """A dict -> JSON object text for the ``attrs`` column (non-JSON values via ``str``)."""
+    try:
+        return orjson.dumps(attrs, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # e.g. an int beyond 64 bits
+        return orjson.dumps({str(k): v if isinstance(v, (str, float, bool)) or v is None else str(v)
+                             for k, v in attrs.items()}).decode()
+
+
+def _shape_text(value) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value, default=lambda o: list(o)).decode()
+    except TypeError:
+        return str(value)
+
+
+def _intern(values: list, table: dict) -> list:
+    get = table.get
+    out = []
+    append = out.append
+    for v in values:
+        c = get(v)
+        if c is None:
+            c = table[v] = len(table)
+        append(c)
+    return out
+
+
+def spans_from_records(records: list[tuple], trace_id: str) -> pd.DataFrame:
+    """Tracer records ``(span_id, parent_id, name, level, kind, start_ns, end_ns, thread, fields|None)`` ->
+    spans frame (sorted by ``(start_ns, span_id)``)."""
+    n = len(records)
+    if not n:
+        from .schema import empty_spans
+
+        return empty_spans()
+    sid, parent, names, levels, kinds, start, end, tid, fields = zip(*records)
+    levels_arr = np.fromiter(levels, dtype=np.int8, count=n)
+    kinds = [k if k is not None else DEFAULT_KIND[lv] for k, lv in zip(kinds, levels_arr.tolist())]
+    name_table: dict = {}
+    name_codes = _intern(names, name_table)
+    kind_table: dict = {}
+    kind_codes = _intern(kinds, kind_table)
+
+    cols: dict = {
+        "trace_id": canonical_categorical(np.zeros(n, np.int64), [trace_id]),
+        "span_id": np.fromiter(sid, np.int64, n),
+        "parent_id": np.fromiter(parent, np.int64, n),
+        "name": canonical_categorical(np.asarray(name_codes), [str(k) for k in name_table]),
+        "level": level_categorical(levels_arr),
+        "kind": canonical_categorical(np.asarray(kind_codes), list(kind_table)),
+        "start_ns": np.fromiter(start, np.int64, n),
+        "end_ns": np.fromiter(end, np.int64, n),
+        "thread": np.fromiter(tid, np.int64, n),
+    }
+    cols["duration_ns"] = cols["end_ns"] - cols["start_ns"]
+
+    with_fields = [i for i, f in enumerate(fields) if f]
+    int_cols = {k: np.full(n, d, np.int64) for k, d in _INT_FIELDS.items()}
+    float_cols = {k: np.full(n, np.nan) for k in _FLOAT_FIELDS}
+    cat_vals = {k: [d] * n for k, d in _CAT_FIELDS.items()}
+    attrs = ["{}"] * n
+    if with_fields:
+        for i in with_fields:
+            f = fields[i]
+            rest = None
+            for key, value in f.items():
+                if key in _INT_FIELDS:
+                    int_cols[key][i] = -1 if value is None else value
+                elif key in _FLOAT_FIELDS:
+                    float_cols[key][i] = np.nan if value is None else value
+                elif key in _CAT_FIELDS:
+                    cat_vals[key][i] = _shape_text(value) if key == "shape" else ("" if value is None else str(value))
+                else:
+                    if rest is None:
+                        rest = {}
+                    rest[key] = value
+            if rest:
+                attrs[i] = dumps_attrs(rest)
+    cols.update(int_cols)
+    cols.update(float_cols)
+    for key, vals in cat_vals.items():
+        table: dict = {}
+        codes = _intern(vals, table)
+        cols[key] = canonical_categorical(np.asarray(codes), list(table))
+    cols["attrs"] = str_column(attrs)
+    return spans_frame(cols)
+
+
+def containment_parents(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For spans given by ``(group, start, end)`` (group: thread / stream key), the index of each span's
+    innermost enclosing span in the same group, or -1. Properly nested spans give the exact tree; partial
+    overlaps attach to the nearest earlier span that still covers the end.
+
+    Vectorised: sort by (group, start, -end); a span's parent is the nearest earlier span in sort order whose
+    end is >= its end -- found by pointer jumping from the previous span (O(n log n) in numpy, no Python loop
+    per span).
+    """
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((-end, start, group))
+    g = group[order]
+    e = end[order]
+    p = np.arange(-1, n - 1, dtype=np.int64)
+    if n > 1:
+        p[1:][g[1:] != g[:-1]] = -1
+    active = np.flatnonzero(p >= 0)
+    # a candidate is wrong when it ends before the span does; jump to the candidate's own candidate
+    while len(active):
+        cand = p[active]
+        bad = e[cand] < e[active]
+        active = active[bad]
+        if not len(active):
+            break
+        nxt = p[p[active]]
+        p[active] = nxt
+        active = active[nxt >= 0]
+    parent_sorted = np.where(p >= 0, order[np.maximum(p, 0)], -1)
+    out = np.empty(n, np.int64)
+    out[order] = parent_sorted
+    return out
+
+
+def containment_parents_reference(group, start, end) -> np.ndarray:
+    """A plain stack sweep giving the same answer as :func:`containment_parents` (for tests)."""
+    n = len(start)
+    order = sorted(range(n), key=lambda i: (group[i], start[i], -end[i]))
+    out = np.full(n, -1, np.int64)
+    stack: list[int] = []
+    last_group = None
+    for i in order:
+        if group[i] != last_group:
+            stack = []
+            last_group = group[i]
+        while stack and end[stack[-1]] < end[i]:
+            stack.pop()
+        out[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return out
