@@ -76,3 +76,31 @@ def test_unknown_framework_and_device():
     manifest = find_manifest("efficientnet_lite0", framework="torch")
     with pytest.raises(PredictorError, match="sees no CUDA device"):
         open_predictor(manifest, device="cuda")
+
+
+def test_torchscript_manifest_runs_the_same_model(tmp_path, lite0):
+    """A TorchScript file named by graph_path (relative to its manifest) gives the eager model's logits."""
+    import shutil
+
+    import torch
+    import yaml
+
+    from mlms_nb.data.assets import resolve_asset, sha256_file
+    from mlms_nb.models.registry import build_torch_model
+
+    eager = find_manifest("efficientnet_lite0", framework="torch")
+    model = build_torch_model("efficientnet_lite0", str(resolve_asset(eager.model.weights_path)))
+    traced = torch.jit.trace(model, torch.zeros(1, 3, 224, 224))
+    traced.save(str(tmp_path / "lite0.pt"))
+    data = eager.to_dict()
+    data["outputs"][0]["labels"] = str(resolve_asset("../labels/imagenet1k.txt", base_dir=resolve_asset(eager.source).parent))
+    data["model"] = {"graph_path": "lite0.pt", "sha256": {"graph_path": sha256_file(tmp_path / "lite0.pt")}}
+    (tmp_path / "lite0_ts.yaml").write_text(yaml.safe_dump(data))
+    manifest = find_manifest(str(tmp_path / "lite0_ts.yaml"))
+    dataset = open_dataset("imagenet-samples", manifest)
+    batch = next(dataset.iter_batches(len(dataset), Preprocessor(manifest)))
+    with open_predictor(manifest) as predictor:
+        assert predictor.info().details["kind"] == "torchscript"
+        logits = predictor.predict(batch.data)
+    assert np.abs(logits - lite0["torch"][0]).max() <= 1e-4
+    shutil.rmtree(tmp_path, ignore_errors=True)
