@@ -65,6 +65,7 @@ def evaluate(
     device: str = "cpu",
     threads: int | None = None,
     trace_level: str = "NONE",
+    trace_repeats: int = 5,
     warmup: int | str = "auto",
     min_repeats: int = 20,
     min_time_s: float = 1.0,
@@ -83,6 +84,9 @@ def evaluate(
     reached (LoadGen style); ``scenario``: single-stream (report p90), offline (throughput) or server
     (Poisson arrivals at ``target_qps``; p99 against ``latency_bound_ms``). ``history``: store the result
     in the history store (True: the default store; a string: an SQLAlchemy URL; False: don't).
+    ``trace_level``: NONE, APPLICATION, MODEL, FRAMEWORK, ML_LIBRARY, SYSTEM_LIBRARY, HARDWARE or FULL; latency
+    always comes from the untraced sweep, and a traced pass of ``trace_repeats`` calls per batch size follows it
+    (``evaluation.trace``, ``evaluation.trace_overhead``).
     """
     from .evaluation.runner import EvaluationRunner, RunOptions, resolve_manifests
     from .evaluation.scenarios import TimingConfig
@@ -91,16 +95,12 @@ def evaluate(
     for fw in frameworks:
         if fw not in FRAMEWORKS:
             raise MlmsError(f"unknown framework {fw!r}; expected one of {', '.join(FRAMEWORKS)}")
-    if trace_level.upper() != "NONE":
-        from .tracing.levels import TraceLevel
+    from .tracing.levels import TraceLevel
 
-        TraceLevel.parse(trace_level)  # a clear error for an unknown level name
-        raise MlmsError(
-            f"trace level {trace_level.upper()} is not available yet: this version measures latency and accuracy "
-            "without tracing (trace_level NONE)")
+    level = TraceLevel.parse(trace_level)  # a clear error for an unknown level name
     options = RunOptions(
         batch_sizes=parse_batch_sizes(batch_sizes), dataset=dataset, scenario=scenario, device=device,
-        threads=threads, trace_level=trace_level.upper(), limit=limit, keep_probabilities=keep_probabilities,
+        threads=threads, trace_level=level.name, trace_repeats=trace_repeats, limit=limit, keep_probabilities=keep_probabilities,
         trust=trust, progress=progress,
         timing=TimingConfig(warmup=warmup, min_repeats=min_repeats, min_time_s=min_time_s, max_time_s=max_time_s,
                             target_qps=target_qps, latency_bound_ms=latency_bound_ms))

@@ -34,7 +34,7 @@ ARGUMENTS: dict[str, list[Arg]] = {
                            "help": "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99)"}),
         (("--device",), {"default": "cpu", "help": "cpu or cuda[:N]"}),
         (("--threads",), {"type": int, "default": None, "help": "intra-op threads (default: the framework's)"}),
-        (("--trace-level",), {"default": "NONE", "help": "NONE (tracing levels arrive with the tracing work)"}),
+        (("--trace-level",), {"default": "NONE", "help": "NONE, APPLICATION, MODEL, FRAMEWORK, ML_LIBRARY, SYSTEM_LIBRARY, HARDWARE or FULL"}),
         (("--warmup",), {"default": "auto", "help": "untimed calls before timing: a count, or auto (until stable)"}),
         (("--min-repeats",), {"type": int, "default": 20, "help": "timed calls per batch size, at least"}),
         (("--min-time",), {"type": float, "default": 1.0, "help": "seconds of timed calls per batch size, at least"}),

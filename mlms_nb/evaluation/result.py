@@ -30,7 +30,7 @@ FORMAT_VERSION = 1
 
 LATENCY_KEY_COLUMNS = ("framework", "batch_size", "scenario")
 SUMMARY_COLUMNS = ("framework", "batch_size", "top1", "top5", "median_ms", "p90_ms", "p99_ms", "throughput_per_s")
-FRAME_FIELDS = ("latency", "cold_start", "accuracy", "predictions")
+FRAME_FIELDS = ("latency", "cold_start", "accuracy", "predictions", "trace_overhead")
 
 
 class EvaluationFormatError(MlmsError, ValueError):
@@ -74,6 +74,10 @@ class Evaluation:
     warnings: list[str] = field(default_factory=list)
     trace_ids: list[str] = field(default_factory=list)
     history_ids: list[int] = field(default_factory=list)
+    #: traced runs only: per framework and batch size, the traced median against the untraced one
+    trace_overhead: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: traced runs only: framework -> Trace (kept beside the evaluation, not inside its JSON)
+    traces: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ derived views
     def framework_stack_hash(self, framework: str) -> str:
@@ -202,7 +206,8 @@ class Evaluation:
             manifests={k: v for k, v in self.manifests.items() if k == framework},
             stack=stack, options=options,
             latency=rows(self.latency), cold_start=rows(self.cold_start), accuracy=rows(self.accuracy),
-            predictions=rows(self.predictions),
+            predictions=rows(self.predictions), trace_overhead=rows(self.trace_overhead),
+            traces={k: v for k, v in self.traces.items() if k == framework},
             samples={k: v.copy() for k, v in self.samples.items() if k[0] == framework},
             probabilities={k: v.copy() for k, v in self.probabilities.items() if k == framework},
             complete=self.complete,
@@ -248,7 +253,8 @@ class Evaluation:
             model=first.model, model_version=first.model_version, frameworks=frameworks,
             manifests={k: v for p in parts for k, v in p.manifests.items()}, stack=stack, options=options,
             latency=concat("latency"), cold_start=concat("cold_start"), accuracy=concat("accuracy"),
-            predictions=concat("predictions"),
+            predictions=concat("predictions"), trace_overhead=concat("trace_overhead"),
+            traces={k: v for p in parts for k, v in p.traces.items()},
             samples={k: v for p in parts for k, v in p.samples.items()},
             probabilities={k: v for p in parts for k, v in p.probabilities.items()},
             complete=all(p.complete for p in parts), warnings=warnings,
@@ -265,6 +271,7 @@ class Evaluation:
             "manifests": _plain(self.manifests), "stack": _plain(self.stack), "options": _plain(self.options),
             "latency": _frame_to_dict(self.latency), "cold_start": _frame_to_dict(self.cold_start),
             "accuracy": _frame_to_dict(self.accuracy), "predictions": _frame_to_dict(self.predictions),
+            "trace_overhead": _frame_to_dict(self.trace_overhead),
             "samples": [{"framework": k[0], "batch_size": int(k[1]), "scenario": k[2],
                          "dtype": str(np.asarray(v).dtype), "ns": np.asarray(v).tolist()}
                         for k, v in self.samples.items()],
@@ -296,6 +303,7 @@ class Evaluation:
                 latency=_frame_from_dict(data.get("latency")), samples=samples,
                 cold_start=_frame_from_dict(data.get("cold_start")), accuracy=_frame_from_dict(data.get("accuracy")),
                 predictions=_frame_from_dict(data.get("predictions")),
+                trace_overhead=_frame_from_dict(data.get("trace_overhead")),
                 probabilities={fw: _array_from_dict(a) for fw, a in data.get("probabilities", {}).items()},
                 complete=bool(data.get("complete", True)), warnings=list(data.get("warnings", [])),
                 trace_ids=list(data.get("trace_ids", [])), history_ids=[int(i) for i in data.get("history_ids", [])])
@@ -345,7 +353,7 @@ class Evaluation:
         if not isinstance(other, Evaluation):
             return NotImplemented
         for f in fields(self):
-            if f.name == "history_ids":
+            if f.name in ("history_ids", "traces"):
                 continue
             a, b = getattr(self, f.name), getattr(other, f.name)
             if f.name in FRAME_FIELDS:

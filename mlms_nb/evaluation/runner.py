@@ -24,6 +24,8 @@ from .result import Evaluation
 from .scenarios import SCENARIOS, TimingConfig, run_scenario
 from .stack import detect_stack
 from .stats import latency_stats, stability_warning
+from .traced import start_traced_pass, trace_batches
+from ..tracing.levels import TraceLevel
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class RunOptions:
     keep_probabilities: bool = False
     trust: bool = False
     progress: bool = True
+    trace_repeats: int = 5
 
     def validate(self) -> None:
         if not self.batch_sizes:
@@ -51,6 +54,7 @@ class RunOptions:
                 raise MlmsError(f"batch_sizes: expected positive integers, got {b!r}")
         if self.scenario not in SCENARIOS:
             raise MlmsError(f"scenario: unknown {self.scenario!r}; expected one of {', '.join(SCENARIOS)}")
+        TraceLevel.parse(self.trace_level)
         if self.threads is not None and self.threads < 1:
             raise MlmsError(f"threads: expected a positive integer, got {self.threads}")
 
@@ -61,7 +65,7 @@ class RunOptions:
             "device": self.device, "threads": self.threads, "trace_level": self.trace_level, "limit": self.limit,
             "warmup": t.warmup, "min_repeats": t.min_repeats, "min_time_s": t.min_time_s,
             "max_repeats": t.max_repeats, "max_time_s": t.max_time_s, "target_qps": t.target_qps,
-            "latency_bound_ms": t.latency_bound_ms, "isolation": "in-process (frameworks run one after another)",
+            "latency_bound_ms": t.latency_bound_ms, "trace_repeats": self.trace_repeats, "isolation": "in-process (frameworks run one after another)",
             "clock": "time.perf_counter_ns",
         }
 
@@ -102,6 +106,7 @@ class EvaluationRunner:
             stack=detect_stack(frameworks), options=opts.to_dict())
         rows: list[dict] = []
         cold: list[dict] = []
+        self._overhead: list[dict] = []
         accuracy: list[dict] = []
         predictions: list[pd.DataFrame] = []
         progress = _progress(len(self.manifests) * len(opts.batch_sizes), opts.progress, first.name)
@@ -121,6 +126,7 @@ class EvaluationRunner:
         evaluation.cold_start = pd.DataFrame(cold)
         evaluation.accuracy = pd.DataFrame(accuracy)
         evaluation.predictions = pd.concat(predictions, ignore_index=True) if predictions else pd.DataFrame()
+        evaluation.trace_overhead = pd.DataFrame(self._overhead)
         return evaluation
 
     # ------------------------------------------------------------------ one framework
@@ -132,7 +138,13 @@ class EvaluationRunner:
             raise DatasetError(
                 f"{manifest.key} has random weights: only performance runs accept it; use dataset 'synthetic'")
         preprocess = Preprocessor(manifest, trust=opts.trust)
+        level = TraceLevel.parse(opts.trace_level)
+        traced = start_traced_pass(level, f"{evaluation.id}-{fw}", fw) if level > TraceLevel.NONE else None
+        t_pre = time.perf_counter_ns()
         inputs, labels, ids = _load_inputs(dataset, preprocess, opts.limit)
+        if traced:
+            traced.tracer.add_span("preprocess dataset", TraceLevel.APPLICATION, "application", t_pre,
+                                   time.perf_counter_ns(), inputs=len(inputs), dataset=dataset.name)
         if dataset.skipped:
             evaluation.warnings.append(
                 f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
@@ -144,6 +156,8 @@ class EvaluationRunner:
         predictor = open_predictor(manifest, device=opts.device, options=popts)
         load_ns = time.perf_counter_ns() - t0
         log.info("opened %s in %.0f ms", manifest.key, load_ns / 1e6)
+        if traced:
+            traced.tracer.add_span(f"load {manifest.key}", TraceLevel.APPLICATION, "application", t0, t0 + load_ns)
         try:
             info = predictor.info()
             evaluation.options.setdefault("predictors", {})[fw] = info.to_dict()
@@ -172,8 +186,26 @@ class EvaluationRunner:
                                               result.warmup_calls, result.extra, evaluation))
                 progress.update(1)
             self._current = None
+            if traced:
+                self._trace(traced, predictor, manifest, inputs, rows, evaluation)
         finally:
             predictor.close()
+
+    def _trace(self, traced, predictor, manifest, inputs, rows, evaluation) -> None:
+        """The traced pass after the untraced sweep; its overhead is measured against that sweep."""
+        opts = self.options
+        fw = manifest.framework.name
+        log.info("tracing %s at level %s", fw, traced.tracer.level.name)
+        untraced = {r["batch_size"]: r["median_ms"] * 1e6 for r in rows if r["framework"] == fw}
+        batches = {b: _make_batch(inputs, b) for b in opts.batch_sizes}
+        trace_batches(traced, predictor, Postprocessor(manifest, trust=opts.trust), batches, untraced,
+                      repeats=opts.trace_repeats)
+        trace = traced.tracer.trace()
+        evaluation.traces[fw] = trace
+        evaluation.trace_ids.append(traced.tracer.trace_id)
+        self._overhead.extend(traced.overhead)
+        for name, reason in trace.metadata.get("unavailable", {}).items():
+            evaluation.warnings.append(f"{fw}: {name} not traced: {reason}")
 
     def _latency_row(self, fw, batch_size, samples, wall_ns, warmup_calls, extra, evaluation) -> dict:
         scenario = self.options.scenario

@@ -1,0 +1,101 @@
+"""The traced pass: the same batch, run again under the tracer at the requested level.
+
+Latency is never taken from a traced run: the untraced sweep (the lowest level that measures it) gives
+the latency numbers; this pass gives the timeline, and its own overhead — the median of the traced
+``predict`` spans against the untraced median of the same batch.
+
+Levels: APPLICATION (the runner's phases: load, preprocess, each batch size), MODEL (predict and
+postprocess per call), FRAMEWORK and ML_LIBRARY (the predictor's layer and op spans), SYSTEM_LIBRARY
+(CUDA kernels through CUPTI, where a GPU exists), HARDWARE (perf / PAPI counters read around every call,
+psutil and NVML samplers beside them). What is not available here is named, with its reason, in
+``trace.metadata["unavailable"]``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..tracing.levels import TraceLevel
+from ..tracing.tracer import Tracer, use_tracer
+
+HARDWARE_PROFILERS = ("perf", "papi", "psutil", "nvml")
+
+
+@dataclass
+class TracedPass:
+    """One framework's traced pass: the tracer it filled, and one overhead row per batch size."""
+    tracer: Tracer
+    overhead: list[dict] = field(default_factory=list)
+
+
+def start_traced_pass(level: TraceLevel, trace_id: str, framework: str) -> TracedPass:
+    tracer = Tracer(level, trace_id=trace_id)
+    tracer.metadata["framework"] = framework
+    tracer.metadata.setdefault("unavailable", {})
+    return TracedPass(tracer)
+
+
+def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int, np.ndarray],
+                  untraced_median_ns: dict[int, float], repeats: int = 5) -> None:
+    """Run each batch ``repeats`` times under the tracer; record the overhead against the untraced median."""
+    tracer = traced.tracer
+    level = tracer.level
+    framework = predictor.framework
+    levels = predictor.tracing_levels() if hasattr(predictor, "tracing_levels") else {}
+    for name in ("FRAMEWORK", "ML_LIBRARY", "SYSTEM_LIBRARY"):
+        if level >= TraceLevel[name] and not _supported(levels.get(name)):
+            tracer.metadata["unavailable"][f"{framework} {name}"] = levels.get(name) or "not supported by this predictor"
+    profilers = _start_profilers(tracer) if level >= TraceLevel.HARDWARE else None
+    counting = profilers is not None and any(hasattr(p, "read") for p in profilers.profilers.values())
+    own_model_span = _supported(levels.get("MODEL"))
+    try:
+        with use_tracer(tracer):
+            predictor.start_tracing(tracer)
+            try:
+                for batch_size, batch in batches.items():
+                    with tracer.span(f"{framework} batch size {batch_size}", TraceLevel.APPLICATION, "application",
+                                     batch=batch_size):
+                        durations = []
+                        for _ in range(repeats):
+                            if counting:
+                                profilers.read(record=True)
+                            t0 = time.perf_counter_ns()
+                            if own_model_span:
+                                out = predictor.predict(batch)
+                            else:
+                                with tracer.span("predict", TraceLevel.MODEL, "model", batch=batch_size):
+                                    out = predictor.predict(batch)
+                            durations.append(time.perf_counter_ns() - t0)
+                            if counting:
+                                profilers.read(record=True)
+                            with tracer.span("postprocess", TraceLevel.MODEL, "model", batch=batch_size):
+                                postprocess(out)
+                    traced_ns = float(np.median(durations))
+                    base = untraced_median_ns.get(batch_size)
+                    traced.overhead.append({
+                        "framework": framework, "batch_size": int(batch_size), "trace_level": level.name,
+                        "untraced_median_ms": base / 1e6 if base else float("nan"),
+                        "traced_median_ms": traced_ns / 1e6, "traced_calls": repeats,
+                        "overhead_pct": 100.0 * (traced_ns / base - 1.0) if base else float("nan"),
+                    })
+            finally:
+                predictor.stop_tracing()
+    finally:
+        if profilers is not None:
+            profilers.stop()
+            tracer.add_counters(profilers.counters_frame().itertuples(index=False, name=None))
+
+
+def _supported(how: str | None) -> bool:
+    return bool(how) and not how.lower().startswith(("not supported", "unavailable", "no "))
+
+
+def _start_profilers(tracer: Tracer):
+    from ..profilers import start_profilers
+
+    profilers = start_profilers(list(HARDWARE_PROFILERS))
+    for name, reason in profilers.unavailable.items():
+        tracer.metadata["unavailable"][name] = reason
+    return profilers
