@@ -1,0 +1,21 @@
+"""Tracing: spans and counters on one monotonic clock, at MLModelScope's trace levels.
+
+- :class:`Tracer` records (``tracer.span(...)``, ``start``/``end``, ``add_span``, ``add_counter``);
+  :func:`current_tracer` / :func:`use_tracer` make one active for code that cannot be handed it.
+- :class:`Trace` holds the frames (:mod:`.schema` says their columns and units), saves/loads Parquet, and
+  exports/imports Chrome trace JSON (our own, PyTorch Kineto, ONNX Runtime profiles).
+"""
+from __future__ import annotations
+
+from .errors import TraceFormatError, TraceSchemaError
+from .levels import TraceLevel
+from .schema import (COUNTER_COLUMNS, KINDS, LEVEL_DTYPE, ROOT, SPAN_COLUMNS, attrs_dict, empty_counters,
+                     empty_spans, validate_counters, validate_spans)
+from .trace import Trace, load_trace
+from .tracer import NO_SPAN, NULL_TRACER, Tracer, current_tracer, use_tracer
+
+__all__ = [
+    "COUNTER_COLUMNS", "KINDS", "LEVEL_DTYPE", "NO_SPAN", "NULL_TRACER", "ROOT", "SPAN_COLUMNS", "Trace",
+    "TraceFormatError", "TraceLevel", "TraceSchemaError", "Tracer", "attrs_dict", "current_tracer",
+    "empty_counters", "empty_spans", "load_trace", "use_tracer", "validate_counters", "validate_spans",
+]

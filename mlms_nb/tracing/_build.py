@@ -1,6 +1,8 @@
 """Columnar builders shared by the tracer and the importers: records -> spans frame, time containment."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import orjson
 import pandas as pd
@@ -22,7 +24,7 @@ def dumps_attrs(attrs: dict) -> str:
 
 
 def _shape_text(value) -> str:
-    if value is None or value == "":
+    if value is None:
         return ""
     if isinstance(value, str):
         return value
@@ -45,21 +47,31 @@ def _intern(values: list, table: dict) -> list:
 
 
 def spans_from_records(records: list[tuple], trace_id: str) -> pd.DataFrame:
-    """Tracer records ``(span_id, parent_id, name, level, kind, start_ns, end_ns, thread, fields|None)`` ->
-    spans frame (sorted by ``(start_ns, span_id)``)."""
+    """Tracer records ``(span_id, parent_id, name, level, kind, start_ns, end_ns, thread, *field_names,
+    *field_values)`` -> spans frame (sorted by ``(start_ns, span_id)``)."""
     n = len(records)
     if not n:
         from .schema import empty_spans
 
         return empty_spans()
-    sid, parent, names, levels, kinds, start, end, tid, fields = zip(*records)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        return _spans_from_records(records, trace_id, n)
+    finally:
+        if gc_was:
+            gc.enable()
+
+
+def _spans_from_records(records: list[tuple], trace_id: str, n: int) -> pd.DataFrame:
+    # the 8 fixed fields (zip stops at the shortest record; range(8) stops after the 8th column)
+    sid, parent, names, levels, kinds, start, end, tid = (col for col, _ in zip(zip(*records), range(8)))
     levels_arr = np.fromiter(levels, dtype=np.int8, count=n)
     kinds = [k if k is not None else DEFAULT_KIND[lv] for k, lv in zip(kinds, levels_arr.tolist())]
     name_table: dict = {}
     name_codes = _intern(names, name_table)
     kind_table: dict = {}
     kind_codes = _intern(kinds, kind_table)
-
     cols: dict = {
         "trace_id": canonical_categorical(np.zeros(n, np.int64), [trace_id]),
         "span_id": np.fromiter(sid, np.int64, n),
@@ -73,34 +85,47 @@ def spans_from_records(records: list[tuple], trace_id: str) -> pd.DataFrame:
     }
     cols["duration_ns"] = cols["end_ns"] - cols["start_ns"]
 
-    with_fields = [i for i, f in enumerate(fields) if f]
-    int_cols = {k: np.full(n, d, np.int64) for k, d in _INT_FIELDS.items()}
-    float_cols = {k: np.full(n, np.nan) for k in _FLOAT_FIELDS}
-    cat_vals = {k: [d] * n for k, d in _CAT_FIELDS.items()}
+    # fields: per known column a sparse (rows, values) pair; the rest -> attrs JSON
+    sparse: dict[str, tuple[list, list]] = {k: ([], []) for k in FIELD_COLUMNS}
     attrs = ["{}"] * n
-    if with_fields:
-        for i in with_fields:
-            f = fields[i]
-            rest = None
-            for key, value in f.items():
-                if key in _INT_FIELDS:
-                    int_cols[key][i] = -1 if value is None else value
-                elif key in _FLOAT_FIELDS:
-                    float_cols[key][i] = np.nan if value is None else value
-                elif key in _CAT_FIELDS:
-                    cat_vals[key][i] = _shape_text(value) if key == "shape" else ("" if value is None else str(value))
-                else:
-                    if rest is None:
-                        rest = {}
-                    rest[key] = value
-            if rest:
-                attrs[i] = dumps_attrs(rest)
-    cols.update(int_cols)
-    cols.update(float_cols)
-    for key, vals in cat_vals.items():
-        table: dict = {}
-        codes = _intern(vals, table)
-        cols[key] = canonical_categorical(np.asarray(codes), list(table))
+    get = sparse.get
+    for i, r in enumerate(records):
+        if len(r) == 8:
+            continue
+        k = (len(r) - 8) >> 1
+        rest = None
+        for key, value in zip(r[8:8 + k], r[8 + k:]):
+            col = get(key)
+            if col is not None:
+                col[0].append(i)
+                col[1].append(value)
+            else:
+                if rest is None:
+                    rest = {}
+                rest[key] = value
+        if rest:
+            attrs[i] = dumps_attrs(rest)
+    for key, default in _INT_FIELDS.items():
+        arr = np.full(n, default, np.int64)
+        rows, vals = sparse[key]
+        if rows:
+            arr[np.asarray(rows)] = np.asarray([default if v is None else v for v in vals], np.int64)
+        cols[key] = arr
+    for key in _FLOAT_FIELDS:
+        arr = np.full(n, np.nan)
+        rows, vals = sparse[key]
+        if rows:
+            arr[np.asarray(rows)] = np.asarray([np.nan if v is None else v for v in vals], np.float64)
+        cols[key] = arr
+    for key, default in _CAT_FIELDS.items():
+        rows, vals = sparse[key]
+        codes = np.zeros(n, np.int64)
+        table: dict = {default: 0}
+        if rows:
+            conv = _shape_text if key == "shape" else (lambda v: "" if v is None else str(v))
+            texts = [conv(v) for v in vals]
+            codes[np.asarray(rows)] = _intern(texts, table)
+        cols[key] = canonical_categorical(codes, list(table))
     cols["attrs"] = str_column(attrs)
     return spans_frame(cols)
 

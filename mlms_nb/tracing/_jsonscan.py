@@ -1,12 +1,20 @@
 """Stream the event array of a JSON trace file in parsed chunks, without holding the whole file or its
 whole object tree in memory.
 
-A vectorised scanner (numpy over each block of bytes) tracks string state and bracket depth, finds the event
-array (the top-level array, or the ``"traceEvents"`` array of a top-level object) and the end of every event
-in it; each run of whole events is handed to :func:`orjson.loads` as one small JSON array. The bytes outside
-the event array are parsed at the end as the file's *skeleton* (``{"schemaVersion": 1, ..., "traceEvents":
-[]}``). Anything malformed raises :class:`~mlms_nb.tracing.errors.TraceFormatError` naming the file and the
-byte offset.
+The file is read in blocks into one ``bytearray``. A vectorised scanner (numpy over the bytes: string state,
+bracket depth) finds the event array -- the top-level array, or the ``"traceEvents"`` array of a top-level
+object. Inside it, each block's run of whole events is parsed by one :func:`orjson.loads` call, in place (the
+byte before the run becomes ``[``, the separator after it ``]``; no copy):
+
+- fast path: the run ends at the last ``},`` of the buffer. The run starts at an event boundary, so the
+  parse succeeds only if that ``}`` really closes an event (a cut inside a string or a nested value leaves
+  something unclosed);
+- otherwise (no candidate, a failed parse, the end of the array or of the file) the scanner finds the exact
+  event ends and the array's end.
+
+The bytes outside the event array are parsed at the end as the file's *skeleton* (``{"schemaVersion": 1,
+..., "traceEvents": []}``). Anything malformed raises :class:`~mlms_nb.tracing.errors.TraceFormatError` naming
+the file and the byte offset.
 """
 from __future__ import annotations
 
@@ -66,15 +74,17 @@ class EventStream:
 
     # -------------------------------------------------------------------------------------- block scanning
 
-    def _structural(self, block: bytes, in_str: bool, bs_carry: int):
-        """Structural characters of ``block`` (outside strings): (positions, chars, +1/-1), and the string
-        state / trailing backslash run carried to the next block."""
-        cls = np.frombuffer(block.translate(_TRANSLATE), np.uint8)
+    def _structural(self, data, in_str: bool, bs_carry: int):
+        """Structural characters of ``data`` (a bytes-like block; outside strings): (positions, chars, +1/-1),
+        and the string state / trailing backslash run carried to the next block."""
+        a = np.frombuffer(data, np.uint8)
+        cls = _LUT[a]
         idx = np.flatnonzero(cls)
         t = cls[idx]
+        del cls
         is_bs = t == _BSLASH
         if bs_carry or is_bs.any():
-            q, bs_carry = self._unescaped_quotes(idx, t, is_bs, bs_carry, len(block))
+            q, bs_carry = self._unescaped_quotes(idx, t, is_bs, bs_carry, len(a))
         else:
             q = t == _QUOTE
             bs_carry = 0
@@ -86,7 +96,8 @@ class EventStream:
         new_in_str = in_str ^ bool(qcount[-1] & 1) if len(qcount) else in_str
         sidx = idx[struct]
         delta = np.where(t[struct] == _OPEN, 1, -1).astype(np.int64)
-        chars = np.frombuffer(block, np.uint8)[sidx]
+        chars = a[sidx]
+        del a
         return sidx, chars, delta, new_in_str, bs_carry
 
     @staticmethod
@@ -114,7 +125,9 @@ class EventStream:
 
     # -------------------------------------------------------------------------------------- chunk parsing
 
-    def _parse_chunk(self, raw: bytes, abs_start: int) -> list:
+    def _parse_copy(self, raw, abs_start: int) -> list:
+        """Parse a run of events (bytes-like, may begin with a separating comma) by copying it."""
+        raw = bytes(raw)
         body = raw.lstrip(_WS + b",")
         if not body.strip(_WS):
             return []
@@ -125,6 +138,48 @@ class EventStream:
             raise self._fail(f"malformed JSON in the event array near byte {where} ({exc.msg})") from None
         self.events_seen += len(out)
         return out
+
+    @staticmethod
+    def _blank_leading_comma(buf: bytearray, start: int, stop: int) -> int:
+        """Blank the comma separating the run at ``buf[start:stop]`` from the previous one; returns its index
+        (-1 when there is none)."""
+        i = start
+        while i < stop and buf[i] in b" \t\r\n":
+            i += 1
+        if i < stop and buf[i] == 0x2C:  # ","
+            buf[i] = 0x20
+            return i
+        return -1
+
+    def _try_fast(self, buf: bytearray) -> list | None:
+        """Parse ``buf[1 : last "},"]`` in place; None when there is no candidate or it is not an event end.
+        ``buf[0]`` is a spare byte (the previous run's last byte); on success the run and its trailing comma
+        are consumed, leaving the comma's byte as the next spare."""
+        p = buf.rfind(b"},")
+        if p <= 0:
+            return None
+        comma = self._blank_leading_comma(buf, 1, p)
+        spare = buf[0]
+        buf[0] = 0x5B  # "["
+        buf[p + 1] = 0x5D  # "]"
+        mv = memoryview(buf)
+        part = mv[: p + 2]
+        try:
+            events = orjson.loads(part)
+        except orjson.JSONDecodeError:
+            events = None
+        finally:
+            part.release()
+            mv.release()
+        if events is None:
+            buf[0] = spare
+            buf[p + 1] = 0x2C
+            if comma >= 0:
+                buf[comma] = 0x2C
+            return None
+        self.events_seen += len(events)
+        del buf[: p + 1]
+        return events
 
     def _is_events_key(self, head: bytes) -> bool:
         head = head.rstrip(_WS)
@@ -144,99 +199,118 @@ class EventStream:
             f.close()
 
     def _run(self, f) -> Iterator[list]:
+        bs = self.block_size
+        buf = bytearray()
+        base = 0  # absolute offset of buf[0]
         in_str, bs_carry, depth = False, 0, 0
-        phase = 0  # 0: before the event array, 1: inside it, 2: after it
         arr_depth = 0
-        buf = b""  # bytes not yet handed on; buf[0] is at absolute offset buf_abs
-        buf_abs = 0
-        scanned = 0  # absolute offset of the next byte to scan
         head = b""
-        tail = []
+        eof = False
+        # ---- phase 0: scan until the event array opens
         while True:
-            block = f.read(self.block_size)
+            block = f.read(bs)
             if not block:
+                eof = True
                 break
-            if phase == 2:
-                tail.append(block)
-                continue
+            scanned = len(buf)
             buf += block
+            if self.top is None:
+                lead = bytes(buf[:64]).lstrip(_WS)
+                if lead.startswith(b"\xef\xbb\xbf"):
+                    lead = lead[3:].lstrip(_WS)
+                if lead and lead[:1] not in (b"{", b"["):
+                    raise self._fail("it does not start with a JSON object or array")
             pos, chars, delta, in_str, bs_carry = self._structural(block, in_str, bs_carry)
-            pos += scanned
-            scanned += len(block)
+            del block
             if not len(pos):
                 continue
+            pos += scanned
             dep = np.cumsum(delta) + depth
             depth = int(dep[-1])
             if (dep < 0).any():
-                raise self._fail(f"a bracket closes nothing near byte {int(pos[np.argmax(dep < 0)])}")
-            i = 0
-            if phase == 0:
-                if self.top is None:
-                    first = buf[: int(pos[0]) - buf_abs].strip(_WS)
-                    if first.startswith(b"\xef\xbb\xbf"):
-                        first = first[3:].strip(_WS)
-                    if first:
-                        raise self._fail("it does not start with a JSON object or array")
-                    if chars[0] == _LBRACKET:
-                        self.top, arr_depth = "array", 1
-                    elif chars[0] == _LBRACE:
-                        self.top, arr_depth = "object", 2
-                    else:
-                        raise self._fail("it does not start with a JSON object or array")
-                if self.top == "array":
-                    k = 0
+                raise self._fail(f"a bracket closes nothing near byte {base + int(pos[np.argmax(dep < 0)])}")
+            if self.top is None:
+                first = bytes(buf[: int(pos[0])]).strip(_WS)
+                if first.startswith(b"\xef\xbb\xbf"):
+                    first = first[3:].strip(_WS)
+                if first or chars[0] not in (_LBRACKET, _LBRACE):
+                    raise self._fail("it does not start with a JSON object or array")
+                self.top, arr_depth = ("array", 1) if chars[0] == _LBRACKET else ("object", 2)
+            k = None
+            if self.top == "array":
+                k = 0
+            else:
+                for j in np.flatnonzero((chars == _LBRACKET) & (dep == 2)).tolist():
+                    if self._is_events_key(bytes(buf[: int(pos[j])])):
+                        k = j
+                        break
+            if k is None:
+                continue
+            cut = int(pos[k])  # the array's "[" stays as buf[0], the spare byte
+            head = bytes(buf[: cut + 1])
+            del buf[:cut]
+            base += cut
+            if self.top == "object":
+                try:
+                    self.header = orjson.loads(head + b"]}")
+                except orjson.JSONDecodeError as exc:
+                    raise self._fail(f"malformed JSON before the traceEvents array ({exc.msg})") from None
+            break
+        if self.top is None or arr_depth == 0 or not head:
+            if self.top is None:
+                raise self._fail("it is empty" if not buf else "it holds no JSON object or array")
+            if self.top == "object" and depth == 0 and not in_str:
+                raise self._fail('it is a JSON object without a "traceEvents" array')
+            raise TraceFormatError(f"trace file {self.path!r} is truncated: it ends before its event array")
+        # ---- phase 1: runs of whole events; buf[0] is a spare byte at an event boundary
+        tail = b""
+        while True:
+            if not eof:
+                block = f.read(bs)
+                if block:
+                    buf += block
+                    del block
                 else:
-                    k = None
-                    for j in np.flatnonzero((chars == _LBRACKET) & (dep == 2)).tolist():
-                        if self._is_events_key(buf[: int(pos[j]) - buf_abs]):
-                            k = j
-                            break
-                if k is None:
-                    continue
-                cut = int(pos[k]) + 1 - buf_abs
-                head, buf, buf_abs = buf[:cut], buf[cut:], int(pos[k]) + 1
-                if self.top == "object":
-                    try:
-                        self.header = orjson.loads(head + b"]}")
-                    except orjson.JSONDecodeError as exc:
-                        raise self._fail(f"malformed JSON before the traceEvents array ({exc.msg})") from None
-                phase, i = 1, k + 1
-            if phase == 1:
-                sub_dep = dep[i:]
-                ends = np.flatnonzero(sub_dep == arr_depth - 1)
-                stop = int(ends[0]) + i if len(ends) else len(dep)
-                ev_ends = np.flatnonzero((chars[i:stop] == _RBRACE) & (dep[i:stop] == arr_depth))
-                if len(ev_ends):
-                    last = int(pos[int(ev_ends[-1]) + i])
-                    cut = last + 1 - buf_abs
-                    chunk, buf = buf[:cut], buf[cut:]
-                    start_abs, buf_abs = buf_abs, last + 1
-                    events = self._parse_chunk(chunk, start_abs)
-                    del chunk
-                    if events:
-                        yield events
+                    eof = True
+            if not eof:
+                n0 = len(buf)
+                events = self._try_fast(buf)
+                if events is not None:
+                    base += n0 - len(buf)
+                    yield events
                     del events
-                if len(ends):
-                    arr_end = int(pos[stop])
-                    cut = arr_end - buf_abs
-                    chunk, rest = buf[:cut], buf[cut + 1:]
-                    events = self._parse_chunk(chunk, buf_abs)
-                    if events:
-                        yield events
-                    del events, chunk
-                    tail.append(rest)
-                    buf = b""
-                    phase = 2
-        if phase != 2:
-            where = "before its event array" if phase == 0 and self.top is None else (
-                "without a traceEvents array" if phase == 0 else
-                f"inside the event array after {self.events_seen} events")
-            if phase == 0 and self.top == "object" and depth == 0 and not in_str:
-                raise self._fail("it is a JSON object without a \"traceEvents\" array")
-            if phase == 0 and self.top is None:
-                raise self._fail("it is empty" if scanned == 0 else "it holds no JSON object or array")
-            raise TraceFormatError(f"trace file {self.path!r} is truncated: it ends {where}")
-        rest = b"".join(tail)
+                    continue
+                if buf.rfind(b"}", 1) < 0:
+                    continue  # not one whole event yet
+            # exact scan of the buffer from the boundary: event ends, and the array's end
+            pos, chars, delta, s_in, _ = self._structural(memoryview(buf)[1:], False, 0)
+            pos += 1
+            dep = np.cumsum(delta) + arr_depth
+            ends = np.flatnonzero(dep == arr_depth - 1)
+            stop = int(ends[0]) if len(ends) else len(dep)
+            ev_ends = np.flatnonzero((chars[:stop] == _RBRACE) & (dep[:stop] == arr_depth))
+            if len(ends):
+                arr_end = int(pos[stop])
+                events = self._parse_copy(memoryview(buf)[1:arr_end], base + 1)
+                tail = bytes(buf[arr_end + 1:])
+                del buf
+                if events:
+                    yield events
+                del events
+                break
+            if eof:
+                raise TraceFormatError(f"trace file {self.path!r} is truncated: it ends inside the event array "
+                                       f"after {self.events_seen} events")
+            if len(ev_ends):
+                last = int(pos[int(ev_ends[-1])])
+                events = self._parse_copy(memoryview(buf)[1:last + 1], base + 1)
+                del buf[:last]
+                base += last
+                if events:
+                    yield events
+                del events
+        # ---- phase 2: the rest of the file
+        rest = tail + f.read()
         try:
             self.skeleton = orjson.loads(head + b"]" + rest)
         except orjson.JSONDecodeError as exc:

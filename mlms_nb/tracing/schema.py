@@ -185,13 +185,16 @@ def categorical_of(values: Iterable[str]) -> pd.Categorical:
     return canonical_categorical(codes, [str(u) for u in uniques])
 
 
-def canonicalize(series: pd.Series) -> pd.Series:
-    """A categorical series in canonical form (sorted categories, none unused); unchanged if already so."""
+def canonicalize(series: pd.Series, *, drop_unused: bool = True) -> pd.Series:
+    """A categorical series in canonical form (sorted ``str`` categories, none unused); returned unchanged
+    when already so. ``drop_unused=False`` skips the (O(rows)) check for unused categories."""
     cat = series.array
     cats = cat.categories
-    if cats.dtype == "str" and cats.is_monotonic_increasing and (len(cats) == 0 or
-                                                                 (np.bincount(cat.codes[cat.codes >= 0],
-                                                                              minlength=len(cats)) > 0).all()):
+    ok = cats.dtype == "str" and cats.is_monotonic_increasing and cats.is_unique
+    if ok and drop_unused and len(cats):
+        codes = cat.codes
+        ok = bool((np.bincount(codes[codes >= 0], minlength=len(cats)) > 0).all())
+    if ok:
         return series
     return pd.Series(canonical_categorical(cat.codes, [str(c) for c in cats]), index=series.index,
                      name=series.name)
@@ -255,10 +258,14 @@ def _coerce(col: Column, values, n: int):
         arr = np.asarray(values)
         if arr.dtype.kind in "iu":
             return level_categorical(arr)
+        codes, uniques = pd.factorize(arr)
         try:
-            return level_categorical(np.array([TraceLevel.parse(v).value for v in arr], dtype=np.int8))
+            values_of = np.array([TraceLevel.parse(v).value for v in uniques], dtype=np.int8)
         except Exception as exc:  # an unknown level name
             raise TraceSchemaError(f"column 'level': {exc}") from None
+        if (codes < 0).any():
+            raise TraceSchemaError("column 'level' has missing values")
+        return level_categorical(values_of[codes] if len(values_of) else np.zeros(0, np.int8))
     if col.dtype == "category":
         if isinstance(values, pd.Categorical):
             return canonicalize(pd.Series(values)).array

@@ -35,79 +35,75 @@ _perf_ns = time.perf_counter_ns
 _native_id = threading.get_native_id
 
 
-class _Local(threading.local):
-    """Per-thread state of one tracer: the stack of open span ids and the thread's native id."""
+class _ThreadCtx:
+    """One thread's recording state for one tracer, and the context manager ``tracer.span()`` returns.
 
-    def __init__(self) -> None:
-        self.stack: list[int] = []
+    ``stack`` holds the open spans of this thread: a tuple ``(span_id, parent_id, name, level, kind, fields,
+    start_ns)`` per ``with`` span, a list (the token) per :meth:`Tracer.start` span.
+    """
+
+    __slots__ = ("stack", "tid", "spans", "next_id", "pending")
+
+    def __init__(self, spans: list, next_id) -> None:
+        self.stack: list = []
         self.tid: int = _native_id()
+        self.spans = spans
+        self.next_id = next_id
+        self.pending = None
+
+    def __enter__(self) -> int:
+        name, level, kind, fields = self.pending
+        stack = self.stack
+        sid = self.next_id()
+        stack.append((sid, stack[-1][0] if stack else 0, name, level, kind, fields, _perf_ns()))
+        return sid
+
+    def __exit__(self, exc_type, exc, tb):
+        end = _perf_ns()
+        frame = self.stack.pop()
+        if frame.__class__ is not tuple:
+            frame = self._unwind(frame, end)
+        sid, parent, name, level, kind, f, start = frame
+        if exc_type is not None:
+            f = {**f, "error": exc_type.__name__}
+        if f:
+            self.spans.append((sid, parent, name, level, kind, start, end, self.tid, *f, *f.values()))
+        else:
+            self.spans.append((sid, parent, name, level, kind, start, end, self.tid))
+        return False
+
+    def _unwind(self, frame, end: int):
+        """Hook spans (tokens) opened inside a ``with`` span and never ended: record them as unfinished
+        (``attrs["error"] = "unfinished"``) and return the ``with`` span's own frame."""
+        while frame.__class__ is not tuple:
+            sid, parent, name, level, kind, f, start, _ = frame
+            frame[7] = None
+            f = {**f, "error": "unfinished"} if f else {"error": "unfinished"}
+            self.spans.append((sid, parent, name, level, kind, start, end, self.tid, *f, *f.values()))
+            frame = self.stack.pop()
+        return frame
+
+
+class _Local(threading.local):
+    """Per-thread state of one tracer (``threading.local`` calls ``__init__`` again in every thread)."""
+
+    def __init__(self, spans: list, next_id) -> None:
+        self.ctx = _ThreadCtx(spans, next_id)
 
 
 class _NoSpan:
-    """The shared context a disabled span returns: does nothing."""
+    """The shared context a disabled span returns: does nothing (``as`` gives span id 0)."""
 
     __slots__ = ()
-    span_id = 0
 
-    def __enter__(self):
-        return self
+    def __enter__(self) -> int:
+        return 0
 
     def __exit__(self, *exc):
         return False
 
-    def set(self, **fields) -> None:
-        pass
-
 
 NO_SPAN = _NoSpan()
-
-
-class _Span:
-    """Context of one enabled span (transient: the record is a tuple appended at exit)."""
-
-    __slots__ = ("_t", "_name", "_level", "_kind", "_fields", "_loc", "span_id", "_parent", "_start")
-
-    def __init__(self, tracer: "Tracer", name: str, level: int, kind: str | None, fields: dict | None):
-        self._t = tracer
-        self._name = name
-        self._level = level
-        self._kind = kind
-        self._fields = fields
-
-    def __enter__(self):
-        t = self._t
-        loc = t._local
-        stack = loc.stack
-        self._loc = loc
-        self._parent = stack[-1] if stack else 0
-        self.span_id = sid = t._next_id()
-        stack.append(sid)
-        self._start = _perf_ns()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        end = _perf_ns()
-        loc = self._loc
-        stack = loc.stack
-        sid = self.span_id
-        if stack and stack[-1] == sid:
-            stack.pop()
-        elif sid in stack:
-            stack.remove(sid)
-        fields = self._fields
-        if exc_type is not None:
-            fields = dict(fields or ())
-            fields["error"] = exc_type.__name__
-        self._t._spans.append((sid, self._parent, self._name, self._level, self._kind, self._start, end,
-                               loc.tid, fields))
-        return False
-
-    def set(self, **fields) -> None:
-        """Add fields (columns such as ``shape``/``flops`` or free attributes) to this span before it ends."""
-        if self._fields is None:
-            self._fields = fields
-        else:
-            self._fields = {**self._fields, **fields}
 
 
 class Tracer:
@@ -129,7 +125,7 @@ class Tracer:
         self._spans: list[tuple] = []
         self._counters: list[tuple] = []
         self._next_id = itertools.count(1).__next__
-        self._local = _Local()
+        self._local = _Local(self._spans, self._next_id)
         perf = _perf_ns()
         wall = time.time_ns()
         self.anchor: tuple[int, int] = (perf, wall)
@@ -148,59 +144,92 @@ class Tracer:
         """Whether spans of ``level`` are recorded."""
         return 0 < level <= self._max
 
+    # Records are flat tuples ``(span_id, parent_id, name, level, kind, start_ns, end_ns, thread, *field_names,
+    # *field_values)`` holding only atomic values (``level + 0`` turns a TraceLevel into a plain int), so the
+    # garbage collector untracks them at its first pass; a nested dict / tuple / IntEnum would keep every
+    # record in every full collection, which costs more than the recording itself.
+
     def span(self, name: str, level: TraceLevel | int, kind: str | None = None, **fields):
-        """``with tracer.span("predict", TraceLevel.MODEL, "model", batch=8) as sp:`` -- times the block.
+        """``with tracer.span("predict", TraceLevel.MODEL, "model", batch=8) as span_id:`` -- times the block.
 
         ``kind``: one of :data:`~mlms_nb.tracing.schema.KINDS` (default by level: MODEL -> "model",
-        FRAMEWORK -> "layer", ML_LIBRARY -> "op"...). ``sp.set(**fields)`` adds fields before the block
-        ends; ``sp.span_id`` is the new span's id. A disabled level returns a shared no-op context.
+        FRAMEWORK -> "layer", ML_LIBRARY -> "op"...). Use it directly in a ``with`` statement. A disabled
+        level returns a shared no-op context (``as`` gives 0). :meth:`annotate` adds fields while the
+        block runs. Field values are cheapest as numbers, strings or tuples.
         """
         if level > self._max or level <= 0:
             return NO_SPAN
-        return _Span(self, name, level, kind, fields or None)
+        ctx = self._local.ctx
+        ctx.pending = (name, level + 0, kind, fields)
+        return ctx
 
     def start(self, name: str, level: TraceLevel | int, kind: str | None = None, **fields):
         """Open a span and return its token (``None`` when the level is disabled); close it with
-        :meth:`end`. For hook-style code (a forward pre-hook starts, the forward hook ends)."""
+        :meth:`end`. For hook-style code (a forward pre-hook starts, the forward hook ends). A token left
+        open when an enclosing ``with`` span ends is recorded then, with ``attrs["error"] = "unfinished"``."""
         if level > self._max or level <= 0:
             return None
-        loc = self._local
-        stack = loc.stack
-        parent = stack[-1] if stack else 0
-        sid = self._next_id()
-        stack.append(sid)
-        return (sid, parent, name, level, kind, fields or None, loc, _perf_ns())
+        ctx = self._local.ctx
+        stack = ctx.stack
+        token = [self._next_id(), stack[-1][0] if stack else 0, name, level + 0, kind, fields, 0, ctx]
+        stack.append(token)
+        token[6] = _perf_ns()
+        return token
 
     def end(self, token, **fields) -> int:
-        """Close the span ``token`` came from (``None`` is ignored); ``fields`` are added to it.
-        Returns the span id (0 for ``None``)."""
+        """Close the span ``token`` came from (``None`` and already-closed tokens are ignored); ``fields``
+        are added to it. Returns the span id (0 for ``None``)."""
         end = _perf_ns()
         if token is None:
             return 0
-        sid, parent, name, level, kind, f, loc, start = token
-        stack = loc.stack
-        if stack and stack[-1] == sid:
+        sid, parent, name, level, kind, f, start, ctx = token
+        if ctx is None:
+            return sid
+        token[7] = None
+        stack = ctx.stack
+        if stack and stack[-1] is token:
             stack.pop()
-        elif sid in stack:
-            stack.remove(sid)
+        else:
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i] is token:
+                    del stack[i]
+                    break
         if fields:
             f = {**f, **fields} if f else fields
-        self._spans.append((sid, parent, name, level, kind, start, end, loc.tid, f))
+        if f:
+            ctx.spans.append((sid, parent, name, level, kind, start, end, ctx.tid, *f, *f.values()))
+        else:
+            ctx.spans.append((sid, parent, name, level, kind, start, end, ctx.tid))
         return sid
+
+    def annotate(self, **fields) -> int:
+        """Add fields (columns such as ``shape``/``flops``, or free attributes) to the innermost span open on
+        this thread; returns its id (0 when none is open -- then nothing is recorded)."""
+        stack = self._local.ctx.stack
+        if not stack:
+            return 0
+        frame = stack[-1]
+        if frame.__class__ is tuple:
+            f = frame[5]
+            stack[-1] = frame[:5] + ({**f, **fields} if f else fields,) + frame[6:]
+        else:
+            frame[5] = {**frame[5], **fields} if frame[5] else fields
+        return frame[0]
 
     def add_span(self, name: str, level: TraceLevel | int, kind: str | None, start_ns: int, end_ns: int,
                  parent_id: int | None = None, *, thread: int | None = None, **fields) -> int:
         """Record a span whose times are already known (importers, profilers); returns its id (0 when the
-        level is disabled). ``parent_id=None``: the innermost span open on this thread (or none)."""
+        level is disabled). ``parent_id=None``: the innermost span open on this thread (or none);
+        ``thread``: the OS thread id to file it under (default: this thread)."""
         if level > self._max or level <= 0:
             return 0
-        loc = self._local
+        ctx = self._local.ctx
         if parent_id is None:
-            stack = loc.stack
-            parent_id = stack[-1] if stack else 0
+            stack = ctx.stack
+            parent_id = stack[-1][0] if stack else 0
         sid = self._next_id()
-        self._spans.append((sid, int(parent_id), name, level, kind, int(start_ns), int(end_ns),
-                            loc.tid if thread is None else int(thread), fields or None))
+        self._spans.append((sid, int(parent_id), name, level + 0, kind, int(start_ns), int(end_ns),
+                            ctx.tid if thread is None else int(thread), *fields, *fields.values()))
         return sid
 
     def add_counter(self, ts_ns: int, source: str, metric: str, value: float, unit: str, device: str = "") -> None:
@@ -216,8 +245,8 @@ class Tracer:
 
     def current_span_id(self) -> int:
         """Id of the innermost span open on this thread (0 when none)."""
-        stack = self._local.stack
-        return stack[-1] if stack else 0
+        stack = self._local.ctx.stack
+        return stack[-1][0] if stack else 0
 
     def now(self) -> int:
         """The tracer's clock, ns."""
@@ -228,8 +257,8 @@ class Tracer:
 
     def clear(self) -> None:
         """Forget the spans and counters recorded so far (open spans stay open)."""
-        self._spans = []
-        self._counters = []
+        del self._spans[:]
+        del self._counters[:]
 
     def __repr__(self) -> str:
         return f"Tracer(level={self.level.name}, trace_id={self.trace_id!r}, spans={len(self._spans)})"
@@ -246,7 +275,7 @@ class Tracer:
         spans = spans_from_records(list(self._spans), self.trace_id)
         counters = counters_frame(list(self._counters))
         meta = dict(self.metadata)
-        meta["open_spans"] = len(self._local.stack)  # this thread's; other threads' are not visible
+        meta["open_spans"] = len(self._local.ctx.stack)  # this thread's; other threads' are not visible
         return Trace(spans, counters, meta)
 
 

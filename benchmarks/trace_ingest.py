@@ -1,0 +1,237 @@
+"""Trace ingest: mlms-nb's Chrome/Kineto importer against Holistic Trace Analysis's parser, on one real file.
+
+1. Generate (once; cached) a PyTorch Kineto trace with >= ``--events`` events (default 1M) by profiling a
+   small real CNN with ``torch.profiler`` (``record_shapes=True, profile_memory=True``) for enough
+   iterations; ``export_chrome_trace`` writes it to ``--out``.
+2. Each importer runs in a fresh subprocess, ``--repeat`` times: wall time of the import (file -> frames),
+   and peak RAM = ``ru_maxrss`` of that process minus ``ru_maxrss`` of an idle interpreter that made the same
+   imports (measured the same way, also in a fresh subprocess).
+   - mlms-nb: ``Trace.from_chrome(path)`` (spans frame with parents by containment, attrs, counters);
+   - HTA: ``hta.common.trace_parser.parse_trace_dataframe(path, ParserConfig())`` with its default ``JSON``
+     backend and with ``IJSON_BATCH_AND_COMPRESS`` (its recommended one; needs ijson with yajl2_c).
+     HTA is found on ``sys.path`` or under ``--hta-path`` (``pip install --no-deps --target DIR
+     holistictraceanalysis ijson``; its parser needs only pandas, numpy, psutil, pyyaml besides).
+3. Parquet: ``Trace.save`` once, then ``Trace.load`` in a fresh subprocess (events/s = spans / seconds).
+
+Targets: import >= 3x faster than HTA, peak RAM <= 2x the file size, Parquet reopen >= 10M events/s.
+
+Run: ``.venv/bin/python benchmarks/trace_ingest.py [--events 1000000] [--out /tmp/mlms_trace_ingest/kineto.json]
+[--repeat 3] [--hta-path /tmp/hta_pkgs]``. Prints one table; times are the median (min..max) over repeats.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# --------------------------------------------------------------------------------------------- generation
+
+
+def generate(out: Path, events: int) -> dict:
+    """Profile a small CNN until the trace holds >= ``events`` events; returns {events, spans, bytes, ...}."""
+    import torch
+    import torch.nn as nn
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+    ).eval()
+    x = torch.randn(1, 3, 32, 32)
+
+    def run(iters: int, path: Path) -> None:
+        with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                                             profile_memory=True) as prof:
+            for i in range(iters):
+                with record_function("predict"):
+                    model(x)
+        prof.export_chrome_trace(str(path))
+
+    probe = out.with_suffix(".probe.json")
+    run(50, probe)
+    per_iter = _count_events(probe)["events"] / 50
+    probe.unlink()
+    iters = math.ceil(events * 1.01 / per_iter)
+    t0 = time.perf_counter()
+    run(iters, out)
+    counts = _count_events(out)
+    counts.update(iterations=iters, generate_s=round(time.perf_counter() - t0, 1), bytes=out.stat().st_size)
+    return counts
+
+
+def _count_events(path: Path) -> dict:
+    import orjson
+
+    with open(path, "rb") as f:
+        doc = orjson.loads(f.read())
+    ev = doc["traceEvents"]
+    return {"events": len(ev), "complete_events": sum(1 for e in ev if e.get("ph") == "X")}
+
+
+# --------------------------------------------------------------------------------------------- children
+
+_BASE_IMPORTS = "import resource, time, gc, sys, json\nimport numpy, pandas, pyarrow, orjson\n"
+
+_CHILD = {
+    "baseline-mlms": _BASE_IMPORTS + "import mlms_nb.tracing\n",
+    "mlms": _BASE_IMPORTS + (
+        "import mlms_nb.tracing\n"
+        "t0 = time.perf_counter()\n"
+        "tr = mlms_nb.tracing.Trace.from_chrome(sys.argv[1])\n"
+        "dt = time.perf_counter() - t0\n"
+        "rows = len(tr.spans) + len(tr.counters)\n"
+    ),
+    "baseline-hta": _BASE_IMPORTS + (
+        "sys.path.insert(0, sys.argv[2]) if sys.argv[2] else None\n"
+        "import logging; logging.disable(logging.WARNING)\n"
+        "from hta.common.trace_parser import parse_trace_dataframe\n"
+        "from hta.configs.parser_config import ParserBackend, ParserConfig\n"
+        "import ijson\n"
+    ),
+    "hta-json": None,  # filled below
+    "hta-ijson": None,
+    "baseline-parquet": _BASE_IMPORTS + "import mlms_nb.tracing, pyarrow.parquet\n",
+    "parquet": _BASE_IMPORTS + (
+        "import mlms_nb.tracing, pyarrow.parquet\n"
+        "t0 = time.perf_counter()\n"
+        "tr = mlms_nb.tracing.Trace.load(sys.argv[1])\n"
+        "dt = time.perf_counter() - t0\n"
+        "rows = len(tr.spans)\n"
+    ),
+}
+for _name, _backend in (("hta-json", "JSON"), ("hta-ijson", "IJSON_BATCH_AND_COMPRESS")):
+    _CHILD[_name] = _CHILD["baseline-hta"] + (
+        f"cfg = ParserConfig(); cfg.parser_backend = ParserBackend.{_backend}\n"
+        "t0 = time.perf_counter()\n"
+        "meta, df, sym = parse_trace_dataframe(sys.argv[1], cfg)\n"
+        "dt = time.perf_counter() - t0\n"
+        "rows = len(df)\n"
+    )
+_TAIL = ("print(json.dumps({'maxrss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+         "'seconds': globals().get('dt'), 'rows': globals().get('rows')}))\n")
+
+
+def child(kind: str, path: str, hta_path: str = "") -> dict:
+    code = _CHILD[kind] + _TAIL
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", code, path, hta_path], capture_output=True, text=True, env=env,
+                         cwd=REPO)
+    if res.returncode != 0:
+        raise RuntimeError(f"{kind} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def hta_available(hta_path: str) -> str:
+    """'' when HTA's parser imports, else why not."""
+    try:
+        child("baseline-hta", "", hta_path)
+        return ""
+    except RuntimeError as exc:
+        return str(exc).strip().splitlines()[-1]
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def measure(kind: str, path: str, repeat: int, hta_path: str = "") -> dict:
+    runs = [child(kind, path, hta_path) for _ in range(repeat)]
+    return {"seconds": [r["seconds"] for r in runs], "maxrss_kb": [r["maxrss_kb"] for r in runs],
+            "rows": runs[0]["rows"]}
+
+
+def _fmt_range(values, fmt="{:.2f}") -> str:
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}..{fmt.format(max(values))})"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/mlms_trace_ingest/kineto.json"))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hta-path", default="/tmp/hta_pkgs" if Path("/tmp/hta_pkgs").is_dir() else "")
+    ap.add_argument("--no-hta", action="store_true")
+    args = ap.parse_args(argv)
+
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta_path = out.with_suffix(".meta.json")
+    info = json.loads(meta_path.read_text()) if meta_path.is_file() and out.is_file() else None
+    if info is None or info.get("events", 0) < args.events or info.get("bytes") != out.stat().st_size:
+        print(f"generating a Kineto trace with >= {args.events:,} events in {out} ...", flush=True)
+        info = generate(out, args.events)
+        meta_path.write_text(json.dumps(info))
+    size = out.stat().st_size
+    events = info["events"]
+    print(f"trace: {out} -- {events:,} events ({info['complete_events']:,} complete 'X' events), "
+          f"{size / 2**20:.1f} MiB, from {info['iterations']:,} profiled iterations of a small CNN", flush=True)
+
+    rows = []
+    base = measure("baseline-mlms", str(out), 1)
+    mlms = measure("mlms", str(out), args.repeat)
+    rows.append(("mlms-nb Trace.from_chrome", mlms, base))
+    why_not = "skipped (--no-hta)" if args.no_hta else hta_available(args.hta_path)
+    if not why_not:
+        hbase = measure("baseline-hta", str(out), 1, args.hta_path)
+        for kind, label in (("hta-json", "HTA parse_trace_dataframe (JSON)"),
+                            ("hta-ijson", "HTA parse_trace_dataframe (IJSON_BATCH_AND_COMPRESS)")):
+            try:
+                rows.append((label, measure(kind, str(out), args.repeat, args.hta_path), hbase))
+            except RuntimeError as exc:
+                print(f"{label}: failed: {str(exc).strip().splitlines()[-1]}")
+
+    # Parquet reopen
+    import mlms_nb.tracing as tracing
+
+    pq_dir = out.with_suffix(".parquet.d")
+    tr = tracing.Trace.from_chrome(out)
+    t0 = time.perf_counter()
+    tr.save(pq_dir)
+    save_s = time.perf_counter() - t0
+    n_spans = len(tr.spans)
+    del tr
+    pq_size = sum(p.stat().st_size for p in pq_dir.iterdir())
+    pbase = measure("baseline-parquet", str(pq_dir), 1)
+    pq = measure("parquet", str(pq_dir), args.repeat)
+
+    print()
+    print(f"{'importer':55s} {'time s (median, min..max)':>28s} {'events/s':>12s} {'peak RAM MiB':>13s} "
+          f"{'RAM/file':>9s} {'rows out':>10s}")
+    mlms_s = statistics.median(mlms["seconds"])
+    for label, m, b in rows:
+        t = statistics.median(m["seconds"])
+        peak = (statistics.median(m["maxrss_kb"]) - b["maxrss_kb"][0]) / 1024
+        print(f"{label:55s} {_fmt_range(m['seconds']):>28s} {events / t:>12,.0f} {peak:>13,.0f} "
+              f"{peak * 2**20 / size:>8.2f}x {m['rows']:>10,}")
+    t = statistics.median(pq["seconds"])
+    peak = (statistics.median(pq["maxrss_kb"]) - pbase["maxrss_kb"][0]) / 1024
+    print(f"{'mlms-nb Trace.load (Parquet reopen)':55s} {_fmt_range(pq['seconds'], '{:.3f}'):>28s} "
+          f"{n_spans / t:>12,.0f} {peak:>13,.0f} {'':>9s} {pq['rows']:>10,}")
+    print()
+    print(f"file: {size / 2**20:.1f} MiB JSON, {events:,} events; Parquet directory {pq_size / 2**20:.1f} MiB "
+          f"(lz4), written in {save_s:.2f} s; Parquet rate counts spans ({n_spans:,}) per second")
+    if len(rows) > 1:
+        best_hta = min(statistics.median(m["seconds"]) for _, m, _ in rows[1:])
+        print(f"speed-up over the faster HTA backend: {best_hta / mlms_s:.1f}x (target >= 3x)")
+    else:
+        print(f"HTA not measured: {why_not}")
+    mlms_peak = (statistics.median(mlms["maxrss_kb"]) - base["maxrss_kb"][0]) * 1024
+    print(f"mlms-nb peak RAM / file size: {mlms_peak / size:.2f}x (target <= 2x); "
+          f"Parquet reopen: {n_spans / t / 1e6:.1f} M events/s (target >= 10M)")
+    print("note: HTA's rows keep only its default args columns and drop instant/'Trace' events; mlms-nb keeps "
+          "every span with all args (attrs), computes parents, per-span memory and memory counters.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

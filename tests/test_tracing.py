@@ -1,0 +1,418 @@
+"""Tracing core: the tracer (nesting, levels, cost), the frames' schema, Parquet and Chrome round trips, and
+imports of real PyTorch Kineto and ONNX Runtime profiles."""
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import threading
+import time
+
+import numpy as np
+import orjson
+import pandas as pd
+import pytest
+
+from mlms_nb.errors import MlmsError
+from mlms_nb.tracing import (NO_SPAN, NULL_TRACER, SPAN_COLUMNS, Trace, TraceFormatError, TraceLevel,
+                             TraceSchemaError, Tracer, attrs_dict, current_tracer, empty_counters, empty_spans,
+                             load_trace, use_tracer, validate_spans)
+from mlms_nb.tracing._build import containment_parents, containment_parents_reference
+from mlms_nb.tracing._jsonscan import EventStream
+from mlms_nb.tracing.schema import COUNTER_COLUMNS, LEVEL_DTYPE
+
+L = TraceLevel
+
+
+def _spans_by_name(trace: Trace) -> dict:
+    return {row.name: row for row in trace.spans.itertuples(index=False)}
+
+
+def _sample_trace() -> Trace:
+    """A tracer-made trace exercising every column: nesting, hooks, fields, attrs, an error, counters."""
+    tr = Tracer(L.ML_LIBRARY, trace_id="t-1")
+    tr.metadata["unavailable"] = {"perf": "perf_event_paranoid is 4; set it to 1 or lower"}
+    with tr.span("predict", L.MODEL, "model", batch=8) as sid:
+        assert sid > 0
+        tok = tr.start("features.0", L.FRAMEWORK, "layer", layer_index=0, layer_type="Conv2d",
+                       shape=((1, 3, 32, 32),), flops=1.5e6, bytes=12288.0)
+        with tr.span("aten::conv2d", L.ML_LIBRARY, "op", device="cpu", note="x \"quoted\" {brace}"):
+            tr.annotate(memory=4096.0)
+        tr.end(tok, out_shape=(1, 16, 32, 32))
+        tr.add_span("kernel", L.ML_LIBRARY, "kernel", tr.now() - 500, tr.now(), device="cuda:0", stream=7)
+    try:
+        with tr.span("fails", L.MODEL):
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    now = time.perf_counter_ns()
+    tr.add_counter(now, "psutil", "cpu.percent", 37.5, "%", "cpu")
+    tr.add_counters([(now + 10, "nvml", "power", 71.25, "W", "cuda:0")])
+    return tr.trace()
+
+
+# ------------------------------------------------------------------------------------------------- tracer
+
+def test_nesting_gives_parent_ids_per_thread():
+    tr = Tracer(L.FRAMEWORK)
+    seen = {}
+
+    def work(k):
+        with tr.span(f"run{k}", L.MODEL) as outer:
+            with tr.span(f"layer{k}", L.FRAMEWORK) as inner:
+                seen[k] = (outer, inner)
+            tok = tr.start(f"hook{k}", L.FRAMEWORK)
+            with tr.span(f"inside-hook{k}", L.FRAMEWORK):
+                pass
+            tr.end(tok)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    trace = tr.trace()
+    s = trace.spans
+    assert len(s) == 16
+    by = _spans_by_name(trace)
+    ids = set(s["span_id"])
+    assert len(ids) == 16
+    for k in range(4):
+        outer, inner = seen[k]
+        assert by[f"run{k}"].span_id == outer and by[f"run{k}"].parent_id == 0
+        assert by[f"layer{k}"].span_id == inner and by[f"layer{k}"].parent_id == outer
+        assert by[f"hook{k}"].parent_id == outer
+        assert by[f"inside-hook{k}"].parent_id == by[f"hook{k}"].span_id
+        # one thread id per worker, shared by its spans
+        assert len({by[n].thread for n in (f"run{k}", f"layer{k}", f"hook{k}")}) == 1
+    assert s["thread"].nunique() == 4
+    assert (s["start_ns"].diff().dropna() >= 0).all()
+    assert (s["duration_ns"] == s["end_ns"] - s["start_ns"]).all()
+    assert trace.metadata["clock"]["wall_offset_ns"] == (trace.metadata["clock"]["anchor_wall_ns"]
+                                                         - trace.metadata["clock"]["anchor_perf_ns"])
+
+
+def test_fields_fill_columns_and_attrs():
+    trace = _sample_trace()
+    by = _spans_by_name(trace)
+    layer = by["features.0"]
+    assert (layer.level, layer.kind, layer.layer_index, layer.layer_type) == ("FRAMEWORK", "layer", 0, "Conv2d")
+    assert layer.shape == "[[1,3,32,32]]" and layer.flops == 1.5e6 and layer.bytes == 12288.0
+    assert attrs_dict(layer.attrs) == {"out_shape": [1, 16, 32, 32]}
+    op = by["aten::conv2d"]
+    assert op.parent_id == layer.span_id and op.memory == 4096.0
+    assert attrs_dict(op.attrs) == {"note": 'x "quoted" {brace}'}
+    assert by["kernel"].device == "cuda:0" and by["kernel"].stream == 7
+    assert attrs_dict(by["fails"].attrs) == {"error": "RuntimeError"}
+    assert attrs_dict(by["predict"].attrs) == {"batch": 8}
+    assert np.isnan(by["predict"].flops) and by["predict"].layer_index == -1 and by["predict"].stream == -1
+    assert list(trace.counters["metric"]) == ["cpu.percent", "power"]
+    assert str(trace.spans["attrs"].dtype) == "str"
+
+
+def test_disabled_levels_record_nothing():
+    tr = Tracer(L.MODEL)
+    assert tr.enabled(L.MODEL) and tr.enabled(L.APPLICATION) and not tr.enabled(L.FRAMEWORK)
+    assert tr.span("layer", L.FRAMEWORK) is NO_SPAN
+    with tr.span("layer", L.FRAMEWORK, layer_index=3) as sid:
+        assert sid == 0
+    assert tr.start("hook", L.ML_LIBRARY) is None
+    assert tr.end(None) == 0
+    assert tr.add_span("k", L.SYSTEM_LIBRARY, "kernel", 0, 10) == 0
+    assert len(tr) == 0 and len(tr.trace().spans) == 0
+    # NONE records nothing at all, counters included; the default current tracer is such a tracer
+    none = Tracer("none")
+    with none.span("x", L.APPLICATION):
+        pass
+    none.add_counter(1, "psutil", "cpu.percent", 1.0, "%")
+    assert len(none.trace().spans) == 0 and len(none.trace().counters) == 0
+    assert current_tracer() is NULL_TRACER
+
+
+def test_current_tracer_context():
+    tr = Tracer(L.FRAMEWORK)
+    with use_tracer(tr) as active:
+        assert active is tr and current_tracer() is tr
+        with current_tracer().span("predict", L.MODEL):
+            with current_tracer().span("layer", L.FRAMEWORK):
+                pass
+        inner = Tracer(L.MODEL)
+        with use_tracer(inner):
+            assert current_tracer() is inner
+        assert current_tracer() is tr
+    assert current_tracer() is NULL_TRACER
+    by = _spans_by_name(tr.trace())
+    assert by["layer"].parent_id == by["predict"].span_id
+
+
+def test_unfinished_hook_span_is_closed_by_enclosing_span():
+    tr = Tracer(L.FRAMEWORK)
+    with tr.span("predict", L.MODEL):
+        tok = tr.start("layer", L.FRAMEWORK)  # a post-hook that never ran
+    assert tr.end(tok) == tok[0]  # late end of an already recorded span is ignored
+    with tr.span("next", L.MODEL):
+        pass
+    by = _spans_by_name(tr.trace())
+    assert attrs_dict(by["layer"].attrs) == {"error": "unfinished"}
+    assert by["next"].parent_id == 0 and len(by) == 3
+
+
+def test_per_span_cost_is_small():
+    tr = Tracer(L.FRAMEWORK)
+    span = tr.span
+    n = 100_000
+    gc.collect()
+    best = float("inf")
+    for _ in range(3):
+        tr.clear()
+        t0 = time.perf_counter_ns()
+        for i in range(n):
+            with span("layer", L.FRAMEWORK, "layer"):
+                pass
+        best = min(best, (time.perf_counter_ns() - t0) / n)
+    assert len(tr) == n
+    assert best < 5_000, f"{best:.0f} ns per span"
+    t0 = time.perf_counter_ns()
+    off = Tracer(L.MODEL).span
+    for i in range(n):
+        with off("layer", L.FRAMEWORK):
+            pass
+    assert (time.perf_counter_ns() - t0) / n < best
+
+
+# ------------------------------------------------------------------------------------------------- schema
+
+def test_schema_empty_frames_and_validation():
+    spans, counters = empty_spans(), empty_counters()
+    assert tuple(spans.columns) == SPAN_COLUMNS and tuple(counters.columns) == COUNTER_COLUMNS
+    assert spans["level"].dtype == LEVEL_DTYPE and spans["start_ns"].dtype == np.int64
+    validate_spans(spans)
+    good = _sample_trace().spans
+    with pytest.raises(TraceSchemaError, match="missing column.*flops.*attrs"):
+        validate_spans(good.drop(columns=["flops", "attrs"]))
+    with pytest.raises(TraceSchemaError, match="start_ns is float64, expected int64"):
+        validate_spans(good.astype({"start_ns": "float64"}))
+    with pytest.raises(TraceSchemaError, match="level is"):
+        validate_spans(good.astype({"level": "str"}))
+    bad = good.copy()
+    bad.loc[0, "duration_ns"] = 1
+    with pytest.raises(TraceSchemaError, match="duration_ns"):
+        validate_spans(bad)
+    assert issubclass(TraceSchemaError, MlmsError) and issubclass(TraceFormatError, MlmsError)
+
+
+def test_counters_from_profiler_rows_are_coerced():
+    rows = pd.DataFrame({"ts_ns": [2, 1], "source": ["psutil"] * 2, "metric": ["cpu.percent"] * 2,
+                         "value": [1.0, 2.0], "unit": ["%"] * 2, "device": ["cpu"] * 2}).astype(
+        {"source": object, "metric": object, "unit": object, "device": object})
+    trace = Trace(counters=rows)
+    assert list(trace.counters["ts_ns"]) == [1, 2]
+    assert isinstance(trace.counters["metric"].dtype, pd.CategoricalDtype)
+
+
+# ------------------------------------------------------------------------------------------------- round trips
+
+def test_parquet_round_trip(tmp_path):
+    trace = _sample_trace()
+    out = trace.save(tmp_path / "t")
+    assert sorted(p.name for p in out.iterdir()) == ["counters.parquet", "spans.parquet"]
+    back = Trace.load(out)
+    pd.testing.assert_frame_equal(back.spans, trace.spans)
+    pd.testing.assert_frame_equal(back.counters, trace.counters)
+    assert back.metadata == json.loads(json.dumps(trace.metadata))
+    assert load_trace(out).trace_id == "t-1"
+    with pytest.raises(TraceFormatError, match="does not exist"):
+        Trace.load(tmp_path / "nope")
+
+
+def test_chrome_round_trip_is_lossless(tmp_path):
+    trace = _sample_trace()
+    path = trace.to_chrome(tmp_path / "t.json")
+    doc = orjson.loads(path.read_bytes())
+    x = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    c = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert len(x) == len(trace.spans) and len(c) == 2
+    first = x[0]
+    assert first["ts"] == 0.0 and isinstance(first["dur"], float) and first["args"]["level"] == "MODEL"
+    assert doc["otherData"]["unavailable"] == trace.metadata["unavailable"]
+    back = Trace.from_chrome(path)
+    pd.testing.assert_frame_equal(back.spans, trace.spans)
+    pd.testing.assert_frame_equal(back.counters, trace.counters)
+    assert back.metadata == json.loads(json.dumps(trace.metadata))
+
+
+# ------------------------------------------------------------------------------------------------- real profiles
+
+@pytest.fixture(scope="module")
+def kineto_file(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+        torch.nn.Linear(16, 10)).eval()
+    x = torch.randn(2, 3, 32, 32)
+    path = tmp_path_factory.mktemp("kineto") / "trace.json"
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                                  profile_memory=True) as prof:
+        for _ in range(3):
+            with record_function("predict"):
+                model(x)
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def test_real_kineto_trace_imports_mapped_and_nested(kineto_file, tmp_path):
+    trace = Trace.from_chrome(kineto_file)
+    s = trace.spans
+    raw = orjson.loads(kineto_file.read_bytes())
+    assert len(s) == sum(1 for e in raw["traceEvents"] if e.get("ph") == "X")
+    assert trace.metadata["source"] == "kineto" and trace.metadata["clock"]["wall_offset_ns"] > 0
+    ops = s[s["kind"] == "op"]
+    assert len(ops) > 50 and (ops["level"] == "ML_LIBRARY").all()
+    ann = s[s["name"] == "predict"]
+    assert len(ann) == 3 and (ann["level"] == "FRAMEWORK").all() and (ann["kind"] == "annotation").all()
+    ids = dict(zip(s["span_id"], s["name"]))
+    parent_name = s["parent_id"].map(lambda p: ids.get(p, ""))
+    conv = s[s["name"] == "aten::conv2d"]
+    assert len(conv) == 9 and (parent_name[conv.index] == "predict").all()
+    assert (parent_name[s["name"] == "aten::convolution"] == "aten::conv2d").all()
+    assert conv["shape"].iloc[0].startswith("[[2,3,32,32],[8,3,3,3],[8]")
+    assert "External id" in attrs_dict(conv["attrs"].iloc[0]) and "Input Dims" not in conv["attrs"].iloc[0]
+    # children lie within their parents
+    merged = s.merge(s[["span_id", "start_ns", "end_ns"]], left_on="parent_id", right_on="span_id",
+                     suffixes=("", "_p"))
+    assert ((merged["start_ns"] >= merged["start_ns_p"]) & (merged["end_ns"] <= merged["end_ns_p"])).all()
+    # profile_memory: counters and each op's net allocation
+    assert {"memory.allocated", "memory.reserved"} <= set(trace.counters["metric"])
+    assert (conv["memory"] > 0).all()
+    # exported again and read back: no loss
+    back = Trace.from_chrome(trace.to_chrome(tmp_path / "again.json"))
+    pd.testing.assert_frame_equal(back.spans, s)
+    pd.testing.assert_frame_equal(back.counters, trace.counters)
+    # gzip reads the same
+    gz = tmp_path / "trace.json.gz"
+    gz.write_bytes(gzip.compress(kineto_file.read_bytes()))
+    pd.testing.assert_frame_equal(Trace.from_chrome(gz).spans.drop(columns="trace_id"), s.drop(columns="trace_id"))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_real_onnxruntime_profile_imports(tmp_path):
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    onnx_path = tmp_path / "m.onnx"
+    torch.onnx.export(model, (x,), str(onnx_path), dynamo=False, input_names=["x"])
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "ort")
+    sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        sess.run(None, {"x": x.numpy()})
+    prof = sess.end_profiling()
+    trace = Trace.from_chrome(prof)
+    s = trace.spans
+    assert trace.metadata["source"] == "onnxruntime"
+    nodes = s[s["kind"] == "layer"]
+    assert len(nodes) >= 6 and (nodes["level"] == "FRAMEWORK").all()
+    assert "Conv" in set(nodes["layer_type"]) and (nodes["layer_index"] >= 0).all()
+    assert not nodes["name"].str.endswith("_kernel_time").any()
+    assert nodes["shape"].str.startswith("[{").all() and (nodes["bytes"] > 0).all()
+    session = s[s["level"] == "MODEL"]
+    assert {"model_run", "session_initialization"} <= set(session["name"])
+    ids = dict(zip(s["span_id"], s["name"]))
+    assert set(nodes["parent_id"].map(ids)) <= {"SequentialExecutor::Execute", "model_run"}
+
+
+# ------------------------------------------------------------------------------------------------- bad files
+
+def test_truncated_and_malformed_files_raise_clear_errors(kineto_file, tmp_path):
+    data = kineto_file.read_bytes()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceFormatError, match=r"cut\.json.*truncated.*inside the event array"):
+        Trace.from_chrome(cut)
+    cut.write_bytes(data[:-3])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        Trace.from_chrome(cut)
+    cases = {
+        "empty.json": b"",
+        "object.json": b'{"schemaVersion": 1, "events": []}',
+        "scalar.json": b"42",
+        "numbers.json": b'{"traceEvents": [1, 2, 3]}',
+        "nots.json": b'{"traceEvents": [{"ph": "X", "name": "a", "dur": 1}]}',
+        "garbage.json": b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2,, "name": "a"}]}',
+        "binary.json": bytes(range(256)),
+    }
+    expect = {"empty.json": "empty", "object.json": "without a \"traceEvents\" array", "scalar.json": "does not start with a JSON object",
+              "numbers.json": "not a JSON object", "nots.json": "lacks 'ts'", "garbage.json": "malformed JSON",
+              "binary.json": "does not start with a JSON object or array"}
+    for name, content in cases.items():
+        p = tmp_path / name
+        p.write_bytes(content)
+        with pytest.raises(TraceFormatError, match=expect[name]) as info:
+            Trace.from_chrome(p)
+        assert name in str(info.value)
+    with pytest.raises(TraceFormatError, match="does not exist"):
+        Trace.from_chrome(tmp_path / "missing.json")
+
+
+# ------------------------------------------------------------------------------------------------- internals
+
+def test_stream_splits_any_block_size_exactly(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": f'op "{i}" }},{{ \\ ]', "ts": i * 10.125, "dur": 3.5,
+               "pid": 1, "tid": 1, "args": {"nested": [{"a": [i, {"b": "}]"}]}], "s": "\\\"}"}} for i in range(40)]
+    doc = {"deviceProperties": [{"x": [1]}], "traceEvents": events, "traceName": "t"}
+    for text in (json.dumps(doc), json.dumps(doc, indent=2), orjson.dumps(doc).decode()):
+        p = tmp_path / "s.json"
+        p.write_text(text)
+        for block in (1, 3, 17, 64, 1 << 20):
+            stream = EventStream(p, block_size=block)
+            got = [e for chunk in stream for e in chunk]
+            assert got == events, block
+            assert stream.skeleton == {"deviceProperties": [{"x": [1]}], "traceEvents": [], "traceName": "t"}
+
+
+def test_containment_parents_match_a_stack_sweep():
+    rng = np.random.default_rng(0)
+    group, start, end = [], [], []
+
+    def nest(g, lo, hi, depth):
+        t = lo
+        while t < hi and len(start) < 3000:
+            a = int(rng.integers(t, hi))
+            b = int(rng.integers(a, min(hi, a + (hi - lo) // 2 + 1) + 1))
+            group.append(g)
+            start.append(a)
+            end.append(b)
+            if depth < 5 and b - a > 4:
+                nest(g, a, b, depth + 1)
+            t = b + int(rng.integers(0, 3))
+
+    for g in range(3):
+        nest(g, 0, 100_000, 0)
+    group, start, end = (np.array(v, np.int64) for v in (group, start, end))
+    perm = rng.permutation(len(start))
+    group, start, end = group[perm], start[perm], end[perm]
+    got = containment_parents(group, start, end)
+    np.testing.assert_array_equal(got, containment_parents_reference(group, start, end))
+    assert (got >= 0).sum() > len(start) // 2
+
+
+def test_generic_chrome_begin_end_and_counters(tmp_path):
+    doc = [{"ph": "B", "name": "outer", "pid": 1, "tid": 2, "ts": 0}, {"ph": "X", "name": "leaf", "cat": "misc",
+                                                                       "pid": 1, "tid": 2, "ts": 1, "dur": 2},
+           {"ph": "E", "pid": 1, "tid": 2, "ts": 10}, {"ph": "C", "name": "mem", "pid": 1, "ts": 5,
+                                                       "args": {"used": 10, "free": 5}}]
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps(doc))
+    trace = Trace.from_chrome(p)
+    by = _spans_by_name(trace)
+    assert by["leaf"].parent_id == by["outer"].span_id
+    assert by["outer"].duration_ns == 10_000 and attrs_dict(by["leaf"].attrs) == {"cat": "misc"}
+    assert by["leaf"].kind == "other"
+    assert sorted(trace.counters["metric"]) == ["mem.free", "mem.used"]
