@@ -117,7 +117,13 @@ def _store(evaluation, url: str | None) -> None:
     from .history import HistoryStore
 
     try:
-        evaluation.history_ids = HistoryStore(url).save(evaluation)
+        store = HistoryStore(url)
+        evaluation.history_ids = store.save(evaluation)
+        for fw, trace in evaluation.traces.items():
+            from .paths import mlms_home
+
+            path = trace.save(mlms_home() / "traces" / evaluation.id / fw)
+            store.add_trace(evaluation.id, trace.trace_id or f"{evaluation.id}-{fw}", "parquet", path=str(path))
     except Exception as err:  # the measurement is worth more than the store: keep it, say why
         evaluation.warnings.append(f"not saved to history: {err}")
         log.warning("not saved to history: %s", err)
@@ -141,7 +147,17 @@ def load_evaluation(ref: str | int, url: str | None = None):
 
     if isinstance(ref, str) and ref.endswith(".json") and Path(ref).exists():
         return Evaluation.load(ref)
-    return HistoryStore(url).load(int(ref) if str(ref).isdigit() else ref)
+    store = HistoryStore(url)
+    evaluation = store.load(int(ref) if str(ref).isdigit() else ref)
+    from .tracing.trace import Trace
+
+    for path in store.traces(evaluation.id)["path"].dropna():
+        if Path(path).exists():
+            trace = Trace.load(path)
+            framework = trace.metadata.get("framework", Path(path).name)
+            if framework in evaluation.frameworks:
+                evaluation.traces[framework] = trace
+    return evaluation
 
 
 def convert(model: str, to: str, force: bool = False):
@@ -149,3 +165,55 @@ def convert(model: str, to: str, force: bool = False):
     from .models.convert import convert as _convert
 
     return _convert(model, to=canonical_framework(to), force=force)
+
+
+class TraceSession:
+    """What ``with mlms_nb.trace(...) as session:`` gives: ``session.tracer`` while it runs, ``session.trace``
+    (a `Trace`) after. Every predictor opened inside the block is traced at the session's level."""
+
+    def __init__(self, level: str = "FRAMEWORK", name: str = "traced block"):
+        from .tracing.levels import TraceLevel
+        from .tracing.tracer import Tracer
+
+        self.tracer = Tracer(TraceLevel.parse(level))
+        self.name = name
+        self.trace = None
+
+    def __enter__(self) -> "TraceSession":
+        from .tracing.levels import TraceLevel
+        from .tracing.otel import parent_from_otel
+        from .tracing.tracer import use_tracer
+
+        try:
+            parent = parent_from_otel()
+        except MlmsError:  # OpenTelemetry not installed: nothing to join
+            parent = None
+        if parent:
+            self.tracer.metadata["otel_parent"] = parent
+        self._use = use_tracer(self.tracer)
+        self._use.__enter__()
+        self._root = self.tracer.start(self.name, TraceLevel.APPLICATION, "application")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from .predictors.base import stop_auto_traced
+
+        try:
+            stop_auto_traced(self.tracer)
+        finally:
+            self.tracer.end(self._root)
+            self._use.__exit__(*exc)
+            self.trace = self.tracer.trace()
+
+
+def trace(level: str = "FRAMEWORK", name: str = "traced block") -> TraceSession:
+    """Trace a block of the user's own pipeline: ``with mlms_nb.trace("FRAMEWORK") as t: ...``; then
+    ``t.trace`` holds an APPLICATION span for the block plus the spans of every predictor used in it."""
+    return TraceSession(level, name)
+
+
+def load_trace(path):
+    """A `Trace` from a saved Parquet folder or a Chrome trace JSON (ours, PyTorch Kineto, ONNX Runtime)."""
+    from .tracing.trace import load_trace as _load
+
+    return _load(path)

@@ -120,8 +120,17 @@ def run_eval(args: argparse.Namespace) -> Output:
         warmup=warmup, min_repeats=args.min_repeats, min_time_s=args.min_time, target_qps=args.qps,
         latency_bound_ms=args.latency_bound, limit=args.limit, trust=args.trust,
         progress=not getattr(args, "json", False), history=not args.no_history)
-    return Output(evaluation, evaluation.to_text(), evaluation._repr_html_(), evaluation_json(evaluation),
-                  exit_code=0 if evaluation.complete else 130)
+    out = Output(evaluation, evaluation.to_text(), evaluation._repr_html_(), evaluation_json(evaluation),
+                 exit_code=0 if evaluation.complete else 130)
+    if not evaluation.trace_overhead.empty:
+        overhead = _frame_output(evaluation.trace_overhead, "Tracing overhead (traced ÷ untraced median)", "")
+        out.text += "\n\n" + overhead.text
+        out.html += overhead.html
+        for fw, trace in evaluation.traces.items():
+            summary = trace_summary(trace)
+            out.text += f"\n\n{fw}: " + summary.text
+            out.html += f"<h4>{html.escape(fw)}</h4>" + summary.html
+    return out
 
 
 def evaluation_json(evaluation) -> dict:
@@ -139,10 +148,33 @@ def evaluation_json(evaluation) -> dict:
             "accuracy": ({k: acc_row[0][k] for k in ("top1", "top5", "n")} | {"dataset": acc_row[0]["dataset"]})
             if acc_row else None,
             "cold_start": cold_row[0] if cold_row else None,
+            "trace_overhead": (evaluation.trace_overhead.query("framework == @fw").drop(columns=["framework"])
+                               .to_dict("records") if not evaluation.trace_overhead.empty else []),
             "latency": lat_rows,
         })
     return {"evaluation_id": evaluation.id, "complete": evaluation.complete, "warnings": evaluation.warnings,
             "stack": evaluation.stack, "options": evaluation.options, "results": results}
+
+
+def trace_summary(trace) -> Output:
+    """Spans per level and kind (count, total and median duration in ms) and what could not be traced."""
+    spans = trace.spans
+    if spans.empty:
+        frame = spans
+    else:
+        frame = (spans.assign(duration_ms=spans["duration_ns"] / 1e6)
+                 .groupby(["level", "kind"], observed=True)["duration_ms"]
+                 .agg(spans="count", total_ms="sum", median_ms="median").reset_index())
+    frame.attrs["note"] = (f"trace {trace.trace_id}: {len(spans)} spans, {len(trace.counters)} counter samples; "
+                           "durations from time.perf_counter_ns, summed over every traced call")
+    out = _frame_output(frame, "Trace", "no spans were recorded")
+    unavailable = trace.metadata.get("unavailable") or {}
+    if unavailable:
+        out.text += "\nNot traced here:\n" + "\n".join(f"  {k}: {v}" for k, v in unavailable.items())
+        out.html += "<p>Not traced here:</p><ul>" + "".join(
+            f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in unavailable.items()) + "</ul>"
+    out.value = trace
+    return out
 
 
 def run_history(args: argparse.Namespace) -> Output:

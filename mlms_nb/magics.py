@@ -1,4 +1,5 @@
-"""``%mlms VERB ...``: the IPython face of the same verbs as the CLI (see commands.py).
+"""``%mlms VERB ...``: the IPython face of the same verbs as the CLI (see commands.py), and
+``%%mlms trace``: run a cell under the tracer (see `mlms_nb.trace`).
 
 Each verb's options are parsed with IPython's ``magic_arguments`` from the one argument list in
 commands.py; results display as a mime bundle (HTML + plain text). ``-o`` returns the result object,
@@ -9,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
@@ -33,11 +34,26 @@ def _verb_function(verb: str):
 _VERB_FUNCTIONS = {verb: _verb_function(verb) for verb in VERBS}
 
 
+@magic_arguments(name="%%mlms trace")
+@argument("--level", default="FRAMEWORK",
+          help="deepest trace level: APPLICATION, MODEL, FRAMEWORK, ML_LIBRARY, SYSTEM_LIBRARY, HARDWARE, FULL")
+@argument("--chrome", metavar="PATH", default=None, help="also write the trace as Chrome trace JSON (Perfetto)")
+@argument("-o", dest="return_value", action="store_true", help="return the Trace")
+@argument("--save", metavar="VAR", default=None, help="store the Trace in this variable")
+def _trace_cell(line):  # pragma: no cover - only its parser is used
+    """Run the cell under the tracer: an APPLICATION span for the cell, plus the spans of every predictor
+    opened in it."""
+    return line
+
+
 @magics_class
 class MlmsMagics(Magics):
-    @line_magic
-    def mlms(self, line: str = ""):
-        """MLModelScope in the notebook: ``%mlms models``, ``%mlms eval MODEL ...``, ``%mlms history``."""
+    @line_cell_magic
+    def mlms(self, line: str = "", cell: str | None = None):
+        """MLModelScope in the notebook: ``%mlms models``, ``%mlms eval MODEL ...``, ``%mlms history``;
+        ``%%mlms trace [--level L]`` runs a cell under the tracer."""
+        if cell is not None:
+            return self._cell(line, cell)
         words = shlex.split(line)
         if not words or words[0] in ("help", "-h", "--help"):
             print(help_text())
@@ -65,6 +81,37 @@ class MlmsMagics(Magics):
         if args.return_value:
             return out.value
         display(out)
+        return None
+
+
+    def _cell(self, line: str, cell: str):
+        from .api import trace
+        from .commands import trace_summary
+
+        words = shlex.split(line)
+        if not words or words[0] != "trace":
+            print("%%mlms: the cell verb is `trace`: %%mlms trace [--level FRAMEWORK] [--save VAR] [-o]")
+            return None
+        if "-h" in words[1:] or "--help" in words[1:]:
+            print(_trace_cell.parser.format_help())
+            return None
+        try:
+            args = parse_argstring(_trace_cell, line.split(None, 1)[1] if len(words) > 1 else "")
+            session = trace(args.level, name="%%mlms trace cell")
+        except (UsageError, MlmsError) as err:
+            print(f"%%mlms trace: {err}")
+            return None
+        with session:
+            result = self.shell.run_cell(cell)
+        if args.chrome:
+            session.trace.to_chrome(args.chrome)
+        if args.save:
+            self.shell.user_ns[args.save] = session.trace
+        if not result.success:
+            return None
+        if args.return_value:
+            return session.trace
+        display(trace_summary(session.trace))
         return None
 
 

@@ -214,6 +214,24 @@ class Evaluation:
             warnings=[w for w in self.warnings if _warning_framework(w, self.frameworks) in (None, framework)],
             trace_ids=list(self.trace_ids), history_ids=[], id=self.id, created_at=self.created_at)
 
+    @property
+    def trace(self):
+        """The traced pass as one `Trace`: a framework's own, or all frameworks' spans side by side (each
+        framework keeps its ``trace_id``, so ``span_id``/``parent_id`` are unique within a ``trace_id``)."""
+        if not self.traces:
+            raise MlmsError("this evaluation was not traced: run it with trace_level='FRAMEWORK' (or another level)")
+        if len(self.traces) == 1:
+            return next(iter(self.traces.values()))
+        from ..tracing.schema import counters_frame, spans_frame
+        from ..tracing.trace import Trace
+
+        parts = list(self.traces.values())
+        spans = spans_frame({c: np.concatenate([p.spans[c].to_numpy(dtype=object) for p in parts])
+                             for c in parts[0].spans.columns})
+        counters = counters_frame(pd.concat([p.counters.astype(object) for p in parts], ignore_index=True))
+        meta = {"trace_id": self.id, "source": "mlms_nb.evaluation", "traces": {fw: t.metadata for fw, t in self.traces.items()}}
+        return Trace(spans, counters, meta)
+
     @classmethod
     def combine(cls, parts: Iterable["Evaluation"]) -> "Evaluation":
         """Put per-framework parts of one evaluation (as the history store keeps them) back together."""

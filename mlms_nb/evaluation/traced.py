@@ -48,6 +48,7 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
         if level >= TraceLevel[name] and not _supported(levels.get(name)):
             tracer.metadata["unavailable"][f"{framework} {name}"] = levels.get(name) or "not supported by this predictor"
     profilers = _start_profilers(tracer) if level >= TraceLevel.HARDWARE else None
+    kernels = _start_cupti(tracer) if level >= TraceLevel.SYSTEM_LIBRARY else None
     counting = profilers is not None and any(hasattr(p, "read") for p in profilers.profilers.values())
     own_model_span = _supported(levels.get("MODEL"))
     try:
@@ -83,6 +84,8 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
             finally:
                 predictor.stop_tracing()
     finally:
+        if kernels is not None:
+            _add_kernels(tracer, kernels)
         if profilers is not None:
             profilers.stop()
             tracer.add_counters(profilers.counters_frame().itertuples(index=False, name=None))
@@ -99,3 +102,26 @@ def _start_profilers(tracer: Tracer):
     for name, reason in profilers.unavailable.items():
         tracer.metadata["unavailable"][name] = reason
     return profilers
+
+
+def _start_cupti(tracer: Tracer):
+    """CUDA kernels, copies and runtime calls (SYSTEM_LIBRARY); None, with the reason noted, where unavailable."""
+    from ..profilers.cupti import CuptiActivity
+
+    ok, reason = CuptiActivity.available()
+    if not ok:
+        tracer.metadata["unavailable"]["cupti"] = reason
+        return None
+    return CuptiActivity().start()
+
+
+def _add_kernels(tracer: Tracer, kernels) -> None:
+    """Stop CUPTI and attach each record to the layer that launched it (correlation id, else time)."""
+    from ..profilers.cupti import add_to_tracer, attribute_records
+
+    kernels.stop()
+    records = kernels.records()
+    if records:
+        spans = tracer.trace().spans
+        layers = spans[spans["kind"] == "layer"]
+        add_to_tracer(tracer, records, attribute_records(records, layers), metadata=kernels.metadata)

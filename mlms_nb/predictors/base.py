@@ -4,10 +4,20 @@ A predictor runs one model in one framework: ``open(manifest, device, options)``
 ``predict(batch)`` maps a float32 numpy batch laid out as the manifest's input (NCHW or NHWC) to a
 numpy array of outputs (logits for classifiers), ``close()`` frees it, ``info()`` says what ran it.
 Predictors never import the runner; the runner only talks to this contract.
+
+Tracing: ``start_tracing(tracer)`` makes a predictor emit its spans into a
+:class:`~mlms_nb.tracing.Tracer` (a MODEL ``predict`` span per call, plus whatever its framework can give:
+layers at FRAMEWORK, ops at ML_LIBRARY), ``stop_tracing()`` ends it and flushes what the framework buffered.
+``tracing_levels()`` says, per level, how it is traced or why not. A predictor also follows the *current*
+tracer (:func:`mlms_nb.tracing.use_tracer`): called inside an active tracer it starts tracing into it by
+itself, and :func:`stop_auto_traced` stops every predictor that did so (``mlms_nb.trace()`` / ``%%mlms trace``).
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import threading
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -16,6 +26,10 @@ import numpy as np
 
 from ..errors import FrameworkNotInstalledError, PredictorError
 from ..manifest import FRAMEWORKS, Manifest, canonical_framework
+from ..tracing.levels import TraceLevel
+from ..tracing.tracer import _CURRENT
+
+_MODEL = TraceLevel.MODEL + 0
 
 
 @dataclass
@@ -53,6 +67,13 @@ class Predictor(ABC):
         self.manifest: Manifest | None = None
         self.device = "cpu"
         self.options = PredictorOptions()
+        self._tracer = None   # the Tracer this predictor emits into, or None
+        self._auto = False    # True when it started tracing by itself, following the current tracer
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "predict" in cls.__dict__ and not getattr(cls.__dict__["predict"], "__isabstractmethod__", False):
+            cls.predict = _traced_predict(cls.__dict__["predict"])
 
     @abstractmethod
     def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "Predictor":
@@ -63,12 +84,58 @@ class Predictor(ABC):
         """Run one batch (N first, manifest layout) and return the raw outputs as numpy (N first)."""
 
     def close(self) -> None:
-        """Free the model. Safe to call twice."""
+        """Free the model (stopping any tracing first). Safe to call twice."""
+        if self._tracer is not None:
+            self.stop_tracing()
         self.manifest = None
 
     @abstractmethod
     def info(self) -> PredictorInfo:
         """Framework, version, device and threads of the opened model."""
+
+    # ------------------------------------------------------------------------------------------ tracing
+
+    def tracing_levels(self) -> dict[str, str]:
+        """Per TraceLevel name, how this predictor traces that level, or a sentence saying why it does not
+        (starting with "not supported" or "unavailable"). Levels absent here are not this predictor's to trace."""
+        return {"MODEL": "a predict span per call (time.perf_counter_ns)"}
+
+    def start_tracing(self, tracer) -> None:
+        """Emit spans into ``tracer`` from now on (replacing any tracer this predictor was emitting into)."""
+        if tracer is self._tracer:
+            return
+        if self._tracer is not None:
+            self.stop_tracing()
+        self._tracer = tracer
+        self._auto = False
+        self._start_framework_tracing(tracer)
+
+    def stop_tracing(self) -> None:
+        """Stop emitting spans; the framework's buffered records (profiles) are converted into the tracer now."""
+        tracer, self._tracer, self._auto = self._tracer, None, False
+        if tracer is not None:
+            self._stop_framework_tracing(tracer)
+
+    def _start_framework_tracing(self, tracer) -> None:
+        """Framework hook: install layer/op instrumentation for ``tracer``'s level (default: none)."""
+
+    def _stop_framework_tracing(self, tracer) -> None:
+        """Framework hook: remove instrumentation and add buffered spans to ``tracer`` (default: none)."""
+
+    def _follow_current_tracer(self):
+        """The tracer ``predict`` should emit into: the one started explicitly, else the current one (auto)."""
+        current = _CURRENT.get()
+        if current is self._tracer:
+            return current
+        if self._auto:
+            self.stop_tracing()
+        if current._max <= 0:
+            return None
+        self.start_tracing(current)
+        self._auto = True
+        with _AUTO_LOCK:
+            _AUTO_TRACED.setdefault(id(current), weakref.WeakSet()).add(self)
+        return current
 
     def __enter__(self) -> "Predictor":
         return self
@@ -82,6 +149,38 @@ class Predictor(ABC):
                 f"manifest {manifest.key} is for framework {manifest.framework.name!r}, not {self.framework!r}")
         if device_kind(self.device) not in ("cpu", "cuda"):
             raise PredictorError(f"unknown device {self.device!r}; expected cpu or cuda[:N]")
+
+
+_AUTO_TRACED: dict[int, "weakref.WeakSet[Predictor]"] = {}
+_AUTO_LOCK = threading.Lock()
+
+
+def stop_auto_traced(tracer) -> None:
+    """Stop every predictor that started tracing into ``tracer`` by itself (its framework spans are flushed)."""
+    with _AUTO_LOCK:
+        predictors = list(_AUTO_TRACED.pop(id(tracer), ()))
+    for predictor in predictors:
+        if predictor._tracer is tracer:
+            predictor.stop_tracing()
+
+
+def _traced_predict(predict):
+    """Wrap a subclass's ``predict``: untraced it costs one context-variable read; traced it runs inside a
+    MODEL ``predict`` span of the tracer the predictor emits into."""
+
+    @functools.wraps(predict)
+    def traced_predict(self, batch):
+        tracer = self._tracer
+        if tracer is None or self._auto:
+            tracer = self._follow_current_tracer()
+            if tracer is None:
+                return predict(self, batch)
+        if tracer._max < _MODEL:
+            return predict(self, batch)
+        with tracer.span("predict", _MODEL, "model", batch=len(batch), framework=self.framework):
+            return predict(self, batch)
+
+    return traced_predict
 
 
 def device_kind(device: str) -> str:
