@@ -9,6 +9,7 @@ import torch
 from ..data.assets import resolve_asset
 from ..errors import PredictorError
 from ..manifest import Manifest
+from ..tracing.levels import TraceLevel
 from .base import Predictor, PredictorInfo, PredictorOptions, device_kind, register_predictor
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".torchscript", ".jit")
@@ -24,6 +25,8 @@ class TorchPredictor(Predictor):
         self.model: torch.nn.Module | None = None
         self.kind = ""
         self.artifact = ""
+        self._layer_hooks = None
+        self._op_profiler = None
 
     def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "TorchPredictor":
         self.manifest, self.device, self.options = manifest, device, options or PredictorOptions()
@@ -61,6 +64,41 @@ class TorchPredictor(Predictor):
         with torch.inference_mode():
             out = self.model(torch.from_numpy(np.ascontiguousarray(batch)).to(self.device))
         return out.cpu().numpy() if self.device != "cpu" else out.numpy()
+
+    # ------------------------------------------------------------------------------------------ tracing
+
+    def tracing_levels(self) -> dict[str, str]:
+        levels = super().tracing_levels()
+        if self.kind == "torchscript":
+            levels["FRAMEWORK"] = ("not supported for TorchScript models: module hooks do not run inside a scripted "
+                                   "graph (ML_LIBRARY ops are still recorded)")
+        else:
+            levels["FRAMEWORK"] = "forward pre/post hooks on every leaf module (time.perf_counter_ns)"
+        levels["ML_LIBRARY"] = "torch.profiler CPU ops (record_shapes), nested in their layer by time"
+        if device_kind(self.device) == "cuda":
+            levels["SYSTEM_LIBRARY"] = "CUDA kernels, copies and runtime calls through CUPTI (the runner's recorder)"
+        else:
+            levels["SYSTEM_LIBRARY"] = ("not supported on cpu: the oneDNN/MKL calls below aten ops are not "
+                                        "exposed to a profiler here")
+        return levels
+
+    def _start_framework_tracing(self, tracer) -> None:
+        from .torch_tracing import LayerHooks, OpProfiler
+
+        if self.model is None:
+            return
+        if tracer.level >= TraceLevel.FRAMEWORK and self.kind != "torchscript":
+            self._layer_hooks = LayerHooks(self.model, tracer, cuda=device_kind(self.device) == "cuda")
+        if tracer.level >= TraceLevel.ML_LIBRARY:
+            self._op_profiler = OpProfiler(tracer)
+
+    def _stop_framework_tracing(self, tracer) -> None:
+        hooks, profiler, self._layer_hooks, self._op_profiler = self._layer_hooks, self._op_profiler, None, None
+        if hooks is not None:
+            hooks.remove()
+        if profiler is not None:
+            found = profiler.stop()
+            tracer.metadata.setdefault("torch.profiler", {}).update(found)
 
     def close(self) -> None:
         self.model = None

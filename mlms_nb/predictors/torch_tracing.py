@@ -1,0 +1,215 @@
+"""PyTorch tracing: layer spans from forward hooks (FRAMEWORK) and op spans from torch.profiler (ML_LIBRARY).
+
+**Layers** -- a forward pre-hook and a forward hook on every *layer module* (:func:`layer_modules`: a module
+with no children, or one holding parameters of its own, such as a Conv2d that owns a padding child) open and close one ``kind="layer"`` span per call on the tracer's clock: ``name`` is the module's qualified name (the key
+ONNX Runtime and TensorFlow layers are mapped back to), ``layer_type`` its class, ``layer_index`` the call's
+position in this forward pass (a module called twice gets two indices), ``shape`` the input tensor shapes.
+``bytes`` = input + parameter/buffer + output tensor bytes (what the layer must at least read and write);
+``memory`` = bytes of the output tensors the layer allocated (0 for an in-place layer whose output aliases its
+input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``, ``output_bytes``,
+``out_shape``. Containers get no span of their own: their work outside children (a residual add) shows as ops.
+
+**Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``) runs while tracing; on stop its Kineto events
+become ``kind="op"`` spans. Kineto stamps events on the Unix clock: they are moved onto the tracer's
+``perf_counter_ns`` clock with an anchor pair read at stop, then by the one constant shift (found from the layer
+spans, usually a few µs) that puts every top-level op inside the layer it ran in. An op's parent is the op that
+encloses it, else its layer, else the ``predict`` span it ran in. CUDA kernels are not taken from torch.profiler
+(CUPTI has one subscriber; the runner's CUPTI recorder owns it at SYSTEM_LIBRARY).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ..tracing._build import containment_parents
+from ..tracing.levels import TraceLevel
+
+FRAMEWORK = int(TraceLevel.FRAMEWORK)
+ML_LIBRARY = int(TraceLevel.ML_LIBRARY)
+MODEL = int(TraceLevel.MODEL)
+_Tensor = torch.Tensor
+
+
+def layer_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """``(qualified name, module)`` of the modules that count as layers, in registration order: those without
+    children, and those with parameters of their own (their children's spans nest inside theirs)."""
+    return [(name, m) for name, m in model.named_modules()
+            if next(m.children(), None) is None or next(m.parameters(recurse=False), None) is not None]
+
+
+def _tensor_bytes(t: _Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class LayerHooks:
+    """Forward hooks that record one FRAMEWORK ``layer`` span per layer-module call into ``tracer``."""
+
+    def __init__(self, model: torch.nn.Module, tracer, cuda: bool = False) -> None:
+        self.tracer = tracer
+        self.calls = 0
+        self._open: list[tuple] = []
+        self._cuda = cuda
+        self._handles = [model.register_forward_pre_hook(self._reset)]
+        for name, module in layer_modules(model):
+            state = sum(_tensor_bytes(p) for p in module.parameters(recurse=False))
+            state += sum(_tensor_bytes(b) for b in module.buffers(recurse=False))
+            self._handles.append(module.register_forward_pre_hook(self._pre_hook(name, type(module).__name__, state)))
+            self._handles.append(module.register_forward_hook(self._post_hook))
+
+    def _reset(self, module, args) -> None:
+        self.calls = 0
+
+    def _pre_hook(self, name: str, layer_type: str, state_bytes: int):
+        start = self.tracer.start
+        opened = self._open.append
+        cuda = self._cuda
+
+        def pre(module, args):
+            tensors = [a for a in args if a.__class__ is _Tensor or isinstance(a, _Tensor)]
+            index = self.calls
+            self.calls = index + 1
+            token = start(name, FRAMEWORK, "layer", layer_index=index, layer_type=layer_type,
+                          shape=tuple(tuple(t.shape) for t in tensors))
+            opened((token, tensors, state_bytes, torch.cuda.memory_allocated() if cuda else 0))
+        return pre
+
+    def _post_hook(self, module, args, output) -> None:
+        token, inputs, state_bytes, mem0 = self._open.pop()
+        outputs = [output] if isinstance(output, _Tensor) else [o for o in _flatten(output) if isinstance(o, _Tensor)]
+        in_bytes = sum(_tensor_bytes(t) for t in inputs)
+        out_bytes = sum(_tensor_bytes(t) for t in outputs)
+        if self._cuda:
+            memory = torch.cuda.memory_allocated() - mem0
+        else:
+            aliased = {t.data_ptr() for t in inputs}
+            memory = sum(_tensor_bytes(t) for t in outputs if t.data_ptr() not in aliased)
+        self.tracer.end(token, bytes=float(in_bytes + state_bytes + out_bytes), memory=float(memory),
+                        param_bytes=state_bytes, output_bytes=out_bytes,
+                        out_shape=tuple(tuple(t.shape) for t in outputs))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def _flatten(value):
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _flatten(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _flatten(v)
+    else:
+        yield value
+
+
+class OpProfiler:
+    """torch.profiler over the traced calls; :meth:`stop` adds its ops to the tracer as ML_LIBRARY spans."""
+
+    def __init__(self, tracer) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.tracer = tracer
+        self._first_record = len(tracer._spans)
+        self._profile = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        self._profile.start()
+
+    def stop(self) -> dict:
+        """Stop profiling and add the ops; returns what the clock mapping found (for the trace metadata)."""
+        self._profile.stop()
+        perf, wall = time.perf_counter_ns(), time.time_ns()
+        events = [e for e in self._profile.profiler.kineto_results.events()
+                  if e.device_type() == torch.autograd.DeviceType.CPU and e.activity_type() == "cpu_op"]
+        return add_ops(self.tracer, events, wall - perf, self._first_record)
+
+
+def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:
+    """Add Kineto CPU-op ``events`` to ``tracer`` (see the module docstring for the clock and the parents).
+
+    ``wall_offset_ns``: Unix ns - perf_counter ns, read at one instant; ``first_record``: where in the tracer's
+    records the layer / predict spans of this profiling session begin.
+    """
+    if not events:
+        return {"ops": 0}
+    start = np.fromiter((e.start_ns() for e in events), np.int64, len(events)) - wall_offset_ns
+    end = start + np.fromiter((e.duration_ns() for e in events), np.int64, len(events))
+    tids = np.fromiter((e.start_thread_id() for e in events), np.int64, len(events))
+    records = tracer._spans[first_record:]
+    layers = np.array([(r[5], r[6], r[0]) for r in records if r[3] == FRAMEWORK and r[4] == "layer"],
+                      np.int64).reshape(-1, 3)
+    models = np.array([(r[5], r[6], r[0]) for r in records if r[3] == MODEL and r[2] == "predict"],
+                      np.int64).reshape(-1, 3)
+    layers = layers[np.argsort(layers[:, 0], kind="stable")] if len(layers) else layers
+    models = models[np.argsort(models[:, 0], kind="stable")] if len(models) else models
+
+    op_parent = containment_parents(tids, start, end)
+    shift, residual = _clock_shift(start, end, op_parent, layers)
+    start += shift
+    end += shift
+    layer_of = _enclosing(layers, start, end)
+    model_of = _enclosing(models, start, end)
+    main_tid = np.bincount(tids).argmax() if len(tids) else 0
+    native = tracer._local.ctx.tid
+
+    order = np.lexsort((-end, start))
+    span_ids = np.zeros(len(events), np.int64)
+    add = tracer.add_span
+    for i in order:
+        e = events[i]
+        p = op_parent[i]
+        if p >= 0:
+            parent = span_ids[p]
+        elif layer_of[i] >= 0:
+            parent = layers[layer_of[i], 2]
+        elif model_of[i] >= 0:
+            parent = models[model_of[i], 2]
+        else:
+            parent = 0
+        shapes = [s for s in e.shapes() if s]
+        span_ids[i] = add(e.name(), ML_LIBRARY, "op", int(start[i]), int(end[i]), int(parent),
+                          thread=native if tids[i] == main_tid else int(tids[i]),
+                          shape=tuple(tuple(s) for s in shapes), layer_type=e.name())
+    return {"ops": len(events), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
+            "clock": "Kineto Unix ns -> perf_counter_ns by an anchor pair read at stop, plus clock_shift_ns"}
+
+
+def _enclosing(spans: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Index into ``spans`` (rows ``start, end, id``, sorted by start, properly nested) of the innermost span
+    containing each interval ``[start, end]``, or -1: from the last span starting before it, up the chain of
+    enclosing spans (pointer jumping, no loop per interval)."""
+    i = np.full(len(start), -1, np.int64)
+    if not len(spans):
+        return i
+    up = containment_parents(np.zeros(len(spans), np.int64), spans[:, 0], spans[:, 1])
+    i = np.searchsorted(spans[:, 0], start, side="right") - 1
+    active = np.flatnonzero(i >= 0)
+    while len(active):
+        active = active[end[active] > spans[i[active], 1]]
+        i[active] = up[i[active]]
+        active = active[i[active] >= 0]
+    return i
+
+
+def _clock_shift(start, end, op_parent, layers) -> tuple[int, int]:
+    """The constant shift (ns) that puts top-level ops inside their layers, and what still sticks out (ns).
+
+    Each top-level op assigned to a layer by its midpoint bounds the shift: ``layer.start - op.start <= d <=
+    layer.end - op.end``; the shift closest to 0 within all bounds is taken (or the bounds' midpoint when they
+    cannot all hold)."""
+    top = np.flatnonzero(op_parent < 0)
+    if not len(layers) or not len(top):
+        return 0, 0
+    mid = (start[top] + end[top]) // 2
+    i = _enclosing(layers, mid, mid)
+    inside = i >= 0
+    top, i = top[inside], i[inside]
+    if not len(top):
+        return 0, 0
+    lo = int((layers[i, 0] - start[top]).max())
+    hi = int((layers[i, 1] - end[top]).min())
+    if lo <= hi:
+        return min(max(0, lo), hi), 0
+    return (lo + hi) // 2, (lo - hi + 1) // 2
