@@ -86,8 +86,9 @@ def test_ctrl_c_keeps_what_was_measured(shared_home, tmp_path):
     env = {**os.environ, "MLMS_HOME": str(home)}
     proc = subprocess.Popen(
         [*MLMS, "eval", "resnet50", "--framework", "onnxruntime", "--dataset", "synthetic:4", "--batch-sizes", "1,2,4",
-         "--min-time", "30", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    # interrupt two seconds into the first timed loop (the runner logs when each loop starts)
+         "--min-time", "30", "--warmup", "2", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # interrupt two seconds into the first timed loop (the runner logs when each loop starts; a fixed, short
+    # warm-up makes sure the timed calls have begun by then, however loaded the machine)
     seen: list[str] = []
     reader = threading.Thread(target=lambda: seen.extend(iter(proc.stderr.readline, "")), daemon=True)
     reader.start()
