@@ -1,6 +1,7 @@
 """mlms-nb: MLModelScope rebuilt for the notebook.
 
-``mlms_nb.evaluate(...)``, ``mlms_nb.models()``, ``mlms_nb.history()``; ``%load_ext mlms_nb`` for ``%mlms``.
+``mlms_nb.evaluate(...)``, ``mlms_nb.models()``, ``mlms_nb.history()``, ``mlms_nb.trace()``, ``mlms_nb.load_trace()``;
+``%load_ext mlms_nb`` for ``%mlms``.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The history module is imported before the API so that the package attribute ``mlms_nb.history`` stays
 # the API function (importing a submodule later would rebind the attribute to the module).
 from . import history as _history_store  # noqa: E402,F401
-from .api import convert, evaluate, history, load_evaluation, models  # noqa: E402
+from .api import convert, evaluate, history, load_evaluation, load_trace, models, trace  # noqa: E402
 from .manifest import find_manifest, load_manifest  # noqa: E402
 
 
@@ -25,4 +26,5 @@ def load_ipython_extension(ipython) -> None:
     _load(ipython)
 
 
-__all__ = ["convert", "evaluate", "find_manifest", "history", "load_evaluation", "load_manifest", "models"]
+__all__ = ["convert", "evaluate", "find_manifest", "history", "load_evaluation", "load_manifest", "load_trace", "models",
+           "trace"]

@@ -1,0 +1,159 @@
+"""PyTorch tracing on the real EfficientNet-Lite0: layer spans (forward hooks), op spans (torch.profiler) nested in
+their layers, levels, auto-tracing under mlms_nb.trace / %%mlms trace, and traced evaluations kept in history."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import mlms_nb
+from mlms_nb.manifest import find_manifest
+from mlms_nb.predictors import open_predictor
+from mlms_nb.predictors.torch_tracing import layer_modules
+from mlms_nb.tracing import Tracer, TraceLevel, use_tracer
+
+L = TraceLevel
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    with open_predictor(find_manifest("efficientnet_lite0", framework="torch")) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return np.random.default_rng(0).standard_normal((2, 3, 224, 224)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def expected_calls(predictor, batch):
+    """The layer-module calls of one forward pass, in order, seen through torch's *global* module hooks (a
+    mechanism independent of the predictor's per-module hooks)."""
+    names = {id(m): name for name, m in layer_modules(predictor.model)}
+    calls: list[str] = []
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda m, args: calls.append(names[id(m)]) if id(m) in names else None)
+    try:
+        with torch.inference_mode():
+            predictor.model(torch.from_numpy(batch))
+    finally:
+        handle.remove()
+    return calls
+
+
+def traced(predictor, batch, level, calls=2):
+    tracer = Tracer(level)
+    predictor.start_tracing(tracer)
+    try:
+        with use_tracer(tracer):
+            outputs = [predictor.predict(batch) for _ in range(calls)]
+    finally:
+        predictor.stop_tracing()
+    return tracer.trace(), outputs
+
+
+def test_layer_spans_follow_the_model_layer_by_layer(predictor, batch, expected_calls):
+    trace, outputs = traced(predictor, batch, L.FRAMEWORK)
+    spans = trace.spans
+    predicts = spans[spans["name"] == "predict"]
+    assert len(predicts) == 2 and set(predicts["level"]) == {"MODEL"}
+    layers = spans[spans["kind"] == "layer"]
+    assert set(layers["level"]) == {"FRAMEWORK"}
+    # the model has more layers than a token count: EfficientNet-Lite0 has convs, BNs, ReLU6s, a Linear...
+    assert len(expected_calls) > 100 and expected_calls[0] == "_conv_stem" and expected_calls[-1] == "_fc"
+    by_id = spans.set_index("span_id")
+    for predict_id in predicts["span_id"]:
+        # the layer spans under one predict call (directly, or nested in a layer that owns a child)
+        root_of = {}
+        for row in layers.itertuples():
+            p = row.parent_id
+            while p in by_id.index and by_id.at[p, "kind"] == "layer":
+                p = by_id.at[p, "parent_id"]
+            root_of[row.span_id] = p
+        mine = layers[layers["span_id"].map(root_of) == predict_id].sort_values("layer_index")
+        assert list(mine["name"]) == expected_calls
+        assert list(mine["layer_index"]) == list(range(len(expected_calls)))
+        assert mine["start_ns"].is_monotonic_increasing
+    stem = layers[layers["name"] == "_conv_stem"].iloc[0]
+    assert stem["layer_type"] == "Conv2dStaticSamePadding" and stem["shape"] == "[[2,3,224,224]]"
+    conv = predictor.model._conv_stem
+    params = sum(p.numel() * 4 for p in conv.parameters(recurse=False))
+    attrs = mlms_nb.tracing.attrs_dict(stem["attrs"])
+    assert attrs["param_bytes"] == params and attrs["out_shape"] == [[2, 32, 112, 112]]
+    assert stem["bytes"] == 2 * 3 * 224 * 224 * 4 + params + 2 * 32 * 112 * 112 * 4
+    assert stem["memory"] == 2 * 32 * 112 * 112 * 4
+    # tracing changes nothing in the answers
+    np.testing.assert_array_equal(outputs[0], predictor.predict(batch))
+
+
+def test_ops_nest_inside_their_layer(predictor, batch):
+    trace, _ = traced(predictor, batch, L.ML_LIBRARY, calls=1)
+    spans = trace.spans
+    ops = spans[spans["kind"] == "op"]
+    assert len(ops) > 1000 and set(ops["level"]) == {"ML_LIBRARY"}
+    by_id = spans.set_index("span_id")
+    parents = by_id.loc[ops["parent_id"].to_numpy()]
+    assert set(parents["kind"]) <= {"op", "layer", "model"}
+    assert (ops["start_ns"].to_numpy() >= parents["start_ns"].to_numpy()).all()
+    assert (ops["end_ns"].to_numpy() <= parents["end_ns"].to_numpy()).all()
+    # every convolution layer holds the aten convolution it ran, with the layer's input shape
+    layers = spans[spans["kind"] == "layer"]
+    convs = layers[layers["layer_type"].str.startswith("Conv2d")]
+    top_ops = ops[ops["parent_id"].isin(convs["span_id"])]
+    conv_ops = top_ops[top_ops["name"] == "aten::conv2d"]
+    assert set(conv_ops["parent_id"]) == set(convs["span_id"])
+    assert trace.metadata["torch.profiler"]["ops"] == len(ops)
+
+
+def test_levels_below_framework_record_no_layers(predictor, batch):
+    trace, _ = traced(predictor, batch, L.MODEL)
+    assert set(trace.spans["kind"]) == {"model"} and len(trace.spans) == 2
+    trace, _ = traced(predictor, batch, L.NONE)
+    assert trace.spans.empty
+    assert not predictor.model._conv_stem._forward_pre_hooks  # hooks are removed on stop
+
+
+def test_auto_tracing_in_a_user_block_and_after(predictor, batch, expected_calls):
+    with mlms_nb.trace("FRAMEWORK", name="my pipeline") as session:
+        predictor.predict(batch)
+    spans = session.trace.spans
+    root = spans[spans["name"] == "my pipeline"]
+    assert len(root) == 1 and root["level"].iloc[0] == "APPLICATION"
+    predict = spans[spans["name"] == "predict"]
+    assert predict["parent_id"].tolist() == root["span_id"].tolist()
+    assert (spans["kind"] == "layer").sum() == len(expected_calls)
+    assert predictor._tracer is None and not predictor.model._fc._forward_hooks
+    outside = Tracer(L.FULL)  # not the current tracer: a predict outside any block records nowhere
+    predictor.predict(batch)
+    assert len(outside) == 0 and len(session.tracer) == len(spans)
+
+
+def test_trace_cell_magic(predictor, batch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_line_magic("load_ext", "mlms_nb")
+        shell.user_ns.update(p=predictor, x=batch)
+        shell.run_cell_magic("mlms", "trace --level ML_LIBRARY --save t", "y = p.predict(x)\n")
+        trace = shell.user_ns["t"]
+        kinds = trace.spans.groupby("kind", observed=True).size()
+        assert kinds["application"] == 1 and kinds["model"] == 1 and kinds["layer"] > 100 and kinds["op"] > 500
+        assert shell.user_ns["y"].shape == (2, 1000)
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_traced_evaluation_keeps_latency_untraced_and_stores_the_trace(shared_home):
+    ev = mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=[1], dataset="synthetic:2",
+                          trace_level="FRAMEWORK", trace_repeats=2, warmup=1, min_repeats=3, min_time_s=0,
+                          progress=False)
+    assert ev.latency["samples"].iloc[0] >= 3  # latency from the untraced sweep
+    spans = ev.trace.spans
+    assert (spans["name"] == "predict").sum() == 2 and (spans["kind"] == "layer").sum() > 200
+    overhead = ev.trace_overhead.iloc[0]
+    assert overhead["trace_level"] == "FRAMEWORK" and overhead["traced_calls"] == 2
+    assert overhead["untraced_median_ms"] > 0 and np.isfinite(overhead["overhead_pct"])
+    again = mlms_nb.load_evaluation(ev.id)
+    assert again.traces["torch"].spans.equals(ev.traces["torch"].spans)
