@@ -1,7 +1,8 @@
-"""PyTorch tracing: layer spans from forward hooks (FRAMEWORK) and op spans from torch.profiler (ML_LIBRARY).
+"""PyTorch tracing: layer spans from wrapped module forwards (FRAMEWORK), op spans from torch.profiler (ML_LIBRARY).
 
-**Layers** -- a forward pre-hook and a forward hook on every *layer module* (:func:`layer_modules`: a module
-with no children, or one holding parameters of its own, such as a Conv2d that owns a padding child) open and close one ``kind="layer"`` span per call on the tracer's clock: ``name`` is the module's qualified name (the key
+**Layers** -- a wrapper around the ``forward`` of every *layer module* (:func:`layer_modules`: a module with
+no children, or one holding parameters of its own, such as a Conv2d that owns a padding child) records one
+``kind="layer"`` span per call on the tracer's clock: ``name`` is the module's qualified name (the key
 ONNX Runtime and TensorFlow layers are mapped back to), ``layer_type`` its class, ``layer_index`` the call's
 position in this forward pass (a module called twice gets two indices), ``shape`` the input tensor shapes.
 ``bytes`` = input + parameter/buffer + output tensor bytes (what the layer must at least read and write);
@@ -30,6 +31,7 @@ FRAMEWORK = int(TraceLevel.FRAMEWORK)
 ML_LIBRARY = int(TraceLevel.ML_LIBRARY)
 MODEL = int(TraceLevel.MODEL)
 _Tensor = torch.Tensor
+_perf_ns = time.perf_counter_ns
 
 
 def layer_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
@@ -44,55 +46,63 @@ def _tensor_bytes(t: _Tensor) -> int:
 
 
 class LayerHooks:
-    """Forward hooks that record one FRAMEWORK ``layer`` span per layer-module call into ``tracer``."""
+    """Record one FRAMEWORK ``layer`` span per layer-module call into ``tracer``.
+
+    Each layer module's ``forward`` is wrapped by an instance attribute (removed again by :meth:`remove`)
+    rather than given forward hooks: with no hooks ``Module.__call__`` keeps its fast path, and sizes are
+    computed outside the timed region (the span ends when the wrapped forward returns)."""
 
     def __init__(self, model: torch.nn.Module, tracer, cuda: bool = False) -> None:
         self.tracer = tracer
         self.calls = 0
-        self._open: list[tuple] = []
         self._cuda = cuda
-        self._handles = [model.register_forward_pre_hook(self._reset)]
+        self._reset = model.register_forward_pre_hook(self._reset_calls)
+        self._patched: list[tuple[torch.nn.Module, object]] = []
         for name, module in layer_modules(model):
             state = sum(_tensor_bytes(p) for p in module.parameters(recurse=False))
             state += sum(_tensor_bytes(b) for b in module.buffers(recurse=False))
-            self._handles.append(module.register_forward_pre_hook(self._pre_hook(name, type(module).__name__, state)))
-            self._handles.append(module.register_forward_hook(self._post_hook))
+            own = module.__dict__.get("forward")
+            module.forward = self._wrap(name, type(module).__name__, state, module.forward)
+            self._patched.append((module, own))
 
-    def _reset(self, module, args) -> None:
+    def _reset_calls(self, module, args) -> None:
         self.calls = 0
 
-    def _pre_hook(self, name: str, layer_type: str, state_bytes: int):
-        start = self.tracer.start
-        opened = self._open.append
+    def _wrap(self, name: str, layer_type: str, state_bytes: int, forward):
+        start, end = self.tracer.start, self.tracer.end
         cuda = self._cuda
+        hooks = self
 
-        def pre(module, args):
-            tensors = [a for a in args if a.__class__ is _Tensor or isinstance(a, _Tensor)]
-            index = self.calls
-            self.calls = index + 1
-            token = start(name, FRAMEWORK, "layer", layer_index=index, layer_type=layer_type,
-                          shape=tuple(tuple(t.shape) for t in tensors))
-            opened((token, tensors, state_bytes, torch.cuda.memory_allocated() if cuda else 0))
-        return pre
+        def traced_forward(*args, **kwargs):
+            inputs = [a for a in args if isinstance(a, _Tensor)]
+            index = hooks.calls
+            hooks.calls = index + 1
+            mem0 = torch.cuda.memory_allocated() if cuda else 0
+            token = start(name, FRAMEWORK, "layer", layer_index=index, layer_type=layer_type)
+            output = forward(*args, **kwargs)
+            t_end = _perf_ns()
+            outputs = [output] if isinstance(output, _Tensor) else [o for o in _flatten(output) if isinstance(o, _Tensor)]
+            out_bytes = sum(_tensor_bytes(t) for t in outputs)
+            if cuda:
+                memory = torch.cuda.memory_allocated() - mem0
+            else:  # an in-place layer (ReLU(inplace=True), Identity) returns its input object: nothing new held
+                memory = sum(_tensor_bytes(t) for t in outputs if not any(t is i for i in inputs))
+            end(token, t_end, shape=tuple(tuple(t.shape) for t in inputs),
+                bytes=float(sum(_tensor_bytes(t) for t in inputs) + state_bytes + out_bytes), memory=float(memory),
+                param_bytes=state_bytes, output_bytes=out_bytes, out_shape=tuple(tuple(t.shape) for t in outputs))
+            return output
 
-    def _post_hook(self, module, args, output) -> None:
-        token, inputs, state_bytes, mem0 = self._open.pop()
-        outputs = [output] if isinstance(output, _Tensor) else [o for o in _flatten(output) if isinstance(o, _Tensor)]
-        in_bytes = sum(_tensor_bytes(t) for t in inputs)
-        out_bytes = sum(_tensor_bytes(t) for t in outputs)
-        if self._cuda:
-            memory = torch.cuda.memory_allocated() - mem0
-        else:
-            aliased = {t.data_ptr() for t in inputs}
-            memory = sum(_tensor_bytes(t) for t in outputs if t.data_ptr() not in aliased)
-        self.tracer.end(token, bytes=float(in_bytes + state_bytes + out_bytes), memory=float(memory),
-                        param_bytes=state_bytes, output_bytes=out_bytes,
-                        out_shape=tuple(tuple(t.shape) for t in outputs))
+        return traced_forward
 
     def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        """Put every module's own ``forward`` back."""
+        for module, own in self._patched:
+            if own is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = own
+        self._patched = []
+        self._reset.remove()
 
 
 def _flatten(value):

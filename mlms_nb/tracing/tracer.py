@@ -176,10 +176,11 @@ class Tracer:
         token[6] = _perf_ns()
         return token
 
-    def end(self, token, **fields) -> int:
+    def end(self, token, end_ns: int | None = None, **fields) -> int:
         """Close the span ``token`` came from (``None`` and already-closed tokens are ignored); ``fields``
-        are added to it. Returns the span id (0 for ``None``)."""
-        end = _perf_ns()
+        are added to it. ``end_ns``: the end time when it was read earlier (so that computing ``fields`` stays
+        outside the span). Returns the span id (0 for ``None``)."""
+        end = _perf_ns() if end_ns is None else end_ns
         if token is None:
             return 0
         sid, parent, name, level, kind, f, start, ctx = token
