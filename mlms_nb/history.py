@@ -10,7 +10,9 @@ Tables:
 - ``evaluations``: one row per evaluation x framework, with the columns people filter and sort on and
   ``payload``, that framework's part of the `Evaluation` as JSON (lossless);
 - ``traces``: trace files or blobs belonging to an evaluation (filled by the tracing work);
-- ``machine_ceilings``: measured peak FLOP/s and memory bandwidth per stack hash (filled by the theory work).
+- ``machine_ceilings``: measured peak FLOP/s and memory bandwidth per stack hash, one row per figure;
+- ``ceilings``: one row per measurement of a device's ceilings (``mlms_nb.theory.ceilings``), keyed by stack
+  hash and device, with the whole measurement as JSON; saving one also adds its figures to ``machine_ceilings``.
 """
 from __future__ import annotations
 
@@ -89,6 +91,26 @@ machine_ceilings = Table(
     Column("measured_at", String(40), nullable=False),
     Column("how", Text),
 )
+
+ceilings = Table(
+    "ceilings", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("stack_hash", String(16), nullable=False),
+    Column("device", String(64), nullable=False),  # cpu | cuda:N
+    Column("peak_flops_per_s", Float, nullable=False),
+    Column("peak_flops_iqr", Float),
+    Column("bandwidth_bytes_per_s", Float, nullable=False),
+    Column("bandwidth_iqr", Float),
+    Column("ridge_flop_per_byte", Float, nullable=False),
+    Column("method", Text),
+    Column("measured_at", String(40), nullable=False),
+    Column("payload", Text, nullable=False),  # the whole measurement as JSON
+)
+Index("ix_ceilings_stack_hash_device", ceilings.c.stack_hash, ceilings.c.device)
+
+CEILING_FIGURES = (("peak_flops_per_s", "FLOP/s"), ("bandwidth_bytes_per_s", "bytes/s"),
+                   ("ridge_flop_per_byte", "FLOP/byte"))
+"""The figures of a ``ceilings`` row that are also written to ``machine_ceilings`` (metric ``<device>/<name>``)."""
 
 QUERY_COLUMNS = ("id", "evaluation_id", "model", "model_version", "framework", "framework_version", "stack_hash",
                  "created_at", "complete", "dataset", "batch_sizes", "top1", "top5", "median_ms")
@@ -472,6 +494,39 @@ class HistoryStore:
             stmt = stmt.where(machine_ceilings.c.stack_hash == stack_hash)
         rows = self._transaction(lambda conn: [tuple(r) for r in conn.execute(stmt)], False, "list ceilings")
         return pd.DataFrame(rows, columns=[c.name for c in cols])
+
+    def save_ceilings(self, record: dict) -> int:
+        """Store one measurement of a device's ceilings (``Ceilings.to_dict()``: ``stack_hash``, ``device``,
+        ``peak_flops_per_s``, ``bandwidth_bytes_per_s``, ``ridge_flop_per_byte``, ``measured_at``, ...);
+        its figures also go to ``machine_ceilings``. Returns the ``ceilings`` row id."""
+        missing = [k for k in ("stack_hash", "device", "peak_flops_per_s", "bandwidth_bytes_per_s",
+                               "ridge_flop_per_byte", "measured_at") if record.get(k) is None]
+        if missing:
+            raise HistoryError(f"a ceilings record needs {', '.join(missing)}")
+        values = {c.name: record.get(c.name) for c in ceilings.columns if c.name not in ("id", "payload")}
+        values["payload"] = json.dumps(record, sort_keys=True, default=str)
+        figures = [{"stack_hash": record["stack_hash"], "metric": f"{record['device']}/{name}",
+                    "value": float(record[name]), "unit": unit, "measured_at": record["measured_at"],
+                    "how": record.get("method") or ""} for name, unit in CEILING_FIGURES]
+
+        def work(conn) -> int:
+            row_id = int(conn.execute(insert(ceilings).values(**values)).inserted_primary_key[0])
+            conn.execute(insert(machine_ceilings), figures)
+            return row_id
+
+        return self._transaction(work, True, "save machine ceilings")
+
+    def load_ceilings(self, stack_hash: str, device: str) -> dict | None:
+        """The newest stored ceilings measurement (as saved) for a stack hash and device; None when there is none."""
+        stmt = (select(ceilings.c.payload).where(ceilings.c.stack_hash == stack_hash, ceilings.c.device == device)
+                .order_by(ceilings.c.measured_at.desc(), ceilings.c.id.desc()).limit(1))
+        payload = self._transaction(lambda conn: conn.execute(stmt).scalar_one_or_none(), False, "load ceilings")
+        if payload is None:
+            return None
+        try:
+            return json.loads(payload)
+        except ValueError as err:
+            raise HistoryError(f"stored ceilings for {stack_hash}/{device} are not valid JSON ({err})") from None
 
 
 def _float(value: Any) -> float | None:
