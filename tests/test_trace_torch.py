@@ -157,3 +157,31 @@ def test_traced_evaluation_keeps_latency_untraced_and_stores_the_trace(shared_ho
     assert overhead["untraced_median_ms"] > 0 and np.isfinite(overhead["overhead_pct"])
     again = mlms_nb.load_evaluation(ev.id)
     assert again.traces["torch"].spans.equals(ev.traces["torch"].spans)
+
+
+def _cupti_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA device here (this test runs on a GPU machine)"
+    from mlms_nb.profilers.cupti import CuptiActivity
+
+    ok, why = CuptiActivity.available()
+    return None if ok else why
+
+
+@pytest.mark.skipif(_cupti_reason() is not None, reason=str(_cupti_reason()))
+def test_gpu_evaluation_puts_kernels_under_their_layers(shared_home):
+    ev = mlms_nb.evaluate("efficientnet_lite0", framework="torch", device="cuda", batch_sizes=[1, 8],
+                          dataset="synthetic:8", trace_level="SYSTEM_LIBRARY", trace_repeats=2, warmup=3,
+                          min_repeats=5, min_time_s=0, progress=False, history=False)
+    spans = ev.trace.spans
+    by_id = spans.set_index("span_id")
+    kernels = spans[spans["kind"] == "kernel"]
+    assert len(kernels) > 100 and kernels["device"].astype(str).str.startswith("cuda:").all()
+    # each kernel hangs under the runtime call that launched it, and that call under a layer or an op of one
+    launch = by_id.loc[kernels["parent_id"].to_numpy()]
+    assert (launch["kind"] == "runtime").mean() > 0.95
+    owners = by_id.loc[launch["parent_id"].to_numpy()]
+    assert set(owners["kind"]) <= {"layer", "op", "model"} and (owners["kind"] != "model").mean() > 0.9
+    convs = spans[(spans["kind"] == "layer") & spans["layer_type"].str.startswith("Conv2d")]
+    assert len(convs) >= 2 * 2 * 49  # 49 convolutions per call, 2 traced calls at each of 2 batch sizes
+    assert ev.trace_overhead["trace_level"].eq("SYSTEM_LIBRARY").all()

@@ -48,12 +48,15 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
         if level >= TraceLevel[name] and not _supported(levels.get(name)):
             tracer.metadata["unavailable"][f"{framework} {name}"] = levels.get(name) or "not supported by this predictor"
     profilers = _start_profilers(tracer) if level >= TraceLevel.HARDWARE else None
-    kernels = _start_cupti(tracer) if level >= TraceLevel.SYSTEM_LIBRARY else None
+    kernels = None
     counting = profilers is not None and any(hasattr(p, "read") for p in profilers.profilers.values())
     own_model_span = _supported(levels.get("MODEL"))
     try:
         with use_tracer(tracer):
             predictor.start_tracing(tracer)
+            # CUPTI delivers activity buffers to the last client that registered its callbacks: start ours after
+            # the framework's profiler (Kineto, in PyTorch) and flush ours before that one stops.
+            kernels = _start_cupti(tracer) if level >= TraceLevel.SYSTEM_LIBRARY else None
             try:
                 for batch_size, batch in batches.items():
                     with tracer.span(f"{framework} batch size {batch_size}", TraceLevel.APPLICATION, "application",
@@ -82,6 +85,8 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
                         "overhead_pct": 100.0 * (traced_ns / base - 1.0) if base else float("nan"),
                     })
             finally:
+                if kernels is not None:
+                    kernels.stop()
                 predictor.stop_tracing()
     finally:
         if kernels is not None:
@@ -116,10 +121,10 @@ def _start_cupti(tracer: Tracer):
 
 
 def _add_kernels(tracer: Tracer, kernels) -> None:
-    """Stop CUPTI and attach each record to the layer that launched it (correlation id, else time)."""
+    """Attach each record of the (stopped) CUPTI recorder to the layer that launched it (correlation id, else
+    time)."""
     from ..profilers.cupti import add_to_tracer, attribute_records
 
-    kernels.stop()
     records = kernels.records()
     if records:
         spans = tracer.trace().spans

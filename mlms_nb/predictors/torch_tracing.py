@@ -131,9 +131,19 @@ class OpProfiler:
         """Stop profiling and add the ops; returns what the clock mapping found (for the trace metadata)."""
         self._profile.stop()
         perf, wall = time.perf_counter_ns(), time.time_ns()
-        events = [e for e in self._profile.profiler.kineto_results.events()
-                  if e.device_type() == torch.autograd.DeviceType.CPU and e.activity_type() == "cpu_op"]
+        events = [e for e in self._profile.profiler.kineto_results.events() if _is_cpu_op(e)]
         return add_ops(self.tracer, events, wall - perf, self._first_record)
+
+
+def _is_cpu_op(event) -> bool:
+    """A framework op on the host (not a user annotation, a Python frame or device activity); torch < 2.13 has
+    no ``activity_type()``."""
+    if event.device_type() != torch.autograd.DeviceType.CPU:
+        return False
+    kind = getattr(event, "activity_type", None)
+    if kind is not None:
+        return kind() == "cpu_op"
+    return not (event.is_user_annotation() or event.is_python_function())
 
 
 def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:
