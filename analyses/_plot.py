@@ -1,0 +1,391 @@
+"""Shared plotting for the analyses: one small chart API drawn by Bokeh or by matplotlib.
+
+Every analysis' ``plot(df, backend=...)`` builds :class:`Chart` panels (title, unit-labelled axes, log
+scales, categorical rows for bar charts), draws lines / points / bars / whiskers on them and returns
+:func:`combine` of them: a Bokeh layout or a matplotlib ``Figure``. Bokeh output always uses INLINE
+resources (the BokehJS code travels inside the notebook or HTML; nothing is fetched from a CDN):
+:func:`show` displays a figure in a notebook, :func:`to_html` writes a standalone page.
+
+Bokeh and matplotlib are imported lazily, here only; a missing one raises :class:`MissingDependency`
+naming the ``analysis`` extra.
+"""
+from __future__ import annotations
+
+import textwrap
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from mlms_nb.tracing.schema import TraceSchemaError
+
+BACKENDS = ("bokeh", "matplotlib")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
+"""Tableau 10 (matplotlib's default cycle, Bokeh's Category10): the same colours in both backends."""
+
+_EXTRA = "pip install 'mlms-nb[analysis]'"
+
+
+class AnalysisError(TraceSchemaError):
+    """Input an analysis cannot use (a frame missing columns, an unknown backend, a non-positive ceiling);
+    the message names the problem. A :class:`mlms_nb.errors.MlmsError` and a ``ValueError``."""
+
+
+class MissingDependency(AnalysisError, ImportError):
+    """Bokeh, matplotlib or SciPy is not installed; the message names the extra to install."""
+
+
+# ------------------------------------------------------------------------------------------ input checks
+
+def check_backend(backend: str) -> str:
+    name = str(backend).strip().lower()
+    if name not in BACKENDS:
+        raise AnalysisError(f"unknown plot backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    return name
+
+
+def require_columns(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    """Raise :class:`AnalysisError` naming the columns ``df`` lacks to be used as ``what``."""
+    if not isinstance(df, pd.DataFrame):
+        raise AnalysisError(f"{what}: expected a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise AnalysisError(f"{what} lacks column(s) {', '.join(missing)}; it has: {', '.join(map(str, df.columns))}")
+
+
+def require_analysis(df: pd.DataFrame, *kinds: str) -> str:
+    """The ``df.attrs["analysis"]`` tag a compute() set, checked against the ones a plot() draws."""
+    if not isinstance(df, pd.DataFrame):
+        raise AnalysisError(f"plot: expected the DataFrame a compute() returned, got {type(df).__name__}")
+    kind = df.attrs.get("analysis")
+    if kind not in kinds:
+        raise AnalysisError(f"plot: this frame is {'an untagged frame' if kind is None else repr(kind)}; "
+                            f"this plot draws the frames of: {', '.join(kinds)}")
+    return kind
+
+
+def positive(value: Any, name: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise AnalysisError(f"{name}: expected a positive number, got {value!r}") from None
+    if not np.isfinite(x) or x <= 0:
+        raise AnalysisError(f"{name}: expected a positive finite number, got {value!r}")
+    return x
+
+
+def scipy_stats():
+    try:
+        from scipy import stats
+    except ImportError:
+        raise MissingDependency(f"this analysis needs SciPy, which is not installed: {_EXTRA}") from None
+    return stats
+
+
+def _bokeh():
+    try:
+        import bokeh.plotting as plotting
+    except ImportError:
+        raise MissingDependency(f"plot backend 'bokeh' needs Bokeh, which is not installed: {_EXTRA}") from None
+    return plotting
+
+
+def _matplotlib_figure():
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependency(f"plot backend 'matplotlib' needs matplotlib, which is not installed: "
+                                f"{_EXTRA}") from None
+    return Figure
+
+
+# ------------------------------------------------------------------------------------------ charts
+
+class Chart:
+    """One panel: title, axis labels (with units), optional log axes, optional categorical y (bar rows),
+    optional fixed x ticks (batch sizes).
+
+    Create panels with :func:`charts`; draw with the methods below; :func:`combine` returns the figure.
+    ``categories``: the labels of horizontal bar rows, top to bottom.
+    """
+
+    def __init__(self, backend: str, title: str, x_label: str, y_label: str, *, x_log: bool = False,
+                 y_log: bool = False, categories: Sequence[str] | None = None, x_ticks: Sequence[float] | None = None,
+                 width: int = 720, height: int = 400, ax=None):
+        if ax is not None:
+            width = int(ax.figure.get_figwidth() * 100 / len(ax.figure.axes))
+        self.backend = check_backend(backend)
+        self.title, self.x_label, self.y_label = title, x_label, y_label
+        title = "\n".join(textwrap.wrap(title, max(40, width // 8)))
+        self.categories = [str(c) for c in categories] if categories is not None else None
+        self._legend = False
+        if self.backend == "bokeh":
+            plotting = _bokeh()
+            kwargs: dict[str, Any] = dict(title=title, x_axis_label=x_label, y_axis_label=y_label, width=width,
+                                          height=height, tools="pan,wheel_zoom,box_zoom,reset,save,hover",
+                                          x_axis_type="log" if x_log else "linear")
+            if self.categories is not None:
+                kwargs["y_range"] = list(reversed(self.categories))
+            else:
+                kwargs["y_axis_type"] = "log" if y_log else "linear"
+            self.native = plotting.figure(**kwargs)
+            self.native.title.text_font_size = "11pt"
+            if x_ticks is not None:
+                from bokeh.models import FixedTicker
+
+                self.native.xaxis.ticker = FixedTicker(ticks=[float(t) for t in x_ticks])
+        else:
+            self.native = ax
+            ax.set_title(title, fontsize=10)
+            ax.set_xlabel(x_label)
+            ax.set_ylabel(y_label)
+            if x_log:
+                ax.set_xscale("log")
+            if y_log and self.categories is None:
+                ax.set_yscale("log")
+            if x_ticks is not None:
+                ax.set_xticks([float(t) for t in x_ticks], [f"{t:g}" for t in x_ticks])
+                ax.minorticks_off()
+            if self.categories is not None:
+                ax.set_yticks(range(len(self.categories)), self.categories,
+                              fontsize=7 if len(self.categories) > 30 else 9)
+                ax.set_ylim(len(self.categories) - 0.5, -0.5)
+            ax.grid(alpha=0.3)
+
+    def _y(self, y, offset: float = 0.0):
+        """Categorical y -> row positions (matplotlib) or labels (Bokeh), shifted by ``offset`` rows."""
+        if self.categories is None:
+            return np.asarray(y, dtype=float)
+        if self.backend == "bokeh":
+            return [(str(v), offset) for v in y] if offset else [str(v) for v in y]
+        pos = {c: i for i, c in enumerate(self.categories)}
+        return np.array([pos[str(v)] - offset for v in y], dtype=float)
+
+    def line(self, x, y, *, label: str | None = None, color: str = PALETTE[0], dash: bool = False,
+             width: float = 2.0) -> "Chart":
+        x, y = np.asarray(x, dtype=float), self._y(y)
+        if self.backend == "bokeh":
+            kw = {"legend_label": label} if label else {}
+            self.native.line(x, y, color=color, line_width=width, line_dash="dashed" if dash else "solid", **kw)
+        else:
+            self.native.plot(x, y, color=color, linestyle="--" if dash else "-", linewidth=width, label=label)
+        self._legend |= bool(label)
+        return self
+
+    def points(self, x, y, *, label: str | None = None, color: str = PALETTE[0], marker: str = "circle",
+               size: float = 8, hover: dict[str, Sequence] | None = None) -> "Chart":
+        """Markers at (x, y); ``hover`` (Bokeh): extra columns shown in the tooltip, ``{"layer": names}``."""
+        x, y = np.asarray(x, dtype=float), self._y(y)
+        if self.backend == "bokeh":
+            from bokeh.models import ColumnDataSource, HoverTool
+
+            data = {"x": x, "y": y, **{k: list(v) for k, v in (hover or {}).items()}}
+            kw = {"legend_label": label} if label else {}
+            renderer = self.native.scatter("x", "y", source=ColumnDataSource(data), marker=marker, size=size,
+                                           color=color, alpha=0.8, **kw)
+            tool = self.native.select_one(HoverTool)
+            if tool is not None:
+                tool.tooltips = [(k, f"@{{{k}}}") for k in (hover or {})] + [
+                    (self.x_label, "@x{0.[000]}"), (self.y_label, "@y{0.[000]}" if self.categories is None else "@y")]
+                tool.renderers = [*(tool.renderers if isinstance(tool.renderers, list) else []), renderer]
+        else:
+            mk = {"circle": "o", "square": "s", "triangle": "^", "diamond": "D"}.get(marker, "o")
+            self.native.scatter(x, y, marker=mk, s=size ** 2 * 0.6, color=color, alpha=0.8, label=label, zorder=3)
+        self._legend |= bool(label)
+        return self
+
+    def whiskers(self, at, low, high, *, horizontal: bool = False, color: str = "#333333",
+                 offset: float = 0.0) -> "Chart":
+        """Spread bars: vertical from ``low`` to ``high`` at x = ``at``, or horizontal at row ``at`` (shifted by
+        ``offset`` rows)."""
+        low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+        ok = np.isfinite(low) & np.isfinite(high)
+        if not ok.any():
+            return self
+        at = np.asarray(list(at), dtype=object)[ok]
+        low, high = low[ok], high[ok]
+        if horizontal:
+            y = self._y(at, offset)
+            if self.backend == "bokeh":
+                self.native.segment(x0=low, y0=y, x1=high, y1=y, color=color, line_width=1.5)
+            else:
+                self.native.hlines(y, low, high, color=color, linewidth=1.2, zorder=4)
+        else:
+            x = np.asarray(at, dtype=float)
+            if self.backend == "bokeh":
+                self.native.segment(x0=x, y0=low, x1=x, y1=high, color=color, line_width=1.5)
+            else:
+                self.native.vlines(x, low, high, color=color, linewidth=1.2, zorder=4)
+        return self
+
+    def hbars(self, categories, values, *, color: str = PALETTE[0], label: str | None = None,
+              offset: float = 0.0, thickness: float = 0.7) -> "Chart":
+        """Horizontal bars on the categorical rows, ``thickness`` rows thick, shifted by ``offset`` rows (side by
+        side bars: offsets -0.2 and 0.2, thickness 0.4)."""
+        values = np.asarray(values, dtype=float)
+        y = self._y(categories, offset)
+        if self.backend == "bokeh":
+            kw = {"legend_label": label} if label else {}
+            self.native.hbar(y=y, left=0, right=values, height=thickness, color=color, alpha=0.85, **kw)
+        else:
+            self.native.barh(y, values, height=thickness, color=color, alpha=0.85, label=label)
+        self._legend |= bool(label)
+        return self
+
+    def vline(self, x: float, *, label: str | None = None, color: str = "#555555") -> "Chart":
+        if self.backend == "bokeh":
+            from bokeh.models import Span
+
+            self.native.add_layout(Span(location=float(x), dimension="height", line_color=color, line_dash="dotted",
+                                        line_width=1.5))
+            if label:
+                self.text([x], None, [label], color=color)
+        else:
+            self.native.axvline(float(x), color=color, linestyle=":", linewidth=1.5, label=label)
+            self._legend |= bool(label)
+        return self
+
+    def text(self, x, y, texts, *, color: str = "#333333") -> "Chart":
+        """Labels at (x, y) (y may be categorical rows); ``y=None`` puts every label near the top of the plot."""
+        x, texts = np.asarray(x, dtype=float), [str(t) for t in texts]
+        y = None if y is None else list(y)
+        top = y is None or all(v is None for v in y)
+        if self.backend == "bokeh":
+            if top:
+                from bokeh.models import Label
+
+                for xi, t in zip(x, texts):
+                    self.native.add_layout(Label(x=float(xi), y=self.native.height - 80, y_units="screen", text=t,
+                                                 text_font_size="8pt", text_color=color, x_offset=4))
+            else:
+                self.native.text(x, self._y(y), text=texts, text_font_size="8pt", text_color=color, x_offset=4,
+                                 text_baseline="middle")
+        else:
+            ax = self.native
+            for i, (xi, t) in enumerate(zip(x, texts)):
+                if top:
+                    ax.annotate(t, (xi, 0.95), xycoords=("data", "axes fraction"), fontsize=7, color=color,
+                                xytext=(3, 0), textcoords="offset points")
+                else:
+                    ax.annotate(t, (xi, self._y([y[i]])[0] if self.categories is not None else float(y[i])),
+                                fontsize=7, color=color, xytext=(3, 0), textcoords="offset points", va="center")
+        return self
+
+    def finish(self) -> None:
+        if self._legend:
+            if self.backend == "bokeh":
+                self.native.legend.location = "top_left"
+                self.native.legend.click_policy = "hide"
+                self.native.legend.label_text_font_size = "8pt"
+            else:
+                self.native.legend(fontsize=8)
+
+
+def charts(backend: str, specs: Sequence[dict], *, width: int = 720, height: int = 400) -> list[Chart]:
+    """One :class:`Chart` per spec (``dict(title=..., x_label=..., y_label=..., x_log=..., categories=...)``),
+    side by side; for matplotlib they share one ``Figure``."""
+    backend = check_backend(backend)
+    if backend == "bokeh":
+        return [Chart(backend, width=width, height=height, **spec) for spec in specs]
+    Figure = _matplotlib_figure()
+    fig = Figure(figsize=(width / 100 * len(specs), height / 100), layout="constrained")
+    axes = fig.subplots(1, len(specs), squeeze=False)[0]
+    return [Chart(backend, ax=ax, **spec) for ax, spec in zip(axes, specs)]
+
+
+def combine(panels: Sequence[Chart], title: str | None = None):
+    """The figure of ``panels``: a Bokeh layout (one figure when alone) or their matplotlib ``Figure``."""
+    for panel in panels:
+        panel.finish()
+    if panels[0].backend == "bokeh":
+        if len(panels) == 1:
+            return panels[0].native
+        from bokeh.layouts import row
+
+        return row(*[p.native for p in panels])
+    fig = panels[0].native.figure
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+# ------------------------------------------------------------------------------------------ output
+
+_NOTEBOOK_READY = False
+
+
+def show(fig) -> None:
+    """Display ``fig`` in a notebook: Bokeh with INLINE resources (loaded once per kernel), matplotlib as PNG."""
+    global _NOTEBOOK_READY
+    if _is_bokeh(fig):
+        from bokeh.io import output_notebook, show as bokeh_show
+        from bokeh.resources import INLINE
+
+        if not _NOTEBOOK_READY:
+            output_notebook(resources=INLINE, hide_banner=True)
+            _NOTEBOOK_READY = True
+        bokeh_show(fig)
+        return
+    from IPython.display import display
+
+    display(fig)
+
+
+def to_html(fig, title: str = "mlms-nb analysis") -> str:
+    """A standalone HTML page of ``fig`` (Bokeh: BokehJS inlined; matplotlib: an embedded PNG)."""
+    if _is_bokeh(fig):
+        from bokeh.embed import file_html
+        from bokeh.resources import INLINE
+
+        return file_html(fig, INLINE, title)
+    import base64
+    import html
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    data = base64.b64encode(buf.getvalue()).decode()
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+            f"<body><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'></body></html>")
+
+
+def axis_labels(fig) -> list[str]:
+    """Every axis label of ``fig`` (either backend): what the tests check for units."""
+    if _is_bokeh(fig):
+        from bokeh.models import Axis
+
+        return [a.axis_label for a in fig.select({"type": Axis}) if a.axis_label]
+    return [lab for ax in fig.axes for lab in (ax.get_xlabel(), ax.get_ylabel()) if lab]
+
+
+def titles(fig) -> list[str]:
+    if _is_bokeh(fig):
+        from bokeh.models import Title
+
+        return [t.text for t in fig.select({"type": Title}) if t.text]
+    out = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    if fig._suptitle is not None:
+        out.append(fig._suptitle.get_text())
+    return out
+
+
+def _is_bokeh(fig) -> bool:
+    return type(fig).__module__.startswith("bokeh.")
+
+
+# ------------------------------------------------------------------------------------------ small table helpers
+
+def spread(values: np.ndarray) -> dict[str, float]:
+    """Median, p25, p75, IQR, mean, min, max of ``values`` (any unit; keys get the caller's suffix)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return dict(median=np.nan, p25=np.nan, p75=np.nan, iqr=np.nan, mean=np.nan, min=np.nan, max=np.nan)
+    p25, med, p75 = np.percentile(v, [25, 50, 75])
+    return dict(median=float(med), p25=float(p25), p75=float(p75), iqr=float(p75 - p25), mean=float(v.mean()),
+                min=float(v.min()), max=float(v.max()))
