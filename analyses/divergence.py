@@ -1,0 +1,243 @@
+"""Divergence between frameworks running the same model: numbers from arrays, tables, one plot.
+
+Pure: arrays and frames in, frames and figures out (no framework, nothing from ``mlms_nb`` but the schema).
+Definitions (``a`` is the reference tensor of a pair, ``b`` the other one, over all inputs of a run):
+
+- ``max_abs_error`` = max |b - a|, in the tensor's own units;
+- ``max_rel_error`` = max |b - a| / max |a|: the largest error relative to the layer's range of values
+  (an element-wise |b - a| / |a| explodes on the zeros a ReLU makes, so it is not used);
+- ``cosine_similarity`` = <a, b> / (|a| |b|) over the flattened outputs of all inputs (1 = same direction);
+- output divergences of softmax(logits): ``KL(p_a || p_b)`` and Jensen-Shannon ``JS(p_a, p_b)`` in nats,
+  mean and max over inputs; ``top1_agreement`` = share of inputs whose top-1 classes are equal.
+
+The layer table (:func:`layer_table`) has one row per aligned layer in execution order and, per pair
+``a~b``, the columns ``max_abs_error[a~b]``, ``max_rel_error[a~b]``, ``cosine_similarity[a~b]`` (NaN where one
+of the two frameworks has no such tensor), then per framework ``latency_ms[f]`` and ``latency_iqr_ms[f]``.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import _plot
+
+METRICS = ("max_abs_error", "max_rel_error", "cosine_similarity")
+ANALYSIS = "divergence.layers"
+
+
+def pair_label(a: str, b: str) -> str:
+    """``torch~onnxruntime``: how a framework pair is written in column names."""
+    return f"{a}~{b}"
+
+
+def column(metric: str, key: str) -> str:
+    """``max_rel_error[torch~onnxruntime]``, ``latency_ms[torch]``."""
+    return f"{metric}[{key}]"
+
+
+# ------------------------------------------------------------------------------------------ tensors
+
+class ErrorStats:
+    """Running error statistics of one tensor pair, fed batch by batch (float64 sums)."""
+
+    __slots__ = ("max_abs_error", "max_abs_reference", "dot", "norm_a", "norm_b", "count")
+
+    def __init__(self) -> None:
+        self.max_abs_error = 0.0
+        self.max_abs_reference = 0.0
+        self.dot = self.norm_a = self.norm_b = 0.0
+        self.count = 0
+
+    def update(self, a: np.ndarray, b: np.ndarray) -> "ErrorStats":
+        """Add a batch: ``a`` (reference) and ``b`` of the same number of elements (``b`` is reshaped)."""
+        a = np.asarray(a)
+        b = np.asarray(b)
+        if a.size != b.size:
+            raise ValueError(f"tensor sizes differ: {a.shape} vs {b.shape}")
+        a64 = a.astype(np.float64, copy=False).ravel()
+        b64 = b.astype(np.float64, copy=False).ravel()
+        if a64.size:
+            self.max_abs_error = max(self.max_abs_error, float(np.max(np.abs(b64 - a64))))
+            self.max_abs_reference = max(self.max_abs_reference, float(np.max(np.abs(a64))))
+            self.dot += float(a64 @ b64)
+            self.norm_a += float(a64 @ a64)
+            self.norm_b += float(b64 @ b64)
+            self.count += a64.size
+        return self
+
+    def result(self) -> dict[str, float]:
+        """``max_abs_error``, ``max_rel_error``, ``cosine_similarity`` (NaN when undefined)."""
+        rel = self.max_abs_error / self.max_abs_reference if self.max_abs_reference > 0 else (
+            0.0 if self.max_abs_error == 0 else np.inf)
+        denominator = np.sqrt(self.norm_a) * np.sqrt(self.norm_b)
+        cosine = self.dot / denominator if denominator > 0 else (1.0 if self.norm_a == self.norm_b == 0 else np.nan)
+        if not self.count:
+            return dict(max_abs_error=np.nan, max_rel_error=np.nan, cosine_similarity=np.nan)
+        return dict(max_abs_error=self.max_abs_error, max_rel_error=float(rel), cosine_similarity=float(cosine))
+
+
+def tensor_errors(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    """The three error metrics of one tensor pair (see the module docstring)."""
+    return ErrorStats().update(a, b).result()
+
+
+# ------------------------------------------------------------------------------------------ outputs
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float64 (max subtracted first)."""
+    x = np.asarray(logits, dtype=np.float64)
+    x = x - x.max(axis=1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def kl_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """KL(p || q) per row, in nats (terms with p = 0 count 0; q is floored at the float64 tiny)."""
+    p = np.asarray(p, dtype=np.float64)
+    q = np.maximum(np.asarray(q, dtype=np.float64), np.finfo(np.float64).tiny)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, p * (np.log(np.where(p > 0, p, 1.0)) - np.log(q)), 0.0)
+    return np.maximum(terms.sum(axis=1), 0.0)
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Jensen-Shannon divergence per row, in nats (0 .. ln 2)."""
+    m = 0.5 * (np.asarray(p, dtype=np.float64) + np.asarray(q, dtype=np.float64))
+    return 0.5 * kl_divergence(p, m) + 0.5 * kl_divergence(q, m)
+
+
+def output_table(logits: Mapping[str, np.ndarray], pairs: Sequence[tuple[str, str]]) -> pd.DataFrame:
+    """One row per pair: KL/JS divergence of the softmax outputs (mean, max over inputs), top-1 agreement,
+    max |logit difference| and the number of inputs."""
+    rows = []
+    for a, b in pairs:
+        la, lb = np.asarray(logits[a]), np.asarray(logits[b])
+        pa, pb = softmax(la), softmax(lb)
+        kl, js = kl_divergence(pa, pb), js_divergence(pa, pb)
+        rows.append(dict(pair=pair_label(a, b), reference=a, other=b, n_inputs=len(la),
+                         kl_mean_nats=float(kl.mean()), kl_max_nats=float(kl.max()),
+                         js_mean_nats=float(js.mean()), js_max_nats=float(js.max()),
+                         top1_agreement=float(np.mean(la.argmax(1) == lb.argmax(1))),
+                         max_abs_logit_error=float(np.max(np.abs(lb.astype(np.float64) - la)))))
+    return pd.DataFrame(rows)
+
+
+def per_input_table(ids: Sequence[str], labels: np.ndarray | None, logits: Mapping[str, np.ndarray],
+                    class_names: Sequence[str] | None = None, k: int = 5) -> pd.DataFrame:
+    """One row per input and framework: label, predicted top-1 (and its probability), correct, top-k correct."""
+    frames = []
+    n = len(ids)
+    label_arr = np.full(n, -1, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
+    for fw, out in logits.items():
+        prob = softmax(out)
+        order = np.argsort(-prob, axis=1, kind="stable")[:, :k]
+        top1 = order[:, 0]
+        known = label_arr >= 0
+        frame = pd.DataFrame({
+            "input_id": list(ids), "framework": fw, "label": label_arr, "top1": top1.astype(np.int64),
+            "top1_probability": prob[np.arange(n), top1],
+            "correct": np.where(known, top1 == label_arr, False),
+            f"top{k}_correct": np.where(known, (order == label_arr[:, None]).any(axis=1), False),
+        })
+        if class_names is not None:
+            names = np.asarray(list(class_names), dtype=object)
+            frame.insert(3, "label_name", [names[i] if 0 <= i < len(names) else "" for i in label_arr])
+            frame.insert(5, "top1_name", names[top1])
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def accuracy_table(per_input: pd.DataFrame, reference: str, k: int = 5) -> pd.DataFrame:
+    """Top-1/top-k accuracy per framework (share of labelled inputs) and the delta vs ``reference``,
+    computed from ``per_input`` alone; ``changed_vs_reference`` counts inputs whose correctness differs."""
+    _plot.require_columns(per_input, ["input_id", "framework", "label", "correct", f"top{k}_correct"], "per_input")
+    labelled = per_input[per_input["label"] >= 0]
+    ref = labelled[labelled["framework"] == reference].set_index("input_id")
+    rows = []
+    for fw, group in labelled.groupby("framework", sort=False):
+        g = group.set_index("input_id")
+        changed = int((g["correct"] != ref["correct"].reindex(g.index)).sum()) if len(ref) else 0
+        rows.append(dict(framework=fw, n_inputs=len(g), top1=float(g["correct"].mean()) if len(g) else np.nan,
+                         **{f"top{k}": float(g[f"top{k}_correct"].mean()) if len(g) else np.nan},
+                         changed_vs_reference=changed))
+    table = pd.DataFrame(rows)
+    if len(table):
+        base = table.set_index("framework").loc[reference] if reference in set(table["framework"]) else None
+        for metric in ("top1", f"top{k}"):
+            table[f"{metric}_delta"] = table[metric] - (base[metric] if base is not None else np.nan)
+    return table
+
+
+# ------------------------------------------------------------------------------------------ layers
+
+def layer_table(layers: pd.DataFrame, errors: Mapping[tuple[int, str], Mapping[str, float]],
+                latency: Mapping[tuple[int, str], tuple[float, float]], pairs: Sequence[tuple[str, str]],
+                frameworks: Sequence[str], tolerance: float) -> pd.DataFrame:
+    """The wide per-layer table.
+
+    ``layers``: one row per aligned layer (any identifying columns, index 0..n-1 in execution order);
+    ``errors[(row, pair_label)]``: the metrics of that layer for that pair (missing = NaN);
+    ``latency[(row, framework)]``: (median ms, IQR ms). Tagged ``attrs`` (pairs, frameworks, tolerance) for :func:`plot`.
+    """
+    table = layers.reset_index(drop=True).copy()
+    n = len(table)
+    for a, b in pairs:
+        key = pair_label(a, b)
+        for metric in METRICS:
+            table[column(metric, key)] = [errors.get((i, key), {}).get(metric, np.nan) for i in range(n)]
+    for fw in frameworks:
+        table[column("latency_ms", fw)] = [latency.get((i, fw), (np.nan, np.nan))[0] for i in range(n)]
+        table[column("latency_iqr_ms", fw)] = [latency.get((i, fw), (np.nan, np.nan))[1] for i in range(n)]
+    table.attrs.update(analysis=ANALYSIS, pairs=[pair_label(a, b) for a, b in pairs], frameworks=list(frameworks),
+                       tolerance=float(tolerance))
+    return table
+
+
+def first_divergent(table: pd.DataFrame, pair: str, tolerance: float, metric: str = "max_rel_error") -> int | None:
+    """Row position of the first layer (execution order) whose ``metric`` for ``pair`` exceeds ``tolerance``;
+    None when none does (layers the pair has no tensor for are skipped)."""
+    col = column(metric, pair)
+    _plot.require_columns(table, [col], "layer table")
+    values = table[col].to_numpy(dtype=float)
+    over = np.flatnonzero(np.isfinite(values) & (values > tolerance))
+    return int(over[0]) if over.size else None
+
+
+def plot(table: pd.DataFrame, backend: str = "bokeh", metric: str = "max_rel_error", title: str | None = None):
+    """Error per layer in execution order (log y, tolerance line) beside each framework's latency per layer.
+
+    Left panel: ``metric`` per pair; right panel: latency (median ms) per framework, same x axis.
+    """
+    _plot.require_analysis(table, ANALYSIS)
+    if metric not in METRICS[:2]:
+        raise _plot.AnalysisError(f"metric {metric!r}: expected one of max_abs_error, max_rel_error")
+    pairs, frameworks = table.attrs["pairs"], table.attrs["frameworks"]
+    tolerance = float(table.attrs["tolerance"])
+    x = np.arange(len(table), dtype=float)
+    names = [str(v) for v in table.get("layer", table.index)]
+    unit = "(error / max |reference|)" if metric == "max_rel_error" else "(tensor units)"
+    panels = _plot.charts(backend, [
+        dict(title=f"{metric} per layer, over all inputs (log scale; dashed: tolerance {tolerance:g})",
+             x_label="layer (execution order, index)", y_label=f"{metric} {unit}", y_log=True),
+        dict(title="latency per layer: median over timed calls, batch 1", x_label="layer (execution order, index)",
+             y_label="latency (ms)"),
+    ], width=640, height=380)
+    err, lat = panels
+    floor = 1e-12  # exact zeros cannot sit on a log axis: drawn at the floor
+    for i, pair in enumerate(pairs):
+        values = table[column(metric, pair)].to_numpy(dtype=float)
+        ok = np.isfinite(values)
+        err.line(x[ok], np.maximum(values[ok], floor), color=_plot.color(i), width=1.5)
+        err.points(x[ok], np.maximum(values[ok], floor), label=pair, color=_plot.color(i), size=5,
+                   hover={"layer": [names[j] for j in np.flatnonzero(ok)]})
+    err.line([x.min() if len(x) else 0, x.max() if len(x) else 1], [tolerance, tolerance], color="#555555", dash=True,
+             width=1.0, label=f"tolerance {tolerance:g}")
+    for i, fw in enumerate(frameworks):
+        values = table[column("latency_ms", fw)].to_numpy(dtype=float)
+        ok = np.isfinite(values)
+        lat.line(x[ok], values[ok], color=_plot.color(len(pairs) + i), width=1.2)
+        lat.points(x[ok], values[ok], label=fw, color=_plot.color(len(pairs) + i), size=4,
+                   hover={"layer": [names[j] for j in np.flatnonzero(ok)]})
+    return _plot.combine(panels, title=title)

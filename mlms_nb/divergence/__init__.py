@@ -1,0 +1,10 @@
+"""Cross-framework divergence: the same model in two or three frameworks (and an INT8 copy) on the same
+inputs, compared layer by layer, with each layer's latency beside its error.
+
+``diverge("efficientnet_lite0", frameworks=("torch", "onnxruntime", "tensorflow"))`` -> :class:`Divergence`.
+Frameworks are imported only when a divergence runs.
+"""
+from .api import ALIGNMENT_RULE, diverge
+from .result import Divergence
+
+__all__ = ["diverge", "Divergence", "ALIGNMENT_RULE"]

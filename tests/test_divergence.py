@@ -1,0 +1,193 @@
+"""Cross-framework divergence: EfficientNet-Lite0 in PyTorch, ONNX Runtime, TensorFlow and an INT8 ONNX copy,
+compared layer by layer on the 20 packaged photos; plus the pure numbers on constructed arrays."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyses import _plot
+from analyses import divergence as A
+from mlms_nb.divergence import diverge
+from mlms_nb.divergence.align import Point, attribute_latency, onnx_key
+from mlms_nb.errors import MlmsError
+
+FP32_PAIRS = ("torch~onnxruntime", "torch~tensorflow", "onnxruntime~tensorflow")
+INT8_PAIR = "torch~onnxruntime-int8"
+
+
+@pytest.fixture(scope="module")
+def lite0():
+    """One run, all 20 photos, three fp32 frameworks plus the INT8 copy (the slow part of this file, ~60 s)."""
+    from tests.conftest import SESSION_HOME
+
+    mp = pytest.MonkeyPatch()
+    SESSION_HOME.mkdir(parents=True, exist_ok=True)
+    mp.setenv("MLMS_HOME", str(SESSION_HOME))
+    try:
+        yield diverge("efficientnet_lite0", frameworks="torch,onnxruntime,tensorflow", quantized=True,
+                      latency_repeats=3)
+    finally:
+        mp.undo()
+
+
+# ------------------------------------------------------------------------------------------ real models
+
+@pytest.mark.slow
+def test_fp32_frameworks_agree_layer_by_layer(lite0):
+    layers = lite0.layers
+    assert lite0.frameworks == ["torch", "onnxruntime", "tensorflow", "onnxruntime-int8"]
+    assert len(layers) > 100 and list(layers["layer_index"]) == list(range(len(layers)))
+    for pair in FP32_PAIRS:
+        rel = layers[A.column("max_rel_error", pair)]
+        assert rel.notna().sum() > 60
+        assert rel.max() < 1e-4, pair
+        assert layers[A.column("cosine_similarity", pair)].min() > 0.99999
+        assert lite0.first_divergent_layer[pair] is None
+    out = lite0.outputs.set_index("pair")
+    assert (out.loc[list(FP32_PAIRS), "top1_agreement"] == 1.0).all()
+    assert (out.loc[list(FP32_PAIRS), "max_abs_logit_error"] < 1e-4).all()
+    # the alignment rule: ONNX folds _bn0 into _conv_stem, so the pre-BN conv output is compared for Keras only
+    by_layer = layers.set_index("layer")
+    assert np.isnan(by_layer.loc["_conv_stem", A.column("max_abs_error", "torch~onnxruntime")])
+    assert np.isfinite(by_layer.loc["_conv_stem", A.column("max_abs_error", "torch~tensorflow")])
+    assert np.isfinite(by_layer.loc["_bn0", A.column("max_abs_error", "torch~onnxruntime")])
+    assert {"_swish", "_swish#1", "_blocks.1._swish#1", "_fc"} <= set(layers["layer"])  # shared ReLU6 calls
+
+
+@pytest.mark.slow
+def test_int8_first_divergent_layer_is_reported(lite0):
+    first = lite0.first_divergent_layer[INT8_PAIR]
+    assert first is not None
+    rel = lite0.layers[A.column("max_rel_error", INT8_PAIR)].to_numpy(dtype=float)
+    position = int(np.flatnonzero(lite0.layers["layer"].to_numpy() == first)[0])
+    assert rel[position] > lite0.tolerance
+    before = rel[:position]
+    assert np.all(np.isnan(before) | (before <= lite0.tolerance))
+    assert lite0.outputs.set_index("pair").loc[INT8_PAIR, "js_mean_nats"] > 0
+    assert first in lite0.to_text() and first in lite0._repr_html_()
+
+
+@pytest.mark.slow
+def test_int8_accuracy_delta_matches_per_input_predictions(lite0, monkeypatch):
+    per_input = lite0.per_input
+    assert per_input["input_id"].nunique() == 20
+    acc = lite0.accuracy.set_index("framework")
+    for fw, group in per_input.groupby("framework"):
+        assert acc.loc[fw, "top1"] == pytest.approx(group["correct"].mean())
+        assert acc.loc[fw, "top5"] == pytest.approx(group["top5_correct"].mean())
+    ref = per_input[per_input.framework == "torch"].set_index("input_id")
+    int8 = per_input[per_input.framework == "onnxruntime-int8"].set_index("input_id")
+    delta = int8["correct"].mean() - ref["correct"].mean()
+    assert acc.loc["onnxruntime-int8", "top1_delta"] == pytest.approx(delta)
+    assert acc.loc["onnxruntime-int8", "changed_vs_reference"] == int((int8["correct"] != ref["correct"]).sum())
+
+    # the captured int8 predictions are the quantized model's own: an untouched session agrees on every photo
+    import onnxruntime as ort
+
+    from mlms_nb.data.datasets import open_dataset
+    from mlms_nb.data.transforms import Preprocessor
+    from mlms_nb.divergence.quantize import quantized_onnx
+    from mlms_nb.manifest import find_manifest
+    from tests.conftest import SESSION_HOME
+
+    monkeypatch.setenv("MLMS_HOME", str(SESSION_HOME))
+    manifest = find_manifest("efficientnet_lite0", framework="onnxruntime")
+    artifact = quantized_onnx(manifest)
+    meta = json.loads((artifact.path.parent / "artifact.json").read_text())
+    assert meta["sha256"] == artifact.sha256 and meta["quantization"]["format"] == "QDQ"
+    batch = next(open_dataset("imagenet-samples", manifest).iter_batches(20, Preprocessor(manifest)))
+    session = ort.InferenceSession(str(artifact.path), providers=["CPUExecutionProvider"])
+    logits = session.run(None, {"input": batch.data})[0]
+    assert list(int8.loc[batch.ids, "top1"]) == list(logits.argmax(1))
+    assert list(int8.loc[batch.ids, "label"]) == list(batch.labels)
+
+
+@pytest.mark.slow
+def test_layer_latency_beside_error(lite0):
+    layers = lite0.layers
+    for fw in lite0.frameworks:
+        lat = layers[A.column("latency_ms", fw)]
+        assert (lat.dropna() >= 0).all() and lat.sum() > 0, fw
+    assert layers[A.column("latency_ms", "torch")].notna().all()  # PyTorch has every row
+    summary = lite0.latency.set_index("framework")
+    assert (summary["total_ms"] > 0).all() and (summary["timed_calls"] == 3).all()
+    assert (summary["layers_ms"] <= summary["total_ms"] * (1 + 1e-9)).all()  # layers + unattributed = total
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["bokeh", "matplotlib"])
+def test_plot_has_units_and_tolerance(lite0, backend):
+    fig = lite0.plot(backend=backend)
+    labels = _plot.axis_labels(fig)
+    assert any("latency (ms)" in lab for lab in labels)
+    assert any("max_rel_error" in lab for lab in labels)
+    assert any("tolerance" in t for t in _plot.titles(fig))
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(frameworks="torch"), "at least two frameworks"),
+    (dict(frameworks="torch,mxnet"), "unknown framework 'mxnet'"),
+    (dict(tolerance=0), "tolerance must be a positive number"),
+    (dict(limit=0), "limit must be None or a positive integer"),
+    (dict(quantized="tensorrt-int8"), "the only quantized copy is 'onnxruntime-int8'"),
+])
+def test_bad_arguments_are_one_sentence(kwargs, message):
+    with pytest.raises(MlmsError, match=message):
+        diverge("efficientnet_lite0", **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ pure numbers
+
+def test_error_metrics_on_constructed_tensors():
+    a = np.array([[0.0, 2.0, -4.0]], dtype=np.float32)
+    b = np.array([[0.0, 2.5, -4.0]], dtype=np.float32)
+    e = A.tensor_errors(a, b)
+    assert e["max_abs_error"] == pytest.approx(0.5)
+    assert e["max_rel_error"] == pytest.approx(0.5 / 4.0)  # relative to max |reference|, zeros are harmless
+    assert e["cosine_similarity"] == pytest.approx((0 + 5 + 16) / (np.sqrt(20) * np.sqrt(22.25)))
+    stats = A.ErrorStats().update(a[:, :2], b[:, :2]).update(a[:, 2:], b[:, 2:])  # batch by batch == at once
+    assert stats.result() == pytest.approx(e)
+
+
+def test_kl_js_known_values():
+    p = np.array([[1.0, 0.0], [0.5, 0.5]])
+    q = np.array([[0.0, 1.0], [0.5, 0.5]])
+    js = A.js_divergence(p, q)
+    assert js[0] == pytest.approx(np.log(2)) and js[1] == pytest.approx(0.0)
+    assert A.kl_divergence(np.array([[0.5, 0.5]]), np.array([[0.25, 0.75]]))[0] == pytest.approx(
+        0.5 * np.log(2) + 0.5 * np.log(0.5 / 0.75))
+
+
+def test_first_divergent_and_accuracy_on_constructed_frames():
+    layers = pd.DataFrame({"layer": ["a", "b", "c", "d"]})
+    errors = {(0, "x~y"): {"max_rel_error": 1e-6}, (2, "x~y"): {"max_rel_error": 3e-3},
+              (3, "x~y"): {"max_rel_error": 1e-1}}
+    table = A.layer_table(layers, errors, {}, [("x", "y")], ["x", "y"], 1e-3)
+    assert A.first_divergent(table, "x~y", 1e-3) == 2 and A.first_divergent(table, "x~y", 1.0) is None
+    logits = {"x": np.eye(3)[[0, 1, 2, 0]] * 5, "y": np.eye(3)[[0, 2, 2, 1]] * 5}
+    per_input = A.per_input_table(["i0", "i1", "i2", "i3"], np.array([0, 1, 2, 0]), logits, k=2)
+    acc = A.accuracy_table(per_input, "x", k=2).set_index("framework")
+    assert acc.loc["x", "top1"] == 1.0 and acc.loc["y", "top1"] == 0.5
+    assert acc.loc["y", "top1_delta"] == -0.5 and acc.loc["y", "changed_vs_reference"] == 2
+    out = A.output_table(logits, [("x", "y")]).iloc[0]
+    assert out["top1_agreement"] == 0.5
+
+
+def test_onnx_names_and_latency_attribution():
+    names = {"_swish", "_blocks.1", "_blocks.1._swish", "_blocks.1._bn1", "_conv_stem"}
+    assert onnx_key("/_blocks.1/_swish_1/Clip_output_0_nchwc", names) == ("_blocks.1._swish", 1)
+    assert onnx_key("/_swish_1/Clip", names) == ("_swish", 1)
+    assert onnx_key("/_blocks.1/Add", names) == ("_blocks.1", 0)
+    assert onnx_key("input_QuantizeLinear", names) is None and onnx_key("/Reshape", names) is None
+    points = [Point(i, n, 0, "", ()) for i, n in enumerate(["c", "bn", "relu", "fc"])]
+    rows = points[1:]  # "c" is not a row; this framework has tensors for "bn" and "fc" only
+    per_row, rest = attribute_latency(points, rows, {("bn", 0), ("fc", 0)},
+                                      {("c", 0): [1.0, 2.0], ("relu", 0): [10.0, 10.0], None: [5.0, 5.0]})
+    assert list(per_row[0]) == [1.0, 2.0]   # the conv's time lands on the bn row it produces
+    assert list(per_row[2]) == [10.0, 10.0]  # relu (no tensor here) lands on the next row this framework has
+    assert list(rest) == [5.0, 5.0]
