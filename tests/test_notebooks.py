@@ -47,3 +47,30 @@ def test_02_evaluate(shared_home):
         assert fw in summary
     assert any(o.get("data", {}).get("image/png") for o in code[4].outputs)  # the plot rendered
     assert "efficientnet_lite0" in text_of(code[-1])  # the history listing
+
+
+@pytest.mark.slow
+def test_03_tracing(shared_home):
+    nb = run_notebook("03_tracing.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    overhead = text_of(code[0])
+    assert "torch" in overhead and "onnxruntime" in overhead and "overhead_pct" in overhead
+    levels = text_of(code[1])
+    for needle in ("APPLICATION", "MODEL", "FRAMEWORK", "ML_LIBRARY", "layer", "op"):
+        assert needle in levels
+    assert "aten::" in text_of(code[4])  # ops of one layer
+    both = text_of(code[5])
+    # ONNX Runtime fuses Conv+BatchNorm+Clip into one node named after the activation module: 35 shared names
+    assert int(both.split(" layers traced in both frameworks")[0].split()[-1]) >= 30
+    assert "perf" in text_of(code[6]) and "psutil" in text_of(code[6])  # reasons and counters
+    assert "True" in text_of(code[7])  # the Chrome trace came back equal
+    assert "APPLICATION" in text_of(code[-1]) and "layer" in text_of(code[-1])
+
+
+@pytest.mark.slow
+def test_05_divergence(shared_home):
+    nb = run_notebook("05_divergence.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "torch~onnxruntime-int8" in text_of(code[1]) and "'_swish'" in text_of(code[1])
+    assert "top1_delta" in text_of(code[3])
+    assert any(o.get("data", {}).get("image/png") for o in code[-1].outputs)
