@@ -219,7 +219,7 @@ def main(argv=None) -> int:
           f"{n_spans / t:>12,.0f} {peak:>13,.0f} {'':>9s} {pq['rows']:>10,}")
     print()
     print(f"file: {size / 2**20:.1f} MiB JSON, {events:,} events; Parquet directory {pq_size / 2**20:.1f} MiB "
-          f"(lz4), written in {save_s:.2f} s; Parquet rate counts spans ({n_spans:,}) per second")
+          f"(LZ4), written in {save_s:.2f} s; Parquet rate counts spans ({n_spans:,}) per second")
     if len(rows) > 1:
         best_hta = min(statistics.median(m["seconds"]) for _, m, _ in rows[1:])
         print(f"speed-up over the faster HTA backend: {best_hta / mlms_s:.1f}x (target >= 3x)")

@@ -6,8 +6,9 @@ On disk (:meth:`Trace.save` / :meth:`Trace.load`) a trace is a **directory** hol
       spans.parquet      the spans frame; its key-value metadata "mlms_nb" holds the trace metadata (JSON)
       counters.parquet   the counters frame
 
-Categorical columns are stored dictionary-encoded (the others plain), compression is zstd, row groups of
-65,536 rows (decoded in parallel); reopening is a columnar read with no per-row work.
+Categorical columns are stored dictionary-encoded (the others plain), compression is LZ4 (it decodes about 1.3x
+faster than zstd here, for 3x the bytes on disk), row groups of 65,536 rows (decoded in parallel), read memory-mapped;
+reopening is a columnar read with no per-row work.
 :meth:`Trace.to_chrome` / :meth:`Trace.from_chrome` read and write Chrome trace JSON (Perfetto,
 chrome://tracing), including PyTorch Kineto and ONNX Runtime profiles (see :mod:`mlms_nb.tracing.chrome`).
 """
@@ -99,7 +100,7 @@ class Trace:
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), **extra})
             tmp = root / (name + ".part")
             cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
-            pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP, use_dictionary=cats,
+            pq.write_table(table, tmp, compression="lz4", row_group_size=ROW_GROUP, use_dictionary=cats,
                            write_statistics=False)
             os.replace(tmp, root / name)
         return root
@@ -121,7 +122,7 @@ class Trace:
             return STR_DTYPE if t in (pa.string(), pa.large_string()) else None
 
         try:
-            table = pq.read_table(spans_path, use_threads=True)
+            table = pq.read_table(spans_path, use_threads=True, memory_map=True)
             raw = (table.schema.metadata or {}).get(_META_KEY)
             if raw is None:
                 raise TraceFormatError(f"{os.fspath(spans_path)!r} is not an mlms-nb trace (no mlms_nb metadata)")
@@ -145,6 +146,18 @@ class Trace:
             raise TraceFormatError(f"the trace in {os.fspath(root)!r} does not follow the schema: {exc}") from None
 
     # ------------------------------------------------------------------------------------------- Chrome
+
+    def timeline(self, backend: str = "bokeh", **kwargs):
+        """The zoomable timeline of these spans (``analyses.timeline``: Bokeh, or matplotlib for print)."""
+        from ..analysis import timeline
+
+        return timeline(self, backend, **kwargs)
+
+    def layers(self, what: str = "latency", by: str = "layer"):
+        """Layer occurrence, latency or memory from the layer spans (``analyses.layers``), as an ``Analysis``."""
+        from ..analysis import layers
+
+        return layers(self, what=what, by=by)
 
     def to_chrome(self, path: str | os.PathLike) -> Path:
         """Write Chrome trace JSON (opens in Perfetto / chrome://tracing; :meth:`from_chrome` reads it back
