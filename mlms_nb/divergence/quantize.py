@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import FrameworkNotInstalledError, PredictorError
 from ..manifest import Manifest
-from ..models.convert import (Artifact, _locked, _sha256, _temp_path, _write_json, artifact_folder, convert)
+from ..models.convert import (Artifact, _cached, _locked, _sha256, _temp_path, _write_json, artifact_folder, convert)
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def quantized_onnx(model: str | Manifest, force: bool = False) -> Artifact:
     source_key = json.dumps({"fp32_sha256": fp32.sha256, **SETTINGS}, sort_keys=True)
     label = f"{m.name}@{m.version} -> {FRAMEWORK}"
     with _locked(folder):
-        digest = None if force else _cached(folder, target, source_key, label)
+        digest = None if force else _cached(folder, target, label, source_key=source_key)
         if digest is None:
             log.info("building %s (one-time): %s", label, target)
             started = time.perf_counter()
@@ -114,20 +114,3 @@ def quantized_onnx(model: str | Manifest, force: bool = False) -> Artifact:
                 "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             })
     return Artifact(path=target, sha256=digest, framework=FRAMEWORK, name=fp32.name, version=fp32.version)
-
-
-def _cached(folder: Path, target: Path, source_key: str, label: str) -> str | None:
-    """The artifact's sha256 when the cached one is whole and built from the same fp32 graph and settings."""
-    meta_path = folder / "artifact.json"
-    if not target.is_file() or not meta_path.is_file():
-        return None
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        log.warning("%s: unreadable %s; rebuilding", label, meta_path)
-        return None
-    digest = _sha256(target)
-    if digest != meta.get("sha256") or meta.get("source_key") != source_key:
-        log.info("%s: %s is stale or altered; rebuilding", label, target)
-        return None
-    return digest

@@ -144,8 +144,10 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _cached(folder: Path, target: Path, source_sha: str | None, label: str) -> str | None:
-    """The artifact's sha256 when the cached one is whole and current; None (reason logged) otherwise."""
+def _cached(folder: Path, target: Path, label: str, **built_from: Any) -> str | None:
+    """The artifact's sha256 when the cached one is whole and current -- its ``artifact.json`` records the
+    file's sha256 and, for each ``built_from`` key, the same value (what it was built from); None (reason
+    logged) otherwise."""
     meta_path = folder / "artifact.json"
     if not target.is_file() or not meta_path.is_file():
         return None
@@ -158,9 +160,10 @@ def _cached(folder: Path, target: Path, source_sha: str | None, label: str) -> s
     if digest != meta.get("sha256"):
         log.warning("%s: %s has sha256 %s but artifact.json says %s; rebuilding", label, target, digest, meta.get("sha256"))
         return None
-    if meta.get("source_weights_sha256") != source_sha:
-        log.info("%s: the source weights changed since %s was built; rebuilding", label, target)
-        return None
+    for key, value in built_from.items():
+        if meta.get(key) != value:
+            log.info("%s: %s changed since %s was built; rebuilding", label, key, target)
+            return None
     return digest
 
 
@@ -253,7 +256,7 @@ def convert(manifest_or_name: Manifest | str, to: str, force: bool = False) -> A
     target = folder / ARTIFACT_FILES[fw]
     label = f"{m.name}@{m.version} -> {fw}"
     with _locked(folder):
-        digest = None if force else _cached(folder, target, source_sha, label)
+        digest = None if force else _cached(folder, target, label, source_weights_sha256=source_sha)
         if digest is None:
             log.info("building %s (one-time): %s", label, target)
             started = time.perf_counter()

@@ -51,8 +51,7 @@ from ._build import containment_parents
 from ._jsonscan import EventStream
 from .errors import TraceFormatError
 from .levels import TraceLevel
-from .schema import (LEVEL_NAMES, STR_DTYPE, canonical_categorical, counters_frame, level_categorical,
-                     spans_frame, str_column)
+from .schema import (canonical_categorical, counters_frame, level_categorical, spans_frame, str_column)
 
 FORMAT = "mlms-nb/chrome-trace"
 FORMAT_VERSION = 1
@@ -596,7 +595,6 @@ class _Columns:
                               "unit": (np.zeros(k, np.int64), ["bytes"]), "device": (dev_codes, dev_names)})
         if self.counter_rows:
             rows = self.counter_rows
-            m = len(rows)
             part = {"ts_ns": _ns(np.array([r[0] for r in rows], np.float64)),
                     "value": np.array([r[3] for r in rows], np.float64)}
             for j, key in ((1, "source"), (2, "metric"), (4, "unit"), (5, "device")):

@@ -18,7 +18,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 import pandas as pd
 
