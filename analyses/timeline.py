@@ -1,0 +1,336 @@
+"""Timeline of a trace: one track per (level, device, thread / stream, nesting depth), zoomable from the whole
+run down to single kernels, for traces of a million spans in a notebook with no Bokeh server.
+
+- :func:`compute` -- the tracks and the level-of-detail rows (:mod:`analyses._lod`): every span once, shown
+  from the zoom level where it is at least a pixel wide; narrower spans merged per track into blocks
+  (count, busy time) at each coarser level. Times: ns from the trace start (``start_ns``, ``end_ns``).
+- :func:`view` -- the rows drawn for one x window (ms) at one plot width (px).
+- :func:`plot` -- Bokeh (interactive; the pyramid travels once as a compressed binary payload and a CustomJS
+  callback on the x range swaps in the right level and the visible window, see :mod:`analyses._timeline_bokeh`)
+  or matplotlib (static, for a PDF).
+- :func:`to_html` -- a standalone page with INLINE resources (works offline).
+
+Hover: name, duration (ns/µs/ms), input shapes, FLOPs, layer type, level; on merged blocks: how many spans,
+their busy time and the longest one's name.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from mlms_nb.tracing.schema import LEVEL_NAMES, validate_spans
+
+from . import _lod
+from ._plot import AnalysisError, MissingDependency, check_backend
+
+# tab20, dark shades first: the same colours in Bokeh and matplotlib
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
+           "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5",
+           "#7f7f7f")
+OTHER_COLOR = "#c7c7c7"
+NAMED_KINDS = ("op", "kernel", "memcpy", "memset", "runtime")
+"""Kinds coloured by their own name when they carry no layer type (``aten::conv2d``, a CUDA kernel)."""
+X_LABEL = "time since trace start (ms)"
+Y_LABEL = "track (level · device · thread [depth])"
+_EXTRA = "pip install 'mlms-nb[analysis]'"
+_REQUIRED = ("trace_id", "span_id", "parent_id", "name", "level", "kind", "start_ns", "end_ns", "duration_ns",
+             "thread", "device", "stream", "layer_type", "shape", "flops")
+
+
+# ------------------------------------------------------------------------------------------ compute
+
+def _spans_of(spans) -> pd.DataFrame:
+    if hasattr(spans, "spans") and isinstance(getattr(spans, "spans"), pd.DataFrame):
+        spans = spans.spans  # a Trace
+    if not isinstance(spans, pd.DataFrame):
+        raise AnalysisError(f"timeline: expected a spans DataFrame or a Trace, got {type(spans).__name__}")
+    missing = [c for c in _REQUIRED if c not in spans.columns]
+    if missing:
+        raise AnalysisError(f"timeline: the spans frame lacks column(s) {', '.join(missing)} "
+                            "(see mlms_nb.tracing.schema)")
+    try:
+        return validate_spans(spans)
+    except ValueError as exc:
+        raise AnalysisError(f"timeline: {exc}") from None
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(np.int64), [str(c) for c in col.cat.categories]
+    codes, uniq = pd.factorize(col.astype(str))
+    return codes.astype(np.int64), [str(u) for u in uniq]
+
+
+def _nesting_depth(spans: pd.DataFrame, base: np.ndarray) -> np.ndarray:
+    """Per span: how many of its ancestors (by ``parent_id``) lie on the same base track."""
+    n = len(spans)
+    tcode, _ = _codes(spans["trace_id"])
+    key = (tcode << 40) | spans["span_id"].to_numpy(np.int64)
+    pid = spans["parent_id"].to_numpy(np.int64)
+    order = np.argsort(key, kind="stable")
+    skey = key[order]
+    pkey = (tcode << 40) | pid
+    pos = np.minimum(np.searchsorted(skey, pkey), max(n - 1, 0))
+    found = (pid != 0) & (skey[pos] == pkey) if n else np.zeros(0, bool)
+    parent = np.where(found, order[pos], -1)
+    depth = np.zeros(n, np.int64)
+    anc = parent.copy()
+    for _ in range(256):  # a tree deeper than 256 (or a cycle) stops here
+        idx = np.flatnonzero(anc >= 0)
+        if not len(idx):
+            break
+        a = anc[idx]
+        depth[idx] += base[a] == base[idx]
+        anc[idx] = parent[a]
+    return depth
+
+
+def _tracks(spans: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """Track (lane) index of every span and the table of tracks, ordered by level, device, thread, depth."""
+    level = spans["level"].cat.codes.to_numpy(np.int64)
+    dcode, devices = _codes(spans["device"])
+    thread = spans["thread"].to_numpy(np.int64)
+    stream = spans["stream"].to_numpy(np.int64)
+    keys = pd.DataFrame({"level": level, "device": dcode, "thread": thread, "stream": stream})
+    base = keys.groupby(list(keys.columns), sort=False).ngroup().to_numpy(np.int64)
+    depth = _nesting_depth(spans, base)
+    combo, first, lane_of = np.unique(base * 1024 + np.minimum(depth, 1023), return_index=True,
+                                      return_inverse=True)
+    table = keys.iloc[first].reset_index(drop=True)
+    table["device"] = [devices[c] for c in table["device"]]
+    table["depth"] = depth[first]
+    cols = ["level", "device", "thread", "stream", "depth"]
+    order = table.sort_values(cols).index.to_numpy()
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    table = table.iloc[order].reset_index(drop=True)
+    table["track"] = np.arange(len(table))
+    labels = []
+    for lv, dev, th, st, d in table[cols].itertuples(index=False):
+        where = f"stream {st}" if st >= 0 else f"thread {th}"
+        labels.append(f"{LEVEL_NAMES[lv]} · {dev} · {where}" + (f" [{d}]" if d else ""))
+    table["level"] = [LEVEL_NAMES[v] for v in table["level"]]
+    table["track_label"] = labels
+    return rank[lane_of.reshape(-1)], table
+
+
+def _colour_keys(spans: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """What each span is coloured by, as codes into a list of keys: its layer type; else its name for ops and
+    kernels; else its kind. Worked out once per distinct (layer type, kind, name)."""
+    lt, lt_cats = _codes(spans["layer_type"])
+    kind, kind_cats = _codes(spans["kind"])
+    name, name_cats = _codes(spans["name"])
+    combo = (lt * (len(kind_cats) + 1) + kind) * (len(name_cats) + 1) + name
+    uniq, first, inverse = np.unique(combo, return_index=True, return_inverse=True)
+    keys = []
+    for i in first:
+        layer_type, k = lt_cats[lt[i]] if lt[i] >= 0 else "", kind_cats[kind[i]] if kind[i] >= 0 else ""
+        keys.append(layer_type or (name_cats[name[i]] if k in NAMED_KINDS else k))
+    codes, cats = pd.factorize(np.asarray(keys, dtype=object))
+    return codes[inverse.reshape(-1)].astype(np.int64), [str(c) for c in cats]
+
+
+def compute(spans, *, width_px: int = 1200, factor: float = 2.0, merge_ratio: float = 0.3) -> pd.DataFrame:
+    """The tracks and level-of-detail rows of a timeline of ``spans`` (a spans frame or a ``Trace``).
+
+    One row per span (``row_kind == "span"``, drawn at zoom levels ``lod_from..lod_to``) and one per merged
+    block (``"block"``, drawn at level ``lod_from == lod_to`` only). Columns: ``track, track_label, row_kind,
+    lod_from, lod_to, start_ns, end_ns`` (ns from the trace start; a block spans its first start to its last
+    end), ``duration_ns`` (``end_ns - start_ns``), ``span_count``, ``busy_ns`` (sum of the spans'
+    durations), and the attributes of the span (for a block: of its longest span) ``name, level, kind,
+    layer_type, shape, flops, colour_key, span_row`` (row of that span in ``spans``).
+
+    ``width_px``: plot width at zoom level 0 (px); ``factor``: zoom between levels; ``merge_ratio``: a level is
+    kept while its blocks are at most this fraction of the spans they replace. ``df.attrs``: ``origin_ns``
+    (trace start on the trace's clock), ``extent_ns``, ``resolution_ns`` (ns per pixel per level),
+    ``raw_level``, ``width_px``, ``tracks`` (a frame: track, level, device, thread, stream, depth, label),
+    ``n_spans``.
+    """
+    spans = _spans_of(spans)
+    if int(width_px) < 10:
+        raise AnalysisError(f"timeline: width_px must be at least 10 pixels, got {width_px!r}")
+    if not float(factor) > 1:
+        raise AnalysisError(f"timeline: factor (zoom between levels) must be > 1, got {factor!r}")
+    n = len(spans)
+    if n == 0:
+        raise AnalysisError("timeline: the trace has no spans (was it recorded at trace level NONE?)")
+    start = spans["start_ns"].to_numpy(np.int64)
+    origin = int(start.min())
+    rel = start - origin
+    dur = spans["duration_ns"].to_numpy(np.int64)
+    lane, tracks = _tracks(spans)
+    colour, colour_cats = _colour_keys(spans)
+    pyr = _lod.build(lane, rel, dur, key=colour, width_px=int(width_px), factor=float(factor),
+                     merge_ratio=float(merge_ratio))
+    raw = pyr.raw_level
+    nb = len(pyr.block_level)
+    span_row = np.concatenate([np.arange(n), pyr.block_longest]).astype(np.int64)
+    is_block = np.r_[np.zeros(n, bool), np.ones(nb, bool)]
+    s = np.r_[rel, pyr.block_start_ns].astype(np.int64)
+    e = np.r_[rel + dur, pyr.block_end_ns].astype(np.int64)
+    out = pd.DataFrame({
+        "track": np.r_[lane, pyr.block_lane].astype(np.int64),
+        "row_kind": pd.Categorical.from_codes(is_block.astype(np.int8), ["span", "block"]),
+        "lod_from": np.r_[pyr.lod_from, pyr.block_level].astype(np.int64),
+        "lod_to": np.r_[np.full(n, raw), pyr.block_level].astype(np.int64),
+        "start_ns": s, "end_ns": e, "duration_ns": e - s,
+        "span_count": np.r_[np.ones(n, np.int64), pyr.block_count].astype(np.int64),
+        "busy_ns": np.r_[dur, pyr.block_busy_ns].astype(np.int64),
+    })
+    out.insert(1, "track_label", pd.Categorical.from_codes(out["track"].to_numpy(),
+                                                          list(tracks["track_label"])) if len(tracks)
+               else pd.Categorical([]))
+    for col in ("name", "level", "kind", "layer_type", "shape"):
+        cat = spans[col].array
+        out[col] = pd.Categorical.from_codes(cat.codes[span_row], dtype=cat.dtype)
+    out["flops"] = spans["flops"].to_numpy(np.float64)[span_row]
+    out["colour_key"] = pd.Categorical.from_codes(colour[span_row], colour_cats)
+    out["span_row"] = span_row
+    out.attrs.update(analysis="timeline", origin_ns=origin, extent_ns=int(pyr.extent_ns),
+                     resolution_ns=[float(r) for r in pyr.resolution_ns], raw_level=raw, width_px=int(width_px),
+                     factor=float(factor), tracks=tracks, n_spans=n)
+    return out
+
+
+def _timeline(data, **kw) -> pd.DataFrame:
+    if isinstance(data, pd.DataFrame) and data.attrs.get("analysis") == "timeline":
+        return data
+    return compute(data, **kw)
+
+
+def level_for(tl: pd.DataFrame, ms_per_px: float) -> int:
+    """The zoom level drawn when one pixel is ``ms_per_px`` ms: the coarsest whose pixel is not wider."""
+    res = np.asarray(tl.attrs["resolution_ns"], float)
+    finer = np.flatnonzero(res <= ms_per_px * 1e6 * (1 + 1e-9))
+    return int(finer[0]) if len(finer) else int(tl.attrs["raw_level"])
+
+
+def view(tl: pd.DataFrame, start_ms: float | None = None, end_ms: float | None = None,
+         width_px: int | None = None) -> pd.DataFrame:
+    """The rows of :func:`compute`'s frame drawn for the x window ``[start_ms, end_ms]`` (ms from the trace
+    start; default: the whole trace) on a plot ``width_px`` pixels wide; ``attrs["level"]`` says which level."""
+    extent_ms = tl.attrs["extent_ns"] / 1e6
+    x0 = 0.0 if start_ms is None else float(start_ms)
+    x1 = extent_ms if end_ms is None else float(end_ms)
+    if not x1 > x0:
+        raise AnalysisError(f"timeline view: end_ms ({x1}) must be after start_ms ({x0})")
+    width = int(width_px or tl.attrs["width_px"])
+    level = level_for(tl, (x1 - x0) / width)
+    lf, lt = tl["lod_from"].to_numpy(), tl["lod_to"].to_numpy()
+    s, e = tl["start_ns"].to_numpy() / 1e6, tl["end_ns"].to_numpy() / 1e6
+    keep = (lf <= level) & (lt >= level) & (e >= x0) & (s <= x1)
+    out = tl[keep]
+    out.attrs = {**tl.attrs, "level": level, "window_ms": (x0, x1), "view_width_px": width}
+    return out
+
+
+def _palette(tl: pd.DataFrame, top: int = len(PALETTE)) -> dict[str, str]:
+    """Colour of each colour key: the ``top`` keys with the most busy time get the palette, others grey."""
+    spans = tl[tl["row_kind"] == "span"]
+    busy = spans.groupby("colour_key", observed=True)["busy_ns"].sum().sort_values(ascending=False)
+    return {str(k): PALETTE[i] for i, k in enumerate(busy.index[:top])}
+
+
+def _title(tl: pd.DataFrame, title: str | None, measured_by: str | None) -> tuple[str, str]:
+    n, extent_ms = tl.attrs["n_spans"], tl.attrs["extent_ns"] / 1e6
+    main = title or f"Timeline of {n:,} spans over {extent_ms:,.3f} ms, one track per level · device · thread"
+    how = (f"measured by {measured_by}; " if measured_by else "span start/end times as recorded in the trace; ")
+    sub = (how + "bars: spans at their recorded start/end;\npale blocks: spans narrower than 1 pixel merged per "
+           "track (hover: count, busy time)")
+    return main, sub
+
+
+# ------------------------------------------------------------------------------------------ plot
+
+def plot(spans, backend: str = "bokeh", *, start_ms: float | None = None, end_ms: float | None = None,
+         width_px: int = 1200, title: str | None = None, measured_by: str | None = None, **compute_kw):
+    """The timeline of ``spans`` (a spans frame, a ``Trace``, or :func:`compute`'s frame).
+
+    ``backend="bokeh"``: an interactive figure (zoom with the wheel or a box: the level and the window swap in
+    the browser); ``"matplotlib"``: a static ``Figure`` of the window ``[start_ms, end_ms]``. ``measured_by``
+    says how the trace was recorded (shown under the title), e.g. ``"torch.profiler (Kineto), CPU"``.
+    """
+    backend = check_backend(backend)
+    tl = _timeline(spans, width_px=width_px, **compute_kw)
+    if backend == "matplotlib":
+        return _matplotlib(tl, start_ms, end_ms, title, measured_by)
+    from ._timeline_bokeh import figure_of
+
+    main, sub = _title(tl, title, measured_by)
+    return figure_of(tl, view(tl, start_ms, end_ms), colours=_palette(tl), title=main, subtitle=sub)
+
+
+def _fmt_time(ms: float) -> str:
+    if not np.isfinite(ms):
+        return "unknown"
+    if ms >= 1:
+        return f"{ms:,.3f} ms"
+    if ms >= 1e-3:
+        return f"{ms * 1e3:,.3f} µs"
+    return f"{ms * 1e6:,.0f} ns"
+
+
+def _matplotlib(tl, start_ms, end_ms, title, measured_by):
+    try:
+        from matplotlib.collections import PolyCollection
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+    except ImportError:
+        raise MissingDependency(f"plot backend 'matplotlib' needs matplotlib, which is not installed: {_EXTRA}") \
+            from None
+    tracks = tl.attrs["tracks"]
+    n_tracks = max(len(tracks), 1)
+    dpi = 100
+    width_px = int(tl.attrs["width_px"])
+    height_in = max(2.2 + 0.28 * n_tracks, 0.75 + 0.15 * (len(_palette(tl)) + 2))
+    fig = Figure(figsize=(width_px / dpi + 3.2, min(height_in, 30)), dpi=dpi, layout="constrained")
+    ax = fig.add_subplot()
+    rows = view(tl, start_ms, end_ms, width_px)
+    x0, x1 = rows.attrs["window_ms"]
+    px = (x1 - x0) / width_px
+    colours = _palette(tl)
+    s = rows["start_ns"].to_numpy() / 1e6
+    e = np.maximum(rows["end_ns"].to_numpy() / 1e6, s + px)
+    y = rows["track"].to_numpy(float)
+    block = (rows["row_kind"] == "block").to_numpy()
+    verts = np.stack([np.c_[s, y - .4], np.c_[s, y + .4], np.c_[e, y + .4], np.c_[e, y - .4]], axis=1)
+    face = [colours.get(str(k), OTHER_COLOR) for k in rows["colour_key"].astype(str)]
+    coll = PolyCollection(verts, facecolors=face, edgecolors="none")
+    if len(rows):
+        coll.set_alpha(np.where(block, 0.45, 0.9))  # merged blocks pale, as in the browser
+    ax.add_collection(coll)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(n_tracks - 0.5, -0.5)
+    ax.set_yticks(range(len(tracks)), list(tracks["track_label"]), fontsize=7)
+    ax.set_xlabel(X_LABEL)
+    ax.set_ylabel(Y_LABEL, fontsize=8)
+    main, sub = _title(tl, title, measured_by)
+    ax.set_title(f"{main}\n{sub}; zoom level {rows.attrs['level']} ({_fmt_time(px)} per pixel)", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    handles = [Patch(color=c, label=k[:40]) for k, c in colours.items()]
+    handles.append(Patch(color=OTHER_COLOR, label="other"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), title="colour: layer type",
+              title_fontsize=7, frameon=False)
+    return fig
+
+
+def to_html(fig, path: str | os.PathLike, title: str = "mlms-nb timeline") -> Path:
+    """Write ``fig`` (Bokeh: BokehJS and the data inlined, works offline; matplotlib: an embedded PNG) as a
+    standalone HTML page at ``path``; returns the path (its size in bytes is what the page weighs)."""
+    from ._plot import to_html as page
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page(fig, title), encoding="utf-8")
+    return path
+
+
+
+def show(fig) -> None:
+    """Display ``fig`` in a notebook (Bokeh with INLINE resources; matplotlib as PNG)."""
+    from ._plot import show as display
+
+    display(fig)
