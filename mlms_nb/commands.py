@@ -9,16 +9,26 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import api
+from .errors import MlmsError
 
 VERBS: dict[str, str] = {
     "models": "list the models mlms-nb can run (built-in manifests and MLMS_MANIFEST_PATH)",
     "eval": "evaluate a model: accuracy on a dataset and latency per framework and batch size",
     "history": "list stored evaluations, newest first",
     "convert": "build the ONNX Runtime or TensorFlow copy of a model's PyTorch weights",
+    "layers": "layer occurrence, latency or memory of a traced run (RUN: a history id or, in a notebook, a variable)",
+    "roofline": "roofline of a run per layer or per model, under this machine's measured ceilings",
+    "compare": "A/B comparison of two runs: latency deltas with a significance test, per-layer deltas",
+    "diverge": "where frameworks' layer outputs diverge on the same inputs (and an INT8 copy's)",
+    "timeline": "zoomable timeline of a traced run (Bokeh; matplotlib for print)",
 }
 
 Arg = tuple[tuple[str, ...], dict[str, Any]]
 JSON_FLAG: Arg = (("--json",), {"action": "store_true", "help": "print one JSON object instead of a table"})
+RUN: Arg = (("run",), {"help": "a history id (see `history`), an evaluation id, a saved .json, or a notebook variable"})
+PLOT: Arg = (("--plot",), {"default": "bokeh", "choices": ["bokeh", "matplotlib", "none"],
+                           "help": "figure backend (shown in a notebook; written with --html)"})
+HTML: Arg = (("--html",), {"metavar": "PATH", "default": None, "help": "write the figure as a standalone HTML page"})
 
 ARGUMENTS: dict[str, list[Arg]] = {
     "models": [
@@ -52,6 +62,39 @@ ARGUMENTS: dict[str, list[Arg]] = {
         (("--limit",), {"type": int, "default": 50, "help": "at most this many rows"}),
         JSON_FLAG,
     ],
+    "layers": [
+        RUN,
+        (("--what",), {"default": "latency", "choices": ["occurrence", "latency", "memory"], "help": "which table"}),
+        (("--by",), {"default": "layer", "choices": ["layer", "type"], "help": "latency per layer or per layer type"}),
+        PLOT, HTML, JSON_FLAG,
+    ],
+    "roofline": [
+        RUN,
+        (("--per",), {"default": "layer", "choices": ["layer", "model"], "help": "each traced layer, or the model"}),
+        (("--framework",), {"default": None, "help": "only this framework"}),
+        PLOT, HTML, JSON_FLAG,
+    ],
+    "compare": [
+        (("run_a",), {"help": "run A: a history id, evaluation id, saved .json, or notebook variable"}),
+        (("run_b",), {"help": "run B, the same"}),
+        PLOT, HTML, JSON_FLAG,
+    ],
+    "diverge": [
+        (("model",), {"help": "model name (see `models`)"}),
+        (("--framework",), {"default": "torch,onnxruntime",
+                            "help": "comma-separated frameworks (the first is the reference), e.g. torch,onnxruntime,tensorflow"}),
+        (("--dataset",), {"default": "imagenet-samples", "help": "imagenet-samples | an image folder | a .npz file"}),
+        (("--tolerance",), {"type": float, "default": None, "help": "error above which a layer diverges"}),
+        (("--limit",), {"type": int, "default": None, "help": "use at most this many inputs"}),
+        (("--quantized",), {"action": "store_true", "help": "also compare an INT8-quantized ONNX Runtime copy"}),
+        PLOT, HTML, JSON_FLAG,
+    ],
+    "timeline": [
+        RUN,
+        (("--framework",), {"default": None, "help": "only this framework's trace"}),
+        (("--plot",), {"default": "bokeh", "choices": ["bokeh", "matplotlib"], "help": "figure backend"}),
+        HTML,
+    ],
     "convert": [
         (("model",), {"help": "model name with a PyTorch manifest"}),
         (("--to",), {"required": True, "help": "target framework: onnxruntime (onnx) or tensorflow (tf)"}),
@@ -69,6 +112,7 @@ class Output:
     html: str
     data: Any = field(default=None)
     exit_code: int = 0
+    figure: Any = field(default=None, repr=False)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         return {"text/plain": self.text, "text/html": self.html}
@@ -189,8 +233,86 @@ def run_convert(args: argparse.Namespace) -> Output:
     return Output(artifact, text, f"<pre>{html.escape(text)}</pre>", data)
 
 
+def _with_figure(out: Output, make_figure: Callable[[str], Any], args: argparse.Namespace) -> Output:
+    """Attach the figure (``--plot``) and write it as a page when ``--html`` names one."""
+    backend = getattr(args, "plot", "bokeh")
+    if backend == "none" and not args.html:
+        return out
+    out.figure = make_figure("bokeh" if backend == "none" else backend)
+    if args.html:
+        from pathlib import Path
+
+        from analyses import to_html
+
+        path = Path(args.html)
+        path.write_text(to_html(out.figure), encoding="utf-8")
+        out.text += f"\nfigure written to {path}"
+        out.html += f"<p><small>figure written to {html.escape(str(path))}</small></p>"
+    return out
+
+
+def _analysis_output(result, args: argparse.Namespace) -> Output:
+    data = json.loads(result.table.to_json(orient="records", default_handler=str))
+    out = Output(result, result.to_text(), result._repr_html_(), {"title": result.title, "note": result.note,
+                                                                    "rows": data})
+    for name, frame in result.extra.items():
+        extra = _frame_output(frame, name.replace("_", " ").capitalize(), f"no {name.replace('_', ' ')}")
+        out.text += "\n\n" + extra.text
+        out.html += extra.html
+        out.data[name] = extra.data
+    return _with_figure(out, result.plot, args)
+
+
+def run_layers(args: argparse.Namespace) -> Output:
+    from . import analysis
+
+    return _analysis_output(analysis.layers(args.run, what=args.what, by=args.by), args)
+
+
+def run_roofline(args: argparse.Namespace) -> Output:
+    from . import analysis
+
+    return _analysis_output(analysis.roofline(args.run, per=args.per, framework=args.framework), args)
+
+
+def run_compare(args: argparse.Namespace) -> Output:
+    from . import analysis
+
+    return _analysis_output(analysis.compare(args.run_a, args.run_b), args)
+
+
+def run_diverge(args: argparse.Namespace) -> Output:
+    from .divergence import diverge
+
+    frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
+    kwargs = {"tolerance": args.tolerance} if args.tolerance is not None else {}
+    result = diverge(args.model, frameworks=frameworks, dataset=args.dataset, limit=args.limit,
+                     quantized=args.quantized, **kwargs)
+    table = result.layers
+    out = Output(result, result.to_text() if hasattr(result, "to_text") else repr(result), result._repr_html_(),
+                 {"layers": json.loads(table.to_json(orient="records", default_handler=str)),
+                  "first_divergent_layer": result.first_divergent_layer})
+    return _with_figure(out, result.plot, args)
+
+
+def run_timeline(args: argparse.Namespace) -> Output:
+    from . import analysis
+
+    run = analysis.resolve_run(args.run)
+    if args.framework:
+        if not hasattr(run, "traces") or args.framework not in run.traces:
+            raise MlmsError(f"timeline: no trace of framework {args.framework!r} in this run")
+        run = run.traces[args.framework]
+    trace = run.trace if hasattr(run, "latency") else run
+    out = trace_summary(trace)
+    out.value = trace
+    return _with_figure(out, lambda backend: analysis.timeline(trace, backend), args)
+
+
 RUNNERS: dict[str, Callable[[argparse.Namespace], Output]] = {
     "models": run_models, "eval": run_eval, "history": run_history, "convert": run_convert,
+    "layers": run_layers, "roofline": run_roofline, "compare": run_compare, "diverge": run_diverge,
+    "timeline": run_timeline,
 }
 
 

@@ -1,5 +1,6 @@
 """``%mlms VERB ...``: the IPython face of the same verbs as the CLI (see commands.py), and
-``%%mlms trace``: run a cell under the tracer (see `mlms_nb.trace`).
+``%%mlms trace``: run a cell under the tracer (see `mlms_nb.trace`). A verb's RUN argument may name a notebook
+variable holding an Evaluation or a Trace; analyses display their table, then their figure.
 
 Each verb's options are parsed with IPython's ``magic_arguments`` from the one argument list in
 commands.py; results display as a mime bundle (HTML + plain text). ``-o`` returns the result object,
@@ -71,6 +72,10 @@ class MlmsMagics(Magics):
         except UsageError as err:
             print(f"%mlms {verb}: {err}\n{parser.format_usage()}")
             return None
+        for name in ("run", "run_a", "run_b"):  # RUN may name a notebook variable holding an Evaluation or Trace
+            ref = getattr(args, name, None)
+            if isinstance(ref, str) and ref.isidentifier() and ref in self.shell.user_ns:
+                setattr(args, name, self.shell.user_ns[ref])
         try:
             out = RUNNERS[verb](args)
         except MlmsError as err:
@@ -81,6 +86,10 @@ class MlmsMagics(Magics):
         if args.return_value:
             return out.value
         display(out)
+        if out.figure is not None:
+            from analyses import show
+
+            show(out.figure)
         return None
 
 

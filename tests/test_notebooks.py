@@ -74,3 +74,15 @@ def test_05_divergence(shared_home):
     assert "torch~onnxruntime-int8" in text_of(code[1]) and "'_swish'" in text_of(code[1])
     assert "top1_delta" in text_of(code[3])
     assert any(o.get("data", {}).get("image/png") for o in code[-1].outputs)
+
+
+@pytest.mark.slow
+def test_06_timeline(shared_home):
+    nb = run_notebook("06_timeline.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "ML_LIBRARY=" in text_of(code[0])                                   # the trace
+    assert "FRAMEWORK" in text_of(code[1])                                     # the tracks table
+    assert "(raw)" in text_of(code[2])                                         # the levels table
+    assert any("application/vnd.bokehjs_exec.v0+json" in o.get("data", {}) for o in code[3].outputs)
+    assert "works offline" in text_of(code[4])
+    assert any(o.get("data", {}).get("image/png") for o in code[5].outputs)   # the static figure

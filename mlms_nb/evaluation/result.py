@@ -232,6 +232,38 @@ class Evaluation:
         meta = {"trace_id": self.id, "source": "mlms_nb.evaluation", "traces": {fw: t.metadata for fw, t in self.traces.items()}}
         return Trace(spans, counters, meta)
 
+    # ------------------------------------------------------------------ analyses (see mlms_nb.analysis)
+
+    def layers(self, what: str = "latency", by: str = "layer"):
+        """Layer occurrence, latency (per layer or type) or memory from the trace, as an ``Analysis``."""
+        from ..analysis import layers
+
+        return layers(self, what=what, by=by)
+
+    def roofline(self, per: str = "layer", framework: str | None = None):
+        """Per-layer (or per-model) roofline under this machine's measured ceilings, as an ``Analysis``."""
+        from ..analysis import roofline
+
+        return roofline(self, per=per, framework=framework)
+
+    def batch_scaling(self):
+        """Latency and throughput against batch size, with the saturation point, as an ``Analysis``."""
+        from ..analysis import batch_scaling
+
+        return batch_scaling(self)
+
+    def compare(self, other: "Evaluation", labels: tuple[str, str] = ("A", "B")):
+        """A/B comparison with ``other`` (significance test on the latency samples; per-layer deltas)."""
+        from ..analysis import compare
+
+        return compare(self, other, labels=labels)
+
+    def timeline(self, backend: str = "bokeh", **kwargs):
+        """The zoomable timeline of the traced pass (Bokeh, or matplotlib for print)."""
+        from ..analysis import timeline
+
+        return timeline(self, backend, **kwargs)
+
     @classmethod
     def combine(cls, parts: Iterable["Evaluation"]) -> "Evaluation":
         """Put per-framework parts of one evaluation (as the history store keeps them) back together."""

@@ -1,0 +1,104 @@
+"""The analyses reachable from the objects, the ``mlms`` command and ``%mlms``: roofline, layers, compare,
+timeline on a real traced evaluation; runs named by history id or by notebook variable; bad input as sentences."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import mlms_nb
+from mlms_nb.analysis import Analysis
+from mlms_nb.cli import main
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from tests.conftest import SESSION_HOME
+
+    mp = pytest.MonkeyPatch()
+    SESSION_HOME.mkdir(parents=True, exist_ok=True)
+    mp.setenv("MLMS_HOME", str(SESSION_HOME))
+    common = dict(batch_sizes=[1, 2], dataset="synthetic:2", warmup=1, min_repeats=5, min_time_s=0, progress=False)
+    try:
+        traced = mlms_nb.evaluate("efficientnet_lite0", framework="torch", trace_level="FRAMEWORK", trace_repeats=3,
+                                  **common)
+        plain = mlms_nb.evaluate("efficientnet_lite0", framework="onnxruntime", **common)
+        yield traced, plain
+    finally:
+        mp.undo()
+
+
+def cli_json(capsys, *argv) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_object_methods_return_analyses(runs):
+    traced, _ = runs
+    roof = traced.roofline(per="model")
+    assert isinstance(roof, Analysis) and set(roof.table["batch_size"]) == {1, 2}
+    assert set(roof.table["bound"]) <= {"memory", "compute"} and "ridge" in roof.title
+    ceilings = roof.extra["ceilings"].set_index("metric")["value"]
+    assert ceilings["ridge_flop_per_byte"] == pytest.approx(
+        ceilings["peak_flops_per_s"] / ceilings["bandwidth_bytes_per_s"])
+    occurrence = traced.layers("occurrence").table
+    assert occurrence.set_index("layer_type").loc["Conv2dStaticSamePadding", "count"] == 49
+    assert traced.trace.layers("memory").table["memory_bytes"].notna().any()
+    bundle = traced.batch_scaling()._repr_mimebundle_()
+    assert "saturation" in bundle["text/plain"] and "<table" in bundle["text/html"]
+
+
+def test_cli_roofline_layers_and_timeline_by_history_id(runs, shared_home, capsys, tmp_path):
+    traced, _ = runs
+    data = cli_json(capsys, "roofline", traced.id, "--plot", "none")
+    rows = data["rows"]
+    bounds = {r["layer_type"]: r["bound"] for r in rows}
+    assert set(bounds.values()) == {"memory", "compute", "none"}  # none: layers with no FLOPs (padding)
+    assert bounds["ZeroPad2d"] == "none" and bounds["ReLU6"] == "memory"
+    conv = next(r for r in rows if r["layer_name"] == "_blocks.1._project_conv" and r["batch_size"] == 1)
+    assert conv["intensity_flop_per_byte"] == pytest.approx(conv["flops"] / conv["bytes"])
+    row_id = str(traced.history_ids[0])
+    data = cli_json(capsys, "layers", row_id, "--what", "latency", "--by", "type", "--plot", "none")
+    assert {"ReLU6", "BatchNorm2d"} <= {r["layer_type"] for r in data["rows"]}
+    page = tmp_path / "timeline.html"
+    assert main(["timeline", traced.id, "--html", str(page)]) == 0
+    text = page.read_text()
+    assert "FRAMEWORK" in capsys.readouterr().out and "<script" in text
+    assert not re.search(r"<script[^>]*\bsrc=[\"']?https?:", text)  # BokehJS inlined: works offline
+
+
+def test_cli_compare_two_runs(runs, shared_home, capsys):
+    traced, plain = runs
+    data = cli_json(capsys, "compare", traced.id, plain.id, "--plot", "none")
+    assert {r["batch_size"] for r in data["rows"]} == {1, 2}
+    assert all(0 <= r["p_value"] <= 1 for r in data["rows"])
+
+
+def test_magic_takes_notebook_variables_and_shows_the_figure(runs):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    traced, plain = runs
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_line_magic("load_ext", "mlms_nb")
+        shell.user_ns.update(ev=traced, ev_ort=plain)
+        roof = shell.run_line_magic("mlms", "roofline ev --per layer --plot matplotlib -o")
+        assert isinstance(roof, Analysis) and (roof.table["layer_type"] == "Conv2dStaticSamePadding").sum() == 2 * 49
+        shell.run_line_magic("mlms", "compare ev ev_ort --plot none --save ab")
+        assert set(shell.user_ns["ab"].table["batch_size"]) == {1, 2}
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_bad_runs_are_sentences(runs, shared_home, capsys):
+    _, plain = runs
+    assert main(["layers", plain.id, "--plot", "none"]) == 2
+    assert "was not traced" in capsys.readouterr().err
+    assert main(["roofline", "no-such-run", "--plot", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mlms roofline: ") and "no-such-run" in err and "Traceback" not in err
+    with pytest.raises(mlms_nb.errors.MlmsError, match="per must be layer or model"):
+        mlms_nb.analysis.roofline(plain, per="tensor")
+    assert np.isfinite(plain.latency["median_ms"]).all()  # nothing measured was lost
