@@ -9,6 +9,7 @@ position in this forward pass (a module called twice gets two indices), ``shape`
 ``memory`` = bytes of the output tensors the layer allocated (0 for an in-place layer whose output aliases its
 input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``, ``output_bytes``,
 ``out_shape``. Containers get no span of their own: their work outside children (a residual add) shows as ops.
+The calls are kept as plain tuples while tracing and become spans when tracing stops (see :class:`LayerHooks`).
 
 **Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``) runs while tracing; on stop its Kineto events
 become ``kind="op"`` spans. Kineto stamps events on the Unix clock: they are moved onto the tracer's
@@ -48,61 +49,101 @@ def _tensor_bytes(t: _Tensor) -> int:
 class LayerHooks:
     """Record one FRAMEWORK ``layer`` span per layer-module call into ``tracer``.
 
-    Each layer module's ``forward`` is wrapped by an instance attribute (removed again by :meth:`remove`)
-    rather than given forward hooks: with no hooks ``Module.__call__`` keeps its fast path, and sizes are
-    computed outside the timed region (the span ends when the wrapped forward returns)."""
+    Each layer module's ``forward`` is wrapped by an instance attribute, so ``Module.__call__`` keeps its
+    fast path (no hooks). The wrapper only reads the clock around the call and keeps the shapes and dtypes of
+    the tensors in and out (never the tensors: that would hold activations alive); parents, layer indices,
+    bytes and memory are worked out when :meth:`remove` flushes the calls into the tracer."""
 
     def __init__(self, model: torch.nn.Module, tracer, cuda: bool = False) -> None:
         self.tracer = tracer
-        self.calls = 0
-        self._cuda = cuda
-        self._reset = model.register_forward_pre_hook(self._reset_calls)
+        self._first_record = len(tracer._spans)
+        self._calls: list[tuple] = []  # (layer number, start_ns, end_ns, inputs, output, memory delta or None)
+        self._layers: list[tuple[str, str, int]] = []  # per layer number: name, type, parameter+buffer bytes
         self._patched: list[tuple[torch.nn.Module, object]] = []
-        for name, module in layer_modules(model):
+        for number, (name, module) in enumerate(layer_modules(model)):
             state = sum(_tensor_bytes(p) for p in module.parameters(recurse=False))
             state += sum(_tensor_bytes(b) for b in module.buffers(recurse=False))
+            self._layers.append((name, type(module).__name__, state))
             own = module.__dict__.get("forward")
-            module.forward = self._wrap(name, type(module).__name__, state, module.forward)
+            module.forward = self._wrap(number, module.forward, cuda)
             self._patched.append((module, own))
 
-    def _reset_calls(self, module, args) -> None:
-        self.calls = 0
-
-    def _wrap(self, name: str, layer_type: str, state_bytes: int, forward):
-        start, end = self.tracer.start, self.tracer.end
-        cuda = self._cuda
-        hooks = self
+    def _wrap(self, number: int, forward, cuda: bool):
+        record = self._calls.append
+        perf = _perf_ns
+        Tensor = _Tensor
+        allocated = torch.cuda.memory_allocated
 
         def traced_forward(*args, **kwargs):
-            inputs = [a for a in args if isinstance(a, _Tensor)]
-            index = hooks.calls
-            hooks.calls = index + 1
-            mem0 = torch.cuda.memory_allocated() if cuda else 0
-            token = start(name, FRAMEWORK, "layer", layer_index=index, layer_type=layer_type)
+            mem0 = allocated() if cuda else 0
+            t0 = perf()
             output = forward(*args, **kwargs)
-            t_end = _perf_ns()
-            outputs = [output] if isinstance(output, _Tensor) else [o for o in _flatten(output) if isinstance(o, _Tensor)]
-            out_bytes = sum(_tensor_bytes(t) for t in outputs)
-            if cuda:
-                memory = torch.cuda.memory_allocated() - mem0
-            else:  # an in-place layer (ReLU(inplace=True), Identity) returns its input object: nothing new held
-                memory = sum(_tensor_bytes(t) for t in outputs if not any(t is i for i in inputs))
-            end(token, t_end, shape=tuple(tuple(t.shape) for t in inputs),
-                bytes=float(sum(_tensor_bytes(t) for t in inputs) + state_bytes + out_bytes), memory=float(memory),
-                param_bytes=state_bytes, output_bytes=out_bytes, out_shape=tuple(tuple(t.shape) for t in outputs))
+            t1 = perf()
+            if output.__class__ is Tensor:
+                out = ((output.shape, output.dtype, any(output is a for a in args)),)
+            else:
+                out = tuple((o.shape, o.dtype, any(o is a for a in args)) for o in _flatten(output)
+                            if isinstance(o, Tensor))
+            record((number, t0, t1, tuple((a.shape, a.dtype) for a in args if isinstance(a, Tensor)), out,
+                    allocated() - mem0 if cuda else None))
             return output
 
         return traced_forward
 
     def remove(self) -> None:
-        """Put every module's own ``forward`` back."""
+        """Put every module's own ``forward`` back and add the recorded calls to the tracer."""
         for module, own in self._patched:
             if own is None:
                 module.__dict__.pop("forward", None)
             else:
                 module.forward = own
         self._patched = []
-        self._reset.remove()
+        calls, self._calls = self._calls, []
+        if calls:
+            self._flush(calls)
+
+    def _flush(self, calls: list[tuple]) -> None:
+        """Calls -> layer spans: parent = the innermost enclosing layer call, else the ``predict`` span the call
+        ran in; ``layer_index`` = rank of the call's start within its predict call."""
+        starts = np.array([c[1] for c in calls], np.int64)
+        ends = np.array([c[2] for c in calls], np.int64)
+        outer = containment_parents(np.zeros(len(calls), np.int64), starts, ends)
+        records = self.tracer._spans[self._first_record:]
+        models = np.array([(r[5], r[6], r[0], r[7]) for r in records if r[3] == MODEL and r[2] == "predict"],
+                          np.int64).reshape(-1, 4)
+        models = models[np.argsort(models[:, 0], kind="stable")]
+        model_of = _enclosing(models[:, :3], starts, ends)
+        order = np.lexsort((-ends, starts))
+        index = np.empty(len(calls), np.int64)
+        group = model_of[order]
+        first = np.r_[True, group[1:] != group[:-1]] if len(order) else np.zeros(0, bool)
+        run_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+        index[order] = np.arange(len(order)) - run_start
+        native = self.tracer._local.ctx.tid
+        span_ids = np.zeros(len(calls), np.int64)
+        add = self.tracer.add_span
+        for i in order:
+            number, t0, t1, inputs, outputs, delta = calls[i]
+            name, layer_type, state = self._layers[number]
+            m = model_of[i]
+            parent = span_ids[outer[i]] if outer[i] >= 0 else (models[m, 2] if m >= 0 else 0)
+            in_bytes = sum(_size(shape, dtype) for shape, dtype in inputs)
+            out_bytes = sum(_size(shape, dtype) for shape, dtype, _ in outputs)
+            memory = delta if delta is not None else sum(_size(shape, dtype) for shape, dtype, alias in outputs
+                                                          if not alias)
+            span_ids[i] = add(name, FRAMEWORK, "layer", int(t0), int(t1), int(parent),
+                              thread=int(models[m, 3]) if m >= 0 else native, layer_index=int(index[i]),
+                              layer_type=layer_type, shape=tuple(tuple(shape) for shape, _ in inputs),
+                              bytes=float(in_bytes + state + out_bytes), memory=float(memory), param_bytes=state,
+                              output_bytes=out_bytes, out_shape=tuple(tuple(shape) for shape, _, _ in outputs))
+
+
+def _size(shape, dtype) -> int:
+    """Bytes of a tensor of ``shape`` and ``dtype``."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n * dtype.itemsize
 
 
 def _flatten(value):
@@ -143,7 +184,7 @@ def _is_cpu_op(event) -> bool:
     kind = getattr(event, "activity_type", None)
     if kind is not None:
         return kind() == "cpu_op"
-    return not (event.is_user_annotation() or event.is_python_function())
+    return not any(getattr(event, test, lambda: False)() for test in ("is_user_annotation", "is_python_function"))
 
 
 def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:

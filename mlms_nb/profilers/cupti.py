@@ -237,11 +237,10 @@ def clock_anchor(cupti_timestamp, tries: int = 5) -> tuple[int, int, int]:
 
 # --------------------------------------------------------------------------------------------- the profiler
 
-# CUPTI takes one pair of buffer callbacks per process: they are registered once and route buffers to the
-# CuptiActivity currently recording.
+# CUPTI takes one pair of buffer callbacks per process (the last registered wins): ours are registered at every
+# start and route buffers to the CuptiActivity currently recording.
 _lock = threading.Lock()
 _active: "CuptiActivity | None" = None
-_registered = False
 _buffer_size = 8 << 20
 
 
@@ -305,7 +304,7 @@ class CuptiActivity(Profiler):
     # ----------------------------------------------------------------------------------------- recording
 
     def start(self) -> "CuptiActivity":
-        global _active, _registered, _buffer_size
+        global _active, _buffer_size
         if self.running:
             return self
         cupti = import_cupti()
@@ -315,9 +314,9 @@ class CuptiActivity(Profiler):
                                 "(CUPTI's activity buffers are process-wide)")
             self._kind_map = _KindMap.of(cupti)
             _buffer_size = int(self.config.buffer_size)
-            if not _registered:
-                cupti.activity_register_callbacks(_buffer_requested, _buffer_completed)
-                _registered = True
+            # Every start, not once per process: another CUPTI client (Kineto, whenever torch.profiler starts) may
+            # have registered its own callbacks since, and CUPTI delivers buffers to the last one registered.
+            cupti.activity_register_callbacks(_buffer_requested, _buffer_completed)
             try:  # API records then carry gettid() ids, the ones threading.get_native_id() gives
                 cupti.set_thread_id_type(cupti.ActivityThreadIdType.SYSTEM)
             except Exception as exc:  # noqa: BLE001
