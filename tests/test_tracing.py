@@ -264,6 +264,24 @@ def kineto_file(tmp_path_factory):
     return path
 
 
+def test_kineto_flops_arg_fills_the_flops_column(kineto_file, tmp_path):
+    """torch.profiler(with_flops=True) wrote ``args["flops"]`` in the Kineto JSON of earlier torch releases (2.13
+    keeps them in its Python-side events only): the real file with that arg added the same way."""
+    raw = orjson.loads(kineto_file.read_bytes())
+    for e in raw["traceEvents"]:
+        if e.get("name") == "aten::conv2d":
+            dims = e["args"]["Input Dims"]
+            n, c, h, w = dims[0]
+            e["args"]["flops"] = 2 * n * dims[1][0] * h * w * c * dims[1][2] * dims[1][3]  # padding=1: same H, W
+    path = tmp_path / "with_flops.json"
+    path.write_bytes(orjson.dumps(raw))
+    s = Trace.from_chrome(path).spans
+    conv = s[s["name"] == "aten::conv2d"].sort_values("start_ns")
+    assert conv["flops"].iloc[0] == 2 * (2 * 8 * 32 * 32) * (3 * 3 * 3)
+    assert conv["flops"].notna().all() and "flops" not in attrs_dict(conv["attrs"].iloc[0])
+    assert s.loc[s["name"] != "aten::conv2d", "flops"].isna().all()
+
+
 def test_real_kineto_trace_imports_mapped_and_nested(kineto_file, tmp_path):
     trace = Trace.from_chrome(kineto_file)
     s = trace.spans

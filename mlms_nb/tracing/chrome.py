@@ -12,7 +12,7 @@ back without loss.
 Import (:func:`read_chrome`), three dialects, detected from the file:
 
 * our own export (``otherData.mlms_nb``): lossless;
-* PyTorch Kineto (``torch.profiler`` ``export_chrome_trace``): ``cpu_op`` -> ML_LIBRARY / ``op`` (``Input Dims``
+* PyTorch Kineto (``torch.profiler`` ``export_chrome_trace``): ``cpu_op`` -> ML_LIBRARY / ``op`` (``flops`` -> ``flops``, ``Input Dims``
   -> ``shape``), ``user_annotation`` -> FRAMEWORK / ``annotation``, ``python_function`` -> FRAMEWORK /
   ``python``, ``cuda_runtime`` / ``cuda_driver`` -> SYSTEM_LIBRARY / ``runtime``, ``kernel`` / ``gpu_memcpy`` /
   ``gpu_memset`` -> SYSTEM_LIBRARY / ``kernel`` / ``memcpy`` / ``memset`` (device ``cuda:N``, ``stream``),
@@ -174,6 +174,7 @@ class _Columns:
         self.li_rows, self.li_vals = [], []
         self.bytes_rows, self.bytes_vals = [], []
         self.mem_rows, self.mem_vals = [], []
+        self.flops_rows, self.flops_vals = [], []
         # Kineto [memory] instant events
         self.mem_parts: dict[str, list[np.ndarray]] = {k: [] for k in _MEM_KEYS}
         # generic counters ("C" events), B/E pairs, metadata
@@ -200,6 +201,7 @@ class _Columns:
         dumps = orjson.dumps
         row = self.n
         corr_rows_a, corr_vals_a = self.corr_rows.append, self.corr_vals.append
+        flops_rows_a, flops_vals_a = self.flops_rows.append, self.flops_vals.append
         mem = {k: [] for k in _MEM_KEYS}
         mts_a, mbytes_a, malloc_a, mres_a, mdt_a, mdi_a, mpid_a, mtid_a = (mem[k].append for k in _MEM_KEYS)
         ev = None
@@ -252,6 +254,10 @@ class _Columns:
                             sc = shape_get(key)
                             if sc is None:
                                 sc = shapes[key] = len(shapes)
+                        fl = args.pop("flops", None)  # torch.profiler(with_flops=True)
+                        if fl is not None:
+                            flops_rows_a(row)
+                            flops_vals_a(fl)
                 elif mode == _M_PLAIN:
                     pass
                 elif mode == _M_RUNTIME:
@@ -473,6 +479,7 @@ class _Columns:
         layer_index = sparse(self.li_rows, self.li_vals, -1, np.int64)
         nbytes = sparse(self.bytes_rows, self.bytes_vals, np.nan, np.float64)
         memory = sparse(self.mem_rows, self.mem_vals, np.nan, np.float64)
+        flops = sparse(self.flops_rows, self.flops_vals, np.nan, np.float64)
 
         # parents: containment per (pid, tid), then GPU activities -> their runtime call by correlation
         tid_codes, tid_uniques = pd.factorize(tid)
@@ -502,9 +509,9 @@ class _Columns:
         if order is not None:
             span_id, parent_id, start, end, duration = (a[order] for a in (span_id, parent_id, start, end,
                                                                             duration))
-            cat_codes, name_codes, tid, device, stream, shape, layer_type, layer_index, nbytes, memory = (
+            cat_codes, name_codes, tid, device, stream, shape, layer_type, layer_index, nbytes, memory, flops = (
                 a[order] for a in (cat_codes, name_codes, tid, device, stream, shape, layer_type, layer_index,
-                                   nbytes, memory))
+                                   nbytes, memory, flops))
             attrs = take_runs(attrs, order)
             del order
 
@@ -526,7 +533,7 @@ class _Columns:
             "layer_index": layer_index,
             "layer_type": canonical_categorical(layer_type, [str(k) for k in self.layer_types]),
             "shape": canonical_categorical(shape, [k.decode() if isinstance(k, bytes) else k for k in self.shapes]),
-            "flops": np.full(n, np.nan),
+            "flops": flops,
             "bytes": nbytes,
             "memory": memory,
             "attrs": str_column(attrs),
