@@ -19,18 +19,15 @@ fp32 graph, the settings or the file's own sha256 change. Built under the same l
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
-import os
-import time
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import FrameworkNotInstalledError, PredictorError
 from ..manifest import Manifest
-from ..models.convert import (Artifact, _cached, _locked, _sha256, _temp_path, _write_json, artifact_folder, convert)
+from ..models.convert import Artifact, artifact_folder, build_artifact, convert
 
 log = logging.getLogger(__name__)
 
@@ -92,25 +89,10 @@ def quantized_onnx(model: str | Manifest, force: bool = False) -> Artifact:
     target = folder / "model.onnx"
     source_key = json.dumps({"fp32_sha256": fp32.sha256, **SETTINGS}, sort_keys=True)
     label = f"{m.name}@{m.version} -> {FRAMEWORK}"
-    with _locked(folder):
-        digest = None if force else _cached(folder, target, label, source_key=source_key)
-        if digest is None:
-            log.info("building %s (one-time): %s", label, target)
-            started = time.perf_counter()
-            tmp = _temp_path(folder, ".onnx")
-            try:
-                ids = _quantize(fp32.path, tmp, m)
-                digest = _sha256(tmp)
-                tmp.chmod(0o644)
-                os.replace(tmp, target)
-            finally:
-                tmp.unlink(missing_ok=True)
-            _write_json(folder / "artifact.json", {
-                "name": fp32.name, "version": fp32.version, "framework": FRAMEWORK, "file": target.name,
-                "sha256": digest, "source": str(fp32.path), "source_sha256": fp32.sha256, "source_key": source_key,
-                "quantization": SETTINGS, "calibration_inputs": ids,
-                "versions": {"onnxruntime": onnxruntime.__version__},
-                "build_seconds": round(time.perf_counter() - started, 3),
-                "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            })
+    meta = {"name": fp32.name, "version": fp32.version, "framework": FRAMEWORK, "source": str(fp32.path),
+            "source_sha256": fp32.sha256, "quantization": SETTINGS,
+            "versions": {"onnxruntime": onnxruntime.__version__}}
+    digest = build_artifact(folder, target, label,
+                            lambda tmp: {"calibration_inputs": _quantize(fp32.path, tmp, m)}, meta, force,
+                            source_key=source_key)
     return Artifact(path=target, sha256=digest, framework=FRAMEWORK, name=fp32.name, version=fp32.version)

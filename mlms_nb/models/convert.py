@@ -26,7 +26,7 @@ import urllib.parse
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -167,6 +167,38 @@ def _cached(folder: Path, target: Path, label: str, **built_from: Any) -> str | 
     return digest
 
 
+def build_artifact(folder: Path, target: Path, label: str, build: Callable[[Path], dict | None], meta: dict,
+                   force: bool = False, **built_from: Any) -> str:
+    """The sha256 of ``target``, building it first unless a whole, current copy is cached.
+
+    Under the folder's lock: reuse the cached file when its ``artifact.json`` records its sha256 and the same
+    ``built_from`` values; otherwise ``build(tmp_path)`` writes the file (returning extra metadata or None), which
+    then replaces ``target`` atomically, and ``artifact.json`` records ``meta``, ``built_from``, the extra
+    metadata, the sha256, the build time and when."""
+    with _locked(folder):
+        digest = None if force else _cached(folder, target, label, **built_from)
+        if digest is not None:
+            return digest
+        log.info("building %s (one-time): %s", label, target)
+        started = time.perf_counter()
+        tmp = _temp_path(folder, target.suffix)
+        try:
+            extra = build(tmp) or {}
+            digest = _sha256(tmp)
+            tmp.chmod(0o644)  # mkstemp makes it private; artifacts are shared like the cache
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        seconds = time.perf_counter() - started
+        _write_json(folder / "artifact.json", {
+            **meta, **built_from, **extra, "file": target.name, "sha256": digest,
+            "build_seconds": round(seconds, 3),
+            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        })
+        log.info("built %s in %.1f s (sha256 %s)", label, seconds, digest)
+        return digest
+
+
 # ----------------------------------------------------------------------------- the two exporters
 
 def _export_onnx(arch: str, weights: str | None, out: Path) -> None:
@@ -255,28 +287,10 @@ def convert(manifest_or_name: Manifest | str, to: str, force: bool = False) -> A
     folder = artifact_folder(m.name, m.version, fw)
     target = folder / ARTIFACT_FILES[fw]
     label = f"{m.name}@{m.version} -> {fw}"
-    with _locked(folder):
-        digest = None if force else _cached(folder, target, label, source_weights_sha256=source_sha)
-        if digest is None:
-            log.info("building %s (one-time): %s", label, target)
-            started = time.perf_counter()
-            tmp = _temp_path(folder, target.suffix)
-            try:
-                (_export_onnx if fw == "onnxruntime" else _export_keras)(arch, weights, tmp)
-                digest = _sha256(tmp)
-                tmp.chmod(0o644)  # mkstemp makes it private; artifacts are shared like the cache
-                os.replace(tmp, target)
-            finally:
-                tmp.unlink(missing_ok=True)
-            seconds = time.perf_counter() - started
-            _write_json(folder / "artifact.json", {
-                "name": m.name, "version": m.version, "framework": fw, "architecture": arch,
-                "file": target.name, "sha256": digest,
-                "source_weights": m.model.weights_path, "source_weights_sha256": source_sha,
-                "versions": _versions(fw), "build_seconds": round(seconds, 3),
-                "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            })
-            log.info("built %s in %.1f s (sha256 %s)", label, seconds, digest)
+    meta = {"name": m.name, "version": m.version, "framework": fw, "architecture": arch,
+            "source_weights": m.model.weights_path, "versions": _versions(fw)}
+    digest = build_artifact(folder, target, label, lambda tmp: (_export_onnx if fw == "onnxruntime" else _export_keras)(
+        arch, weights, tmp), meta, force, source_weights_sha256=source_sha)
     return Artifact(path=target, sha256=digest, framework=fw, name=m.name, version=m.version)
 
 
