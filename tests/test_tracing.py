@@ -107,7 +107,7 @@ def test_fields_fill_columns_and_attrs():
     assert attrs_dict(by["predict"].attrs) == {"batch": 8}
     assert np.isnan(by["predict"].flops) and by["predict"].layer_index == -1 and by["predict"].stream == -1
     assert list(trace.counters["metric"]) == ["cpu.percent", "power"]
-    assert str(trace.spans["attrs"].dtype) == "str"
+    assert isinstance(trace.spans["attrs"].dtype, pd.CategoricalDtype)
 
 
 def test_disabled_levels_record_nothing():
@@ -225,6 +225,43 @@ def test_parquet_round_trip(tmp_path):
         Trace.load(tmp_path / "nope")
 
 
+def test_parquet_layout_reopens_without_copies(tmp_path):
+    """One row group per file, so a reopened int64 column is the Arrow buffer itself (no concatenation), int64
+    columns are delta-encoded, categoricals dictionary-encoded; the metadata says which version wrote it."""
+    import pyarrow.parquet as pq
+
+    trace = _sample_trace()
+    out = trace.save(tmp_path / "t")
+    meta = pq.ParquetFile(out / "spans.parquet").metadata
+    assert meta.num_row_groups == 1
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    encodings = {n: meta.row_group(0).column(i).encodings for i, n in enumerate(names)}
+    assert "DELTA_BINARY_PACKED" in encodings["start_ns"] and "RLE_DICTIONARY" in encodings["name"]
+    assert orjson.loads(pq.read_schema(out / "spans.parquet").metadata[b"mlms_nb"])["version"] == 2
+    back = Trace.load(out)
+    start = back.spans["start_ns"].to_numpy()
+    assert start.base is not None and not start.flags.owndata  # a view of the Arrow buffer, not a copy
+
+
+def test_parquet_version_1_traces_still_load(tmp_path):
+    """Traces saved before version 2 (attrs as text, pandas' own conversion, 65,536-row groups) reopen the same."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    trace = _sample_trace()
+    root = tmp_path / "v1"
+    root.mkdir()
+    meta = orjson.dumps({"format": "mlms-nb/trace-parquet", "version": 1, "metadata": trace.metadata})
+    spans = trace.spans.astype({"attrs": "str"})
+    for name, df, extra in (("spans.parquet", spans, {b"mlms_nb": meta}), ("counters.parquet", trace.counters, {})):
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        table = table.replace_schema_metadata({**table.schema.metadata, **extra})
+        pq.write_table(table, root / name, row_group_size=2)
+    back = Trace.load(root)
+    pd.testing.assert_frame_equal(back.spans, trace.spans)
+    pd.testing.assert_frame_equal(back.counters, trace.counters)
+
+
 def test_chrome_round_trip_is_lossless(tmp_path):
     trace = _sample_trace()
     path = trace.to_chrome(tmp_path / "t.json")
@@ -298,7 +335,10 @@ def test_real_kineto_trace_imports_mapped_and_nested(kineto_file, tmp_path):
     assert len(conv) == 9 and (parent_name[conv.index] == "predict").all()
     assert (parent_name[s["name"] == "aten::convolution"] == "aten::conv2d").all()
     assert conv["shape"].iloc[0].startswith("[[2,3,32,32],[8,3,3,3],[8]")
-    assert "External id" in attrs_dict(conv["attrs"].iloc[0]) and "Input Dims" not in conv["attrs"].iloc[0]
+    assert "Input Dims" not in conv["attrs"].iloc[0] and "External id" not in conv["attrs"].iloc[0]
+    ext = {e["args"]["External id"] for e in raw["traceEvents"] if e.get("name") == "aten::conv2d"}
+    assert set(conv["external_id"]) == ext and len(ext) == len(conv)  # per-span ids: columns, not attrs
+    assert ops["attrs"].nunique() * 3 <= len(ops)  # the 3 predict calls share each op's attrs text
     # children lie within their parents
     merged = s.merge(s[["span_id", "start_ns", "end_ns"]], left_on="parent_id", right_on="span_id",
                      suffixes=("", "_p"))
@@ -310,6 +350,10 @@ def test_real_kineto_trace_imports_mapped_and_nested(kineto_file, tmp_path):
     back = Trace.from_chrome(trace.to_chrome(tmp_path / "again.json"))
     pd.testing.assert_frame_equal(back.spans, s)
     pd.testing.assert_frame_equal(back.counters, trace.counters)
+    # and through Parquet: the id columns, the categorical attrs, NaN and every dtype come back
+    again = Trace.load(trace.save(tmp_path / "kineto_parquet"))
+    pd.testing.assert_frame_equal(again.spans, s)
+    pd.testing.assert_frame_equal(again.counters, trace.counters)
     # gzip reads the same
     gz = tmp_path / "trace.json.gz"
     gz.write_bytes(gzip.compress(kineto_file.read_bytes()))

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from .errors import TraceFormatError, TraceSchemaError
 from .levels import TraceLevel
-from .schema import (COUNTER_COLUMNS, KINDS, LEVEL_DTYPE, ROOT, SPAN_COLUMNS, attrs_dict, empty_counters,
-                     empty_spans, validate_counters, validate_spans)
+from .schema import (COUNTER_COLUMNS, ID_COLUMNS, KINDS, LEVEL_DTYPE, NO_ID, ROOT, SPAN_COLUMNS, attrs_dict,
+                     empty_counters, empty_spans, validate_counters, validate_spans)
 from .trace import Trace, load_trace
 from .tracer import NO_SPAN, NULL_TRACER, Tracer, current_tracer, use_tracer
 
 __all__ = [
-    "COUNTER_COLUMNS", "KINDS", "LEVEL_DTYPE", "NO_SPAN", "NULL_TRACER", "ROOT", "SPAN_COLUMNS", "Trace",
+    "COUNTER_COLUMNS", "ID_COLUMNS", "KINDS", "LEVEL_DTYPE", "NO_ID", "NO_SPAN", "NULL_TRACER", "ROOT", "SPAN_COLUMNS", "Trace",
     "TraceFormatError", "TraceLevel", "TraceSchemaError", "Tracer", "attrs_dict", "current_tracer",
     "empty_counters", "empty_spans", "load_trace", "use_tracer", "validate_counters", "validate_spans",
 ]

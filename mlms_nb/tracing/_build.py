@@ -7,7 +7,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from .schema import DEFAULT_KIND, FIELD_COLUMNS, canonical_categorical, level_categorical, spans_frame, str_column
+from .schema import DEFAULT_KIND, FIELD_COLUMNS, canonical_categorical, level_categorical, spans_frame
 
 _INT_FIELDS = {"stream": -1, "layer_index": -1}
 _FLOAT_FIELDS = ("flops", "bytes", "memory")
@@ -126,7 +126,8 @@ def _spans_from_records(records: list[tuple], trace_id: str, n: int) -> pd.DataF
             texts = [conv(v) for v in vals]
             codes[np.asarray(rows)] = _intern(texts, table)
         cols[key] = canonical_categorical(codes, list(table))
-    cols["attrs"] = str_column(attrs)
+    attrs_table: dict = {}
+    cols["attrs"] = canonical_categorical(np.asarray(_intern(attrs, attrs_table)), list(attrs_table))
     return spans_frame(cols)
 
 

@@ -4,7 +4,8 @@ Export (:func:`write_chrome`): a JSON object ``{"otherData": {...}, "displayTime
 [...]}``. Every span is an ``"X"`` (complete) event: ``cat`` = kind, ``ts``/``dur`` in µs as floats with up to 3
 decimals (ns precision; ``ts`` relative to ``otherData.mlms_nb.origin_ns``), ``pid`` = one per device
 (``"M"`` process_name events name them), ``tid`` = the thread (the stream for device spans), ``args`` = the
-span's other columns (defaults left out) with ``attrs`` inlined as an object. Counters are ``"C"`` events
+span's other columns (defaults left out; id columns under their column names) with ``attrs`` inlined as an
+object. Counters are ``"C"`` events
 (``cat`` = source, ``name`` = metric, ``args`` = ``{unit: value}``). ``otherData`` holds the trace's metadata
 plus ``otherData.mlms_nb`` (format, version, origin_ns, trace_id, pid -> device), so our own export imports
 back without loss.
@@ -19,7 +20,9 @@ Import (:func:`read_chrome`), three dialects, detected from the file:
   ``gpu_user_annotation`` -> SYSTEM_LIBRARY / ``annotation``, ``Trace`` (the profiling window) ->
   APPLICATION; ``[memory]`` instant events -> counters ``memory.allocated`` / ``memory.reserved`` (bytes) and
   each span's ``memory`` (net bytes allocated on its thread while it ran); times relative to
-  ``baseTimeNanoseconds`` (``metadata["clock"]["wall_offset_ns"]``);
+  ``baseTimeNanoseconds`` (``metadata["clock"]["wall_offset_ns"]``); integer ids (``External id``,
+  ``correlation``, ``Ev Idx``... see :data:`~mlms_nb.tracing.schema.ID_COLUMNS`) -> id columns, the other args
+  -> ``attrs``;
 * ONNX Runtime profile (a top-level array; ``cat`` ``"Session"`` -> MODEL / ``model``, ``"Node"`` -> FRAMEWORK
   / ``layer`` with ``op_name`` -> ``layer_type``, ``node_index`` -> ``layer_index``, ``input_type_shape`` ->
   ``shape``, ``activation_size + parameter_size + output_size`` -> ``bytes``, ``mem_in_use_delta`` (else
@@ -40,18 +43,18 @@ from __future__ import annotations
 import gc
 import os
 import uuid
+from array import array
 from typing import Any
 
 import numpy as np
 import orjson
 import pandas as pd
-import pyarrow as pa
 
 from ._build import containment_parents
 from ._jsonscan import EventStream
 from .errors import TraceFormatError
 from .levels import TraceLevel
-from .schema import (canonical_categorical, counters_frame, level_categorical, spans_frame, str_column)
+from .schema import (ID_COLUMNS, NO_ID, canonical_categorical, counters_frame, level_categorical, spans_frame)
 
 FORMAT = "mlms-nb/chrome-trace"
 FORMAT_VERSION = 1
@@ -60,6 +63,7 @@ FORMAT_VERSION = 1
 
 _M_PLAIN, _M_CPUOP, _M_RUNTIME, _M_GPU, _M_ORTNODE, _M_OTHER = range(6)
 _NAN = float("nan")
+_INT64_MAX = 2**63 - 1
 _MEM_KEYS = ("ts", "bytes", "alloc", "reserved", "devtype", "devid", "pid", "tid")
 _L = TraceLevel
 CATEGORIES: dict[str, tuple[TraceLevel, str, int]] = {
@@ -140,9 +144,9 @@ def _device_of_provider(provider) -> str:
 class _Columns:
     """Columns of the Kineto / ONNX Runtime / generic dialects, filled one chunk of events at a time.
 
-    Per chunk: one pass over the parsed events appending to typed arrays (``array.array``) and lists of
-    interned codes; the chunk's ``attrs`` become one Arrow array. Columns only some events have (shape,
-    stream, layer type...) are kept sparse as (row, value) lists.
+    Per chunk: one pass over the parsed events appending to lists of numbers and interned codes (names,
+    shapes, and ``attrs`` text once the per-span ids are out of it). Columns only some events have (shape,
+    stream, layer type, the id columns...) are kept sparse as (row, value) lists.
     """
 
     def __init__(self, path: str):
@@ -164,7 +168,9 @@ class _Columns:
         self.p_shape: list[np.ndarray] = []
         self.p_pid: list[np.ndarray] = []
         self.p_tid: list[np.ndarray] = []
-        self.p_attrs: list[pa.Array] = []
+        self.p_attrs: list[np.ndarray] = []
+        self.attrs_table: dict = {b"{}": 0}
+        self.id_rows = {col: (array("q"), array("q")) for col in ID_COLUMNS}  # (rows, ids), compact
         # sparse (row, value) columns
         self.shape_rows, self.shape_codes = [], []
         self.dev_rows, self.dev_codes = [], []
@@ -202,6 +208,10 @@ class _Columns:
         row = self.n
         corr_rows_a, corr_vals_a = self.corr_rows.append, self.corr_vals.append
         flops_rows_a, flops_vals_a = self.flops_rows.append, self.flops_vals.append
+        attrs_table = self.attrs_table
+        attrs_get = attrs_table.get
+        id_sinks = tuple((key, self.id_rows[col][0].append, self.id_rows[col][1].append)
+                         for col, key in ID_COLUMNS.items())
         mem = {k: [] for k in _MEM_KEYS}
         mts_a, mbytes_a, malloc_a, mres_a, mdt_a, mdi_a, mpid_a, mtid_a = (mem[k].append for k in _MEM_KEYS)
         ev = None
@@ -283,7 +293,20 @@ class _Columns:
                 cat_a(cc)
                 name_a(nc)
                 shape_a(sc)
-                attrs_a(dumps(args) if args else b"{}")
+                if args:
+                    for key, rows_add, vals_add in id_sinks:
+                        v = args.get(key)
+                        if v is not None and type(v) is int and 0 <= v <= _INT64_MAX:
+                            del args[key]
+                            rows_add(row)
+                            vals_add(v)
+                    text = dumps(args) if args else b"{}"
+                    code = attrs_get(text)
+                    if code is None:
+                        code = attrs_table[text] = len(attrs_table)
+                    attrs_a(code)
+                else:
+                    attrs_a(0)
                 row += 1
         except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:
             k = next((i for i, e in enumerate(events) if e is ev), 0)
@@ -307,7 +330,7 @@ class _Columns:
         self.p_shape.append(np.array(shape_l, dtype=np.int32))
         self.p_pid.append(_int_ids(pid_l, self.str_ids))
         self.p_tid.append(_int_ids(tid_l, self.str_ids))
-        self.p_attrs.append(pa.array(attrs_l, type=pa.binary()))
+        self.p_attrs.append(np.array(attrs_l, dtype=np.int32))
         self.n = row
 
     @staticmethod
@@ -492,14 +515,14 @@ class _Columns:
         if len(mem["ts"]):
             memory = self._span_memory(mem, memory, pid, tid, start, end, cat_codes, spec_mode)
 
-        # canonical row order (start_ns, span_id); span ids are file order. Kineto writes nearly sorted
-        # files, so the attrs strings are reordered by slicing runs (no copy) where that is cheap.
+        # canonical row order (start_ns, span_id); span ids are file order
         span_id = np.arange(1, n + 1, dtype=np.int64)
         parent_id = np.where(parent_idx >= 0, parent_idx + 1, 0)
         del parent_idx
-        attrs = pa.chunked_array(self.p_attrs, type=pa.binary()) if self.p_attrs else pa.chunked_array(
-            [pa.array([], pa.binary())])
-        self.p_attrs = []
+        attrs = cat(self.p_attrs, np.int32)
+        ids = {col: sparse(np.frombuffer(rows, np.int64), np.frombuffer(vals, np.int64), NO_ID, np.int64)
+               for col, (rows, vals) in self.id_rows.items() if rows}
+        self.id_rows = {col: (array("q"), array("q")) for col in ID_COLUMNS}
         order = None
         if n > 1:
             d = np.diff(start)
@@ -512,7 +535,8 @@ class _Columns:
             cat_codes, name_codes, tid, device, stream, shape, layer_type, layer_index, nbytes, memory, flops = (
                 a[order] for a in (cat_codes, name_codes, tid, device, stream, shape, layer_type, layer_index,
                                    nbytes, memory, flops))
-            attrs = take_runs(attrs, order)
+            attrs = attrs[order]
+            ids = {col: a[order] for col, a in ids.items()}
             del order
 
         trace_id = str((skeleton or {}).get("trace_id") or uuid.uuid4().hex) if isinstance(skeleton, dict) else (
@@ -536,9 +560,10 @@ class _Columns:
             "flops": flops,
             "bytes": nbytes,
             "memory": memory,
-            "attrs": str_column(attrs),
+            "attrs": canonical_categorical(attrs, [k.decode() for k in self.attrs_table]),
+            **ids,
         }
-        del attrs
+        del attrs, ids
         spans = spans_frame(cols, sort=False)
         counters = self._counters(mem)
         return trace_id, spans, counters
@@ -623,19 +648,6 @@ class _Columns:
         return counters_frame(cols)
 
 
-def take_runs(arr: pa.ChunkedArray, order: np.ndarray) -> pa.ChunkedArray:
-    """``arr.take(order)``, by zero-copy slices when ``order`` is made of few ascending runs."""
-    n = len(order)
-    breaks = np.flatnonzero(np.diff(order) != 1) + 1
-    if len(breaks) + 1 > max(64, n // 256):
-        return arr.take(pa.array(order))
-    bounds = np.concatenate([[0], breaks, [n]])
-    chunks = []
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        chunks.extend(arr.slice(int(order[a]), b - a).chunks)
-    return pa.chunked_array(chunks, type=arr.type)
-
-
 # ------------------------------------------------------------------------------------------------ own dialect
 
 class _OwnColumns:
@@ -650,6 +662,7 @@ class _OwnColumns:
             "trace_id", "span_id", "parent_id", "name", "level", "kind", "ts", "dur", "thread", "device",
             "stream", "layer_index", "layer_type", "shape", "flops", "bytes", "memory", "attrs")}
         self.counters: dict[str, list] = {k: [] for k in ("ts", "source", "metric", "value", "unit", "device")}
+        self.id_rows = {col: (array("q"), array("q")) for col in ID_COLUMNS}
         self.n_events = 0
 
     def feed(self, events: list) -> None:
@@ -660,6 +673,8 @@ class _OwnColumns:
         dumps = orjson.dumps
         k = -1
         nan = float("nan")
+        row = len(r["span_id"])
+        id_sinks = tuple((col, rows.append, vals.append) for col, (rows, vals) in self.id_rows.items())
         try:
             for k, ev in enumerate(events):
                 ph = ev.get("ph")
@@ -685,6 +700,12 @@ class _OwnColumns:
                     a["memory"](args.get("memory", nan))
                     at = args.get("attrs")
                     a["attrs"](at if isinstance(at, str) else (dumps(at).decode() if at else "{}"))
+                    for col, rows_add, vals_add in id_sinks:
+                        v = args.get(col)
+                        if v is not None:
+                            rows_add(row)
+                            vals_add(v)
+                    row += 1
                 elif ph == "C":
                     (unit, value), = ev["args"].items()
                     c["ts"](ev["ts"])
@@ -693,7 +714,7 @@ class _OwnColumns:
                     c["value"](value)
                     c["unit"]("" if unit == "value" else unit)
                     c["device"](devices.get(str(ev.get("pid")), ""))
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(f"trace file {self.path!r} is not a valid mlms-nb Chrome trace: event "
                                    f"#{self.n_events + k} is malformed ({type(exc).__name__}: {exc})") from None
         self.n_events += len(events)
@@ -713,6 +734,12 @@ class _OwnColumns:
                 "flops": np.array(r["flops"], np.float64), "bytes": np.array(r["bytes"], np.float64),
                 "memory": np.array(r["memory"], np.float64), "attrs": r["attrs"],
             }
+            n = len(r["span_id"])
+            for col, (rows, vals) in self.id_rows.items():
+                if rows:
+                    ids = np.full(n, NO_ID, np.int64)
+                    ids[np.asarray(rows, np.int64)] = np.asarray(vals, np.int64)
+                    cols[col] = ids
             spans = spans_frame(cols)
             c = self.counters
             counters = counters_frame({"ts_ns": _ns(np.array(c["ts"], np.float64)) + self.origin,
@@ -859,10 +886,12 @@ def _span_events(part: pd.DataFrame, origin: int, trace_id: str, dev_pid: dict) 
     dur = (part["duration_ns"].to_numpy() / 1000.0).tolist()
     fl = {c: part[c].to_numpy() for c in ("flops", "bytes", "memory")}
     fl_has = {c: ~np.isnan(v) for c, v in fl.items()}
+    ids = [(c, part[c].tolist()) for c in ID_COLUMNS if c in part.columns]
     events = []
     append = events.append
     Fragment = orjson.Fragment
     loads, dumps = orjson.loads, orjson.dumps
+    attrs_json: dict = {}  # attrs text -> what goes in args (text shared by many spans is checked once)
     for i in range(len(part)):
         stream = cols["stream"][i]
         thread = cols["thread"][i]
@@ -882,15 +911,22 @@ def _span_events(part: pd.DataFrame, origin: int, trace_id: str, dev_pid: dict) 
         for key in ("flops", "bytes", "memory"):
             if fl_has[key][i]:
                 args[key] = float(fl[key][i])
+        for key, values in ids:
+            if values[i] != NO_ID:
+                args[key] = values[i]
         t = cols["trace_id"][i]
         if t != trace_id:
             args["trace_id"] = t
         at = cols["attrs"][i]
         if at and at != "{}":
-            try:
-                args["attrs"] = Fragment(at) if at[0] == "{" and dumps(loads(at)).decode() == at else at
-            except orjson.JSONDecodeError:
-                args["attrs"] = at
+            inline = attrs_json.get(at)
+            if inline is None:
+                try:
+                    inline = Fragment(at) if at[0] == "{" and dumps(loads(at)).decode() == at else at
+                except orjson.JSONDecodeError:
+                    inline = at
+                attrs_json[at] = inline
+            args["attrs"] = inline
         append({"ph": "X", "cat": cols["kind"][i], "name": cols["name"][i], "pid": dev_pid[cols["device"][i]],
                 "tid": tid, "ts": start[i], "dur": dur[i], "args": args})
     return events

@@ -29,9 +29,19 @@ bytes            float64                bytes   bytes the span reads + writes (i
                                                 NaN when unknown
 memory           float64                bytes   net memory allocated during the span and still held at its end
                                                 (allocations - frees); NaN when unknown
-attrs            str (pandas ``str``)   --      everything else, as JSON object text (``"{}"`` when empty);
-                                                :func:`attrs_dict` turns one into a dict
+attrs            category (str)         --      everything else, as JSON object text (``"{}"`` when empty);
+                                                :func:`attrs_dict` turns one into a dict. A category: spans of
+                                                one op signature share their text, because per-span ids live
+                                                in the id columns below
 ===============  =====================  ======  ==================================================================
+
+**id columns** -- optional int64 columns holding the per-span integer ids a source recorded, present only
+when it recorded them; ``-1`` (:data:`NO_ID`) where a span has none. They keep ``attrs`` shared across spans
+(a 1M-event Kineto trace has about 100 distinct ``attrs`` once its ids are out, not 1M), and let a user join
+host ops, runtime calls and kernels in pandas. :data:`ID_COLUMNS` maps each to the Kineto arg it comes from:
+``external_id`` ("External id": a host op and the device work it launched), ``correlation`` (a runtime call and
+its kernel), ``ev_idx``, ``record_function_id``, ``sequence_number``, ``fwd_thread_id``, ``python_id``,
+``python_parent_id``. A non-integer or negative value stays in ``attrs``.
 
 **counters** -- one row per sample of a metric, sorted by ``ts_ns``:
 
@@ -103,7 +113,7 @@ DEFAULT_KIND: dict[int, str] = {
 @dataclass(frozen=True)
 class Column:
     name: str
-    dtype: str  # "int64" | "float64" | "category" | "level" | "str"
+    dtype: str  # "int64" | "float64" | "category" | "level"
     unit: str
     default: Any
     doc: str
@@ -128,7 +138,7 @@ SPANS: tuple[Column, ...] = (
     Column("flops", "float64", "FLOPs", np.nan, "floating-point operations; NaN when unknown"),
     Column("bytes", "float64", "bytes", np.nan, "bytes read + written; NaN when unknown"),
     Column("memory", "float64", "bytes", np.nan, "net bytes allocated and held at the end; NaN when unknown"),
-    Column("attrs", "str", "", "{}", "other attributes as JSON object text"),
+    Column("attrs", "category", "", "{}", "other attributes as JSON object text"),
 )
 COUNTERS: tuple[Column, ...] = (
     Column("ts_ns", "int64", "ns", None, "when the value was read, on the spans' clock"),
@@ -148,8 +158,21 @@ FIELD_COLUMNS: tuple[str, ...] = ("device", "stream", "layer_index", "layer_type
 """Span columns a recorder may pass as keyword fields (``tracer.span(..., layer_index=3, flops=1e9)``);
 any other keyword goes to ``attrs``."""
 
-STR_DTYPE = pd.StringDtype("pyarrow", na_value=np.nan)
-"""The ``attrs`` column's dtype (pandas' default ``str``, Arrow-backed)."""
+NO_ID = -1
+"""Value of an id column for a span that has no such id."""
+
+ID_COLUMNS: dict[str, str] = {
+    "external_id": "External id",
+    "correlation": "correlation",
+    "ev_idx": "Ev Idx",
+    "record_function_id": "Record function id",
+    "sequence_number": "Sequence number",
+    "fwd_thread_id": "Fwd thread id",
+    "python_id": "Python id",
+    "python_parent_id": "Python parent id",
+}
+"""Optional int64 span columns -> the Kineto (torch.profiler) arg each holds; in this order after the schema's
+columns."""
 
 _SPAN_BY_NAME = {c.name: c for c in SPANS}
 _COUNTER_BY_NAME = {c.name: c for c in COUNTERS}
@@ -205,20 +228,6 @@ def level_categorical(level_codes: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(np.asarray(level_codes, dtype=np.int8), dtype=LEVEL_DTYPE, validate=False)
 
 
-def str_column(values) -> pd.arrays.ArrowStringArray:
-    """A list of str / a pyarrow (chunked) string or binary array -> pandas ``str`` array without copying
-    Arrow data."""
-    import pyarrow as pa
-
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        arr = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
-        if arr.type != pa.large_string():
-            arr = arr.cast(pa.large_string())
-    else:
-        arr = pa.chunked_array([pa.array(list(values), type=pa.large_string())])
-    return pd.arrays.ArrowStringArray(arr, dtype=STR_DTYPE)
-
-
 # --------------------------------------------------------------------------------------------- frames
 
 def empty_spans() -> pd.DataFrame:
@@ -238,8 +247,6 @@ def _default_array(col: Column, n: int):
         return np.full(n, col.default, dtype=np.float64)
     if col.dtype == "category":
         return canonical_categorical(np.zeros(n, np.int64), [col.default])
-    if col.dtype == "str":
-        return str_column([col.default] * n)
     raise TraceSchemaError(f"span column {col.name!r} has no default; it must be given")
 
 
@@ -269,18 +276,16 @@ def _coerce(col: Column, values, n: int):
     if col.dtype == "category":
         if isinstance(values, pd.Categorical):
             return canonicalize(pd.Series(values)).array
-        return categorical_of(["" if v is None or v != v else str(v) for v in values])
-    if col.dtype == "str":
-        if isinstance(values, pd.arrays.ArrowStringArray) and values.dtype == STR_DTYPE:
-            return values
-        return str_column([col.default if v is None or v != v else str(v) for v in values])
+        missing = "{}" if col.name == "attrs" else ""
+        return categorical_of([missing if v is None or v != v else str(v) for v in values])
     raise AssertionError(col.dtype)
 
 
 def spans_frame(columns: Mapping[str, Any], *, sort: bool = True) -> pd.DataFrame:
     """Build a spans frame from column arrays (any subset holding at least the required columns:
     ``span_id, name, level, kind, start_ns, end_ns``; others get their defaults; ``duration_ns`` is computed
-    when missing). Values are coerced to the schema's dtypes; rows are sorted by ``(start_ns, span_id)``."""
+    when missing; :data:`ID_COLUMNS` are kept when given). Values are coerced to the schema's dtypes; rows are
+    sorted by ``(start_ns, span_id)``."""
     n = None
     for v in columns.values():
         n = len(v)
@@ -303,6 +308,10 @@ def spans_frame(columns: Mapping[str, Any], *, sort: bool = True) -> pd.DataFram
             data[col.name] = level_categorical(np.zeros(n, np.int8))
         else:
             data[col.name] = _default_array(col, n)
+    for name in ID_COLUMNS:
+        if name in columns:
+            data[name] = np.asarray(columns[name].array if isinstance(columns[name], pd.Series) else columns[name],
+                                    dtype=np.int64)
     df = pd.DataFrame(data, copy=False)
     if sort and n:
         df = sort_spans(df)
@@ -378,8 +387,7 @@ def _check(df: pd.DataFrame, columns: tuple[Column, ...], what: str) -> None:
             ok = isinstance(dtype, pd.CategoricalDtype)
             want = "category"
         else:
-            ok = isinstance(dtype, pd.StringDtype) or dtype == object
-            want = "str"
+            raise AssertionError(col.dtype)
         if not ok:
             wrong.append(f"{col.name} is {dtype}, expected {want}")
     if wrong:
@@ -389,8 +397,12 @@ def _check(df: pd.DataFrame, columns: tuple[Column, ...], what: str) -> None:
 def validate_spans(df: pd.DataFrame) -> pd.DataFrame:
     """Check ``df`` against the spans schema; returns it, or raises :class:`TraceSchemaError` naming every
     missing column / wrong dtype, or the first inconsistent row (``duration_ns != end_ns - start_ns``,
-    ``end_ns < start_ns``). Extra columns are allowed."""
+    ``end_ns < start_ns``). Extra columns are allowed; :data:`ID_COLUMNS` must be int64."""
     _check(df, SPANS, "spans")
+    wrong = [f"{c} is {df[c].dtype}, expected int64" for c in ID_COLUMNS if c in df.columns and
+             df[c].dtype != np.int64]
+    if wrong:
+        raise TraceSchemaError(f"spans frame has id column(s) of the wrong dtype: {'; '.join(wrong)}")
     if len(df):
         start, end, dur = (df[c].to_numpy() for c in ("start_ns", "end_ns", "duration_ns"))
         bad = np.flatnonzero(end < start)
