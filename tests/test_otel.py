@@ -204,3 +204,20 @@ def test_without_the_sdk_an_exporter_names_the_extra(monkeypatch):
     with pytest.raises(FrameworkNotInstalledError, match=r"needs opentelemetry-sdk.*mlms-nb\[otel\]"):
         motel.export_trace(trace, exporter=object())
     assert motel.otel_available()[0] is False
+
+
+def test_id_columns_are_exported_as_attributes():
+    """An imported trace's per-span ids (columns, not attrs) still reach OTel, only where a span has one."""
+    import numpy as np
+
+    from mlms_nb.tracing import Trace
+
+    trace = make_trace(Tracer(TraceLevel.SYSTEM_LIBRARY))
+    spans = trace.spans.copy()
+    spans["external_id"] = np.where(spans["name"] == "aten::conv2d", 41, -1).astype(np.int64)
+    trace = Trace(spans, trace.counters, trace.metadata)
+    exporter = InMemorySpanExporter()
+    motel.export_trace(trace, exporter=exporter)
+    got = by_name(exporter.get_finished_spans())
+    assert got["aten::conv2d"].attributes["mlms.external_id"] == 41
+    assert "mlms.external_id" not in got["predict"].attributes

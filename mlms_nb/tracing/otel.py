@@ -14,7 +14,8 @@ functions that need them raise :class:`~mlms_nb.errors.FrameworkNotInstalledErro
 
 Attributes of an exported span (only those with a value): ``mlms.trace_id``, ``mlms.span_id``,
 ``mlms.parent_id``, ``mlms.level``, ``mlms.kind``, ``thread.id``, ``mlms.device``, ``mlms.stream``,
-``mlms.layer_index``, ``mlms.layer_type``, ``mlms.shape``, ``mlms.flops``, ``mlms.bytes``, ``mlms.memory``
+``mlms.layer_index``, ``mlms.layer_type``, ``mlms.shape``, ``mlms.flops``, ``mlms.bytes``, ``mlms.memory``,
+``mlms.<id column>`` for each id column a span has a value in (``mlms.external_id``, ``mlms.correlation``...)
 and one ``mlms.attrs.<key>`` per key of the ``attrs`` column. A span whose ``attrs`` has ``error`` gets
 status ERROR.
 """
@@ -26,6 +27,7 @@ from typing import Any, Mapping
 import orjson
 
 from ..errors import FrameworkNotInstalledError, MlmsError
+from .schema import ID_COLUMNS, NO_ID
 
 INSTALL_HINT = "pip install 'mlms-nb[otel]'"
 INSTRUMENTATION_NAME = "mlms_nb"
@@ -231,6 +233,7 @@ def _replay(otrace, ocontext, otracer, spans, meta: dict, offset: int, parent) -
     nbytes = _columns(spans, "bytes", float("nan"))
     memory = _columns(spans, "memory", float("nan"))
     attrs = _columns(spans, "attrs", "{}")
+    ids = [(f"mlms.{c}", spans[c].tolist()) for c in ID_COLUMNS if c in spans.columns]
     trace_id = str(meta.get("trace_id") or "")
 
     row_of = {s: i for i, s in enumerate(sid)}
@@ -277,6 +280,9 @@ def _replay(otrace, ocontext, otracer, spans, meta: dict, offset: int, parent) -
             v = vals[i]
             if v is not None and v == v:
                 a[k] = float(v)
+        for k, vals in ids:
+            if vals[i] != NO_ID:
+                a[k] = int(vals[i])
         return a
 
     out_ids: dict[int, str] = {}

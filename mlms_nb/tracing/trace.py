@@ -10,13 +10,15 @@ Reopening costs little more than the memory it fills. Each file is one row group
 one Arrow buffer that numpy and pandas use without a copy, and the reader decodes the columns in parallel.
 Categorical columns are stored dictionary-encoded with their categories, int64 columns delta-encoded (times,
 ids and counts that mostly grow: 10-1000x smaller than plain, and about 4x faster to decode than plain + LZ4
-here). NaN is stored as a float value, not a null. Compression is LZ4, and files are read memory-mapped.
+here). NaN is stored as a float value, not a null. Only float columns are LZ4-compressed: delta and dictionary
+pages leave LZ4 little to gain and only cost it time to decode. Files are read memory-mapped.
 :meth:`Trace.to_chrome` / :meth:`Trace.from_chrome` read and write Chrome trace JSON (Perfetto,
 chrome://tracing), including PyTorch Kineto and ONNX Runtime profiles (see :mod:`mlms_nb.tracing.chrome`).
 """
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +101,8 @@ class Trace:
             tmp = root / (name + ".part")
             cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
             ints = {c: "DELTA_BINARY_PACKED" for c in df.columns if df[c].dtype == np.int64}
-            pq.write_table(_arrow_table(df, extra), tmp, compression="lz4", row_group_size=max(len(df), 1),
+            lz4 = {c: "lz4" if df[c].dtype == np.float64 else "none" for c in df.columns}
+            pq.write_table(_arrow_table(df, extra), tmp, compression=lz4, row_group_size=max(len(df), 1),
                            use_dictionary=cats, column_encoding=ints, write_statistics=False)
             os.replace(tmp, root / name)
         return root
@@ -115,7 +118,10 @@ class Trace:
             what = "does not exist" if not root.exists() else (
                 "is a file, not a trace directory" if root.is_file() else f"has no {SPANS_FILE}")
             raise TraceFormatError(f"cannot load a trace from {os.fspath(root)!r}: it {what}")
+        pool = ThreadPoolExecutor(1) if counters_path.is_file() else None
         try:
+            # the counters file is read beside the spans file (Arrow releases the GIL while it decodes)
+            counters_read = pool.submit(_read_parquet, counters_path) if pool else None
             table = _read_parquet(spans_path)
             raw = (table.schema.metadata or {}).get(_META_KEY)
             if raw is None:
@@ -126,12 +132,14 @@ class Trace:
                                        f"(format {info.get('format')!r})")
             spans = _frame(table)
             del table
-            counters = (_frame(_read_parquet(counters_path))
-                        if counters_path.is_file() else empty_counters())
+            counters = _frame(counters_read.result()) if counters_read else empty_counters()
         except TraceFormatError:
             raise
         except (OSError, pa.ArrowException, orjson.JSONDecodeError) as exc:
             raise TraceFormatError(f"cannot load the trace in {os.fspath(root)!r}: {exc}") from None
+        finally:
+            if pool:
+                pool.shutdown(wait=True, cancel_futures=True)
         try:
             return cls(spans, counters, info.get("metadata") or {})
         except TraceSchemaError as exc:
