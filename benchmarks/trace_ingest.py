@@ -4,7 +4,7 @@
    small real CNN with ``torch.profiler`` (``record_shapes=True, profile_memory=True``) for enough
    iterations; ``export_chrome_trace`` writes it to ``--out``.
 2. Each importer runs in a fresh subprocess, ``--repeat`` times: wall time of the import (file -> frames),
-   and peak RAM = ``ru_maxrss`` of that process minus ``ru_maxrss`` of an idle interpreter that made the same
+   and peak RAM = the peak RSS (``VmHWM``) of that process minus that of an idle interpreter that made the same
    imports (measured the same way, also in a fresh subprocess).
    - mlms-nb: ``Trace.from_chrome(path)`` (spans frame with parents by containment, attrs, counters);
    - HTA: ``hta.common.trace_parser.parse_trace_dataframe(path, ParserConfig())`` with its default ``JSON``
@@ -140,7 +140,10 @@ for _name, _backend in (("hta-json", "JSON"), ("hta-ijson", "IJSON_BATCH_AND_COM
         "dt = time.perf_counter() - t0\n"
         "rows = len(df)\n"
     )
-_TAIL = ("print(json.dumps({'maxrss_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+# peak RSS of this process: VmHWM (reset by execve) rather than ru_maxrss, which Linux carries over from the
+# parent across fork + execve -- after the parent has imported the 400 MB trace, every child would report that
+_TAIL = ("hwm = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
+         "print(json.dumps({'maxrss_kb': hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
          "'seconds': globals().get('dt'), 'rows': globals().get('rows')}))\n")
 
 
@@ -225,7 +228,7 @@ def main(argv=None) -> int:
     del tr
     pq_size = sum(p.stat().st_size for p in pq_dir.iterdir())
     pbase = measure("baseline-parquet", str(pq_dir), 1)
-    pq = measure("parquet", str(pq_dir), max(args.repeat, 5))
+    pq = measure("parquet", str(pq_dir), max(args.repeat, 7))
     steady = child("parquet-steady", str(pq_dir), str(args.reopens))["seconds"]
     touch = [child("first-touch", "")["seconds"] for _ in range(3)]
 
