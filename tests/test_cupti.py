@@ -305,7 +305,8 @@ def test_add_to_tracer_links_kernels_to_their_launch_and_layer():
     assert launch["device"] == "cpu" and launch["thread"] == 4242 and launch["stream"] == -1
     assert kernel["start_ns"] == P0 + 140000 and kernel["duration_ns"] == 380000
     a = json.loads(kernel["attrs"])
-    assert a["grid"] == [98, 2, 1] and a["block"] == [128, 1, 1] and a["correlation_id"] == 102
+    assert a["grid"] == [98, 2, 1] and a["block"] == [128, 1, 1] and "correlation_id" not in a
+    assert kernel["correlation"] == launch["correlation"] == 102  # the id column joins them in pandas
     assert a["layer_span_id"] == ids["features.0"] and a["registers_per_thread"] == 64
     # driver-launched kernel -> the cuLaunchKernel span (kind runtime, api=driver)
     _, gemm = span_of("kernel", 104)
@@ -321,6 +322,7 @@ def test_add_to_tracer_links_kernels_to_their_launch_and_layer():
     # no launch record: the layer directly
     _, split = span_of("kernel", 0)
     assert split["parent_id"] == ids["fc"] and split["stream"] == 13
+    assert split["correlation"] == -1  # CUPTI's 0: no correlation
     assert np.isnan(kernel["bytes"])
 
 

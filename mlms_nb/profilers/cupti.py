@@ -662,8 +662,8 @@ def add_to_tracer(tracer, records, layer_span_ids: Sequence[int] | Any = None, *
 
     Spans: kind ``kernel | memcpy | memset | runtime`` (driver calls are ``runtime`` with ``attrs.api =
     "driver"``); ``device`` (``cuda:N`` / ``cpu``), ``stream``, ``bytes`` (memcpy/memset), ``thread`` (the OS
-    thread of an API call; the stream of device activity, as Chrome/Kineto traces file it); ``attrs``:
-    ``correlation_id``, ``grid``, ``block``, ``registers_per_thread``, ``shared_memory``, ``copy_kind``,
+    thread of an API call; the stream of device activity, as Chrome/Kineto traces file it); ``correlation``
+    (the id column; -1 for CUPTI's 0, no correlation); ``attrs``: ``grid``, ``block``, ``registers_per_thread``, ``shared_memory``, ``copy_kind``,
     ``cbid``, ``layer_span_id``. ``metadata`` (e.g. :attr:`CuptiActivity.metadata`) is stored as
     ``tracer.metadata["cupti"]``.
     """
@@ -695,7 +695,8 @@ def add_to_tracer(tracer, records, layer_span_ids: Sequence[int] | Any = None, *
 
     def fields(i: int) -> dict:
         f: dict[str, Any] = {"device": cols["device"][i], "stream": int(cols["stream"][i]),
-                             "correlation_id": int(cols["correlation_id"][i])}
+                             # the correlation id column; CUPTI's 0 means the record has none
+                             "correlation": int(cols["correlation_id"][i]) or -1}
         b = cols["bytes"][i]
         if b == b and b is not None:  # not NaN
             f["bytes"] = float(b)

@@ -7,7 +7,8 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from .schema import DEFAULT_KIND, FIELD_COLUMNS, canonical_categorical, level_categorical, spans_frame
+from .schema import (DEFAULT_KIND, FIELD_COLUMNS, ID_COLUMNS, NO_ID, canonical_categorical, level_categorical,
+                     spans_frame)
 
 _INT_FIELDS = {"stream": -1, "layer_index": -1}
 _FLOAT_FIELDS = ("flops", "bytes", "memory")
@@ -86,7 +87,7 @@ def _spans_from_records(records: list[tuple], trace_id: str, n: int) -> pd.DataF
     cols["duration_ns"] = cols["end_ns"] - cols["start_ns"]
 
     # fields: per known column a sparse (rows, values) pair; the rest -> attrs JSON
-    sparse: dict[str, tuple[list, list]] = {k: ([], []) for k in FIELD_COLUMNS}
+    sparse: dict[str, tuple[list, list]] = {k: ([], []) for k in (*FIELD_COLUMNS, *ID_COLUMNS)}
     attrs = ["{}"] * n
     get = sparse.get
     for i, r in enumerate(records):
@@ -111,6 +112,14 @@ def _spans_from_records(records: list[tuple], trace_id: str, n: int) -> pd.DataF
         if rows:
             arr[np.asarray(rows)] = np.asarray([default if v is None else v for v in vals], np.int64)
         cols[key] = arr
+    for key in ID_COLUMNS:  # present only when some span has the id
+        rows, vals = sparse[key]
+        keep = [(r, v) for r, v in zip(rows, vals) if v is not None and v != NO_ID]
+        if keep:
+            arr = np.full(n, NO_ID, np.int64)
+            arr[np.fromiter((r for r, _ in keep), np.int64, len(keep))] = np.fromiter(
+                (int(v) for _, v in keep), np.int64, len(keep))
+            cols[key] = arr
     for key in _FLOAT_FIELDS:
         arr = np.full(n, np.nan)
         rows, vals = sparse[key]

@@ -115,7 +115,8 @@ class Tracer:
     Hot-path methods take ``level`` as a :class:`TraceLevel` (or its int value), not a string.
     Keyword fields of :meth:`span`, :meth:`start` and :meth:`add_span` named like a span column
     (:data:`~mlms_nb.tracing.schema.FIELD_COLUMNS`: ``device, stream, layer_index, layer_type, shape, flops,
-    bytes, memory``) fill that column; any other keyword goes into ``attrs``.
+    bytes, memory``, and the id columns of :data:`~mlms_nb.tracing.schema.ID_COLUMNS`: ``correlation``,
+    ``external_id``...) fill that column; any other keyword goes into ``attrs``.
     """
 
     def __init__(self, level: TraceLevel | int | str = TraceLevel.MODEL, trace_id: str | None = None):
