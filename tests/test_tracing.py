@@ -110,6 +110,18 @@ def test_fields_fill_columns_and_attrs():
     assert isinstance(trace.spans["attrs"].dtype, pd.CategoricalDtype)
 
 
+def test_id_keywords_fill_id_columns_only_when_given():
+    tracer = Tracer(TraceLevel.SYSTEM_LIBRARY)
+    with tracer.span("predict", TraceLevel.MODEL):
+        now = tracer.now()
+        tracer.add_span("cudaLaunchKernel", TraceLevel.SYSTEM_LIBRARY, "runtime", now, now + 5, correlation=7)
+        tracer.add_span("gemm", TraceLevel.SYSTEM_LIBRARY, "kernel", now + 10, now + 50, correlation=7, grid=[8, 1, 1])
+    s = tracer.trace().spans.set_index("name")
+    assert s["correlation"].to_dict() == {"predict": -1, "cudaLaunchKernel": 7, "gemm": 7}
+    assert attrs_dict(s.loc["gemm", "attrs"]) == {"grid": [8, 1, 1]}
+    assert "external_id" not in s.columns and "correlation" not in _sample_trace().spans.columns
+
+
 def test_disabled_levels_record_nothing():
     tr = Tracer(L.MODEL)
     assert tr.enabled(L.MODEL) and tr.enabled(L.APPLICATION) and not tr.enabled(L.FRAMEWORK)
