@@ -15,7 +15,8 @@
    subprocess each (the first reopen in a process: every page of the frames is touched for the first time),
    and ``--reopens`` times in one process (steady state: what a notebook that reopens traces sees). Rates
    are given per source event (the file's events, all of which the reopened spans + counters hold) and per
-   span.
+   span. Then where a first reopen's extra time goes: in one process, a reopen while an earlier one is still
+   held (its memory is new to the process) against one after it was freed (memory reused).
 
 Targets: import >= 3x faster than HTA, peak RAM <= 2x the file size, Parquet reopen >= 10M events/s.
 
@@ -113,11 +114,14 @@ _CHILD = {
         "dt = time.perf_counter() - t0\n"
         "rows = len(tr.spans)\n"
     ),
-    "first-touch": _BASE_IMPORTS + (
-        "t0 = time.perf_counter(); a = numpy.ones(100 * 2**20 // 8); fresh = time.perf_counter() - t0\n"
-        "del a\n"
-        "t0 = time.perf_counter(); b = numpy.ones(100 * 2**20 // 8); reused = time.perf_counter() - t0\n"
-        "dt = [fresh, reused]\n"
+    "parquet-memory": _BASE_IMPORTS + (  # the same reopen into fresh memory and into memory freed just before
+        "import mlms_nb.tracing, pyarrow.parquet\n"
+        "load = mlms_nb.tracing.Trace.load\n"
+        "first = load(sys.argv[1])\n"
+        "t0 = time.perf_counter(); second = load(sys.argv[1]); held = time.perf_counter() - t0\n"
+        "del first, second; gc.collect()\n"
+        "t0 = time.perf_counter(); third = load(sys.argv[1]); reused = time.perf_counter() - t0\n"
+        "dt = [held, reused]\n"
     ),
     "parquet-steady": _BASE_IMPORTS + (
         "import mlms_nb.tracing, pyarrow.parquet\n"
@@ -230,7 +234,7 @@ def main(argv=None) -> int:
     pbase = measure("baseline-parquet", str(pq_dir), 1)
     pq = measure("parquet", str(pq_dir), max(args.repeat, 7))
     steady = child("parquet-steady", str(pq_dir), str(args.reopens))["seconds"]
-    touch = [child("first-touch", "")["seconds"] for _ in range(3)]
+    memory = [child("parquet-memory", str(pq_dir))["seconds"] for _ in range(5)]
 
     print()
     print(f"{'importer':55s} {'time s (median, min..max)':>28s} {'events/s':>12s} {'peak RAM MiB':>13s} "
@@ -259,10 +263,9 @@ def main(argv=None) -> int:
         print(f"HTA not measured: {why_not}")
     mlms_peak = (statistics.median(mlms["maxrss_kb"]) - base["maxrss_kb"][0]) * 1024
     print(f"mlms-nb peak RAM / file size: {mlms_peak / size:.2f}x (target <= 2x)")
-    print(f"this machine's memory: filling 100 MiB never touched before takes "
-          f"{statistics.median(t[0] for t in touch) * 1e3:.0f} ms, the same 100 MiB again after a free "
-          f"{statistics.median(t[1] for t in touch) * 1e3:.0f} ms (median of 3 fresh processes): a first reopen "
-          f"pays that for every MiB of frames it fills")
+    print(f"where a first reopen's time goes: in a process that has already reopened it once, a reopen while "
+          f"that trace is still held (fresh memory) takes {_fmt_range([m[0] for m in memory], '{:.3f}')} s, one "
+          f"after it is freed (reused memory) {_fmt_range([m[1] for m in memory], '{:.3f}')} s (5 processes)")
     print(f"Parquet reopen (target >= 10M events/s): steady state {events / t_steady / 1e6:.1f} M events/s "
           f"({n_spans / t_steady / 1e6:.1f} M spans/s); first reopen in a fresh process {events / t / 1e6:.1f} M "
           f"events/s ({n_spans / t / 1e6:.1f} M spans/s)")
