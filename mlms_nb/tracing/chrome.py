@@ -122,6 +122,19 @@ def _int_ids(values: list, table: dict) -> np.ndarray:
         return out
 
 
+def _id_rows() -> dict:
+    """Per id column, the (rows, ids) of the spans that have one, as compact int64 arrays."""
+    return {col: (array("q"), array("q")) for col in ID_COLUMNS}
+
+
+def _dense(n: int, rows, vals, default, dtype) -> np.ndarray:
+    """A column of ``n`` values: ``default`` except ``vals`` at ``rows`` (sparse -> dense)."""
+    out = np.full(n, default, dtype=dtype)
+    if len(rows):
+        out[np.asarray(rows, np.int64)] = np.asarray(vals, dtype=dtype)
+    return out
+
+
 def _to_int(v, default=-1) -> int:
     try:
         return int(v)
@@ -170,7 +183,7 @@ class _Columns:
         self.p_tid: list[np.ndarray] = []
         self.p_attrs: list[np.ndarray] = []
         self.attrs_table: dict = {b"{}": 0}
-        self.id_rows = {col: (array("q"), array("q")) for col in ID_COLUMNS}  # (rows, ids), compact
+        self.id_rows = _id_rows()
         # sparse (row, value) columns
         self.shape_rows, self.shape_codes = [], []
         self.dev_rows, self.dev_codes = [], []
@@ -488,10 +501,7 @@ class _Columns:
         spec_mode = np.array([s[2] for s in self.cat_specs] or [0], np.int64)
 
         def sparse(rows, vals, default, dtype):
-            out = np.full(n, default, dtype=dtype)
-            if len(rows):
-                out[np.asarray(rows, np.int64)] = np.asarray(vals, dtype=dtype)
-            return out
+            return _dense(n, rows, vals, default, dtype)
 
         device = sparse(self.dev_rows, self.dev_codes, 0, np.int64)
         stream = sparse(self.stream_rows, self.stream_vals, -1, np.int64)
@@ -520,9 +530,8 @@ class _Columns:
         parent_id = np.where(parent_idx >= 0, parent_idx + 1, 0)
         del parent_idx
         attrs = cat(self.p_attrs, np.int32)
-        ids = {col: sparse(np.frombuffer(rows, np.int64), np.frombuffer(vals, np.int64), NO_ID, np.int64)
-               for col, (rows, vals) in self.id_rows.items() if rows}
-        self.id_rows = {col: (array("q"), array("q")) for col in ID_COLUMNS}
+        ids = {col: sparse(rows, vals, NO_ID, np.int64) for col, (rows, vals) in self.id_rows.items() if rows}
+        self.id_rows = _id_rows()
         order = None
         if n > 1:
             d = np.diff(start)
@@ -662,7 +671,7 @@ class _OwnColumns:
             "trace_id", "span_id", "parent_id", "name", "level", "kind", "ts", "dur", "thread", "device",
             "stream", "layer_index", "layer_type", "shape", "flops", "bytes", "memory", "attrs")}
         self.counters: dict[str, list] = {k: [] for k in ("ts", "source", "metric", "value", "unit", "device")}
-        self.id_rows = {col: (array("q"), array("q")) for col in ID_COLUMNS}
+        self.id_rows = _id_rows()
         self.n_events = 0
 
     def feed(self, events: list) -> None:
@@ -735,11 +744,8 @@ class _OwnColumns:
                 "memory": np.array(r["memory"], np.float64), "attrs": r["attrs"],
             }
             n = len(r["span_id"])
-            for col, (rows, vals) in self.id_rows.items():
-                if rows:
-                    ids = np.full(n, NO_ID, np.int64)
-                    ids[np.asarray(rows, np.int64)] = np.asarray(vals, np.int64)
-                    cols[col] = ids
+            cols.update({col: _dense(n, rows, vals, NO_ID, np.int64) for col, (rows, vals) in self.id_rows.items()
+                         if rows})
             spans = spans_frame(cols)
             c = self.counters
             counters = counters_frame({"ts_ns": _ns(np.array(c["ts"], np.float64)) + self.origin,

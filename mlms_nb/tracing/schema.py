@@ -37,8 +37,8 @@ attrs            category (str)         --      everything else, as JSON object 
 
 **id columns** -- optional int64 columns holding the per-span integer ids a source recorded, present only
 when it recorded them; ``-1`` (:data:`NO_ID`) where a span has none. They keep ``attrs`` shared across spans
-(a 1M-event Kineto trace has about 100 distinct ``attrs`` once its ids are out, not 1M), and let a user join
-host ops, runtime calls and kernels in pandas. :data:`ID_COLUMNS` maps each to the Kineto arg it comes from:
+(the 672,337 spans of a 1M-event Kineto trace share 68 ``attrs`` texts once the ids are out), and let a user
+join host ops, runtime calls and kernels in pandas. :data:`ID_COLUMNS` maps each to the Kineto arg it comes from:
 ``external_id`` ("External id": a host op and the device work it launched), ``correlation`` (a runtime call and
 its kernel), ``ev_idx``, ``record_function_id``, ``sequence_number``, ``fwd_thread_id``, ``python_id``,
 ``python_parent_id``. A non-integer or negative value stays in ``attrs``.

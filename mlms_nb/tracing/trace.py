@@ -219,8 +219,8 @@ def _frame(table) -> pd.DataFrame:
             if arr.indices.null_count:
                 codes = np.where(arr.indices.is_null().to_numpy(zero_copy_only=False), -1, codes)
             data[name] = _categorical(name, codes, arr.dictionary.to_pylist())
-        elif pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):  # version 1: attrs as text
-            data[name] = pd.Categorical(arr.to_pylist())
+        elif name == "attrs" and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            data[name] = pd.Categorical(arr.to_pylist())  # version 1 stored attrs as text
         else:
             data[name] = arr.to_numpy(zero_copy_only=False)
     return pd.DataFrame(data, copy=False)
@@ -239,8 +239,11 @@ def _categorical(name: str, codes: np.ndarray, categories: list) -> pd.Categoric
     cats = pd.Index([str(c) for c in categories], dtype="str")
     if cats.is_monotonic_increasing and cats.is_unique:
         return pd.Categorical.from_codes(codes, categories=cats, validate=False)
-    if (codes < 0).any():
-        return pd.Categorical(np.asarray(cats, dtype=object)[codes].tolist() if len(cats) else [None] * len(codes))
+    if (codes < 0).any():  # missing values: sort the categories by way of the values
+        values = np.asarray(cats, dtype=object).take(np.maximum(codes, 0)) if len(cats) else np.full(
+            len(codes), None, dtype=object)
+        values[codes < 0] = None
+        return pd.Categorical(values)
     return canonical_categorical(codes, list(cats))
 
 
