@@ -70,10 +70,11 @@ class TorchPredictor(Predictor):
     def tracing_levels(self) -> dict[str, str]:
         levels = super().tracing_levels()
         if self.kind == "torchscript":
-            levels["FRAMEWORK"] = ("not supported for TorchScript models: module hooks do not run inside a scripted "
-                                   "graph (ML_LIBRARY ops are still recorded)")
+            levels["FRAMEWORK"] = ("not supported for TorchScript models: a scripted graph does not call the Python "
+                                   "module forwards that layer spans wrap (ML_LIBRARY ops are still recorded)")
         else:
-            levels["FRAMEWORK"] = "forward pre/post hooks on every leaf module (time.perf_counter_ns)"
+            levels["FRAMEWORK"] = ("a wrapper around the forward of every layer module (no children, or parameters "
+                                   "of its own), time.perf_counter_ns")
         levels["ML_LIBRARY"] = "torch.profiler CPU ops (record_shapes), nested in their layer by time"
         if device_kind(self.device) == "cuda":
             levels["SYSTEM_LIBRARY"] = "CUDA kernels, copies and runtime calls through CUPTI (the runner's recorder)"
