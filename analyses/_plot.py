@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from mlms_nb.tracing.schema import TraceSchemaError
+from mlms_nb.errors import AnalysisError
 
 BACKENDS = ("bokeh", "matplotlib")
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -25,11 +25,6 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 """Tableau 10 (matplotlib's default cycle, Bokeh's Category10): the same colours in both backends."""
 
 _EXTRA = "pip install 'mlms-nb[analysis]'"
-
-
-class AnalysisError(TraceSchemaError):
-    """Input an analysis cannot use (a frame missing columns, an unknown backend, a non-positive ceiling);
-    the message names the problem. A :class:`mlms_nb.errors.MlmsError` and a ``ValueError``."""
 
 
 class MissingDependency(AnalysisError, ImportError):

@@ -1,6 +1,6 @@
 """Layers: how often each layer type runs, how long each layer takes, what memory it holds.
 
-Input: a spans frame (:mod:`mlms_nb.tracing.schema`) traced at FRAMEWORK level or deeper. A *layer call*
+Input: a spans frame (:mod:`mlms_nb.schema.trace`) traced at FRAMEWORK level or deeper. A *layer call*
 is a span of kind ``"layer"``; its *predict call* is the nearest enclosing MODEL span named ``"predict"``
 (whose ``attrs["batch"]`` is the batch size). Each predict call is one repetition; spreads are taken over
 repetitions. When layers nest (a layer span inside another), a layer's **self time** is its duration
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mlms_nb.tracing.schema import attrs_dict
+from mlms_nb.schema.trace import attrs_dict
 
 from . import _plot
 from ._plot import AnalysisError

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mlms_nb.tracing.schema import LEVEL_NAMES, validate_spans
+from mlms_nb.schema.trace import LEVEL_NAMES, validate_spans
 
 from . import _lod
 from ._plot import AnalysisError, MissingDependency, check_backend
@@ -50,7 +50,7 @@ def _spans_of(spans) -> pd.DataFrame:
     missing = [c for c in _REQUIRED if c not in spans.columns]
     if missing:
         raise AnalysisError(f"timeline: the spans frame lacks column(s) {', '.join(missing)} "
-                            "(see mlms_nb.tracing.schema)")
+                            "(see mlms_nb.schema.trace)")
     try:
         return validate_spans(spans)
     except ValueError as exc:

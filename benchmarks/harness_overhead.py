@@ -19,7 +19,7 @@ import numpy as np
 
 from mlms_nb.evaluation.scenarios import TimingConfig, run_scenario
 from mlms_nb.manifest import find_manifest
-from mlms_nb.predictors import PredictorOptions, open_predictor
+from mlms_nb.frameworks import PredictorOptions, open_predictor
 
 
 def bare_onnxruntime(session, batch, seconds: float) -> tuple[float, np.ndarray]:

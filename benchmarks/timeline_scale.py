@@ -143,7 +143,7 @@ def plain_figure(tl, width_px: int):
     from bokeh.models import FixedTicker, HoverTool, Range1d
     from bokeh.plotting import figure
 
-    from analyses.timeline import OTHER_COLOR, X_LABEL, Y_LABEL, _palette
+    from mlms_nb.analyses.timeline import OTHER_COLOR, X_LABEL, Y_LABEL, _palette
 
     spans = tl[tl["row_kind"] == "span"]
     tracks = tl.attrs["tracks"]
@@ -220,7 +220,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
-    from analyses import timeline
+    from mlms_nb.analyses import timeline
 
     spans = load_spans(args.out, args.spans)
     t0 = time.perf_counter()

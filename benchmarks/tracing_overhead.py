@@ -24,7 +24,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from mlms_nb.manifest import find_manifest
-from mlms_nb.predictors import PredictorOptions, open_predictor
+from mlms_nb.frameworks import PredictorOptions, open_predictor
 from mlms_nb.tracing import Tracer, TraceLevel
 
 

@@ -1,30 +1,31 @@
 """mlms-nb: MLModelScope rebuilt for the notebook.
 
-``mlms_nb.evaluate(...)``, ``mlms_nb.models()``, ``mlms_nb.history()``, ``mlms_nb.trace()``, ``mlms_nb.load_trace()``;
-``%load_ext mlms_nb`` for ``%mlms``.
+``mlms_nb.evaluate(...)``, ``mlms_nb.models()``, ``mlms_nb.history()``, ``mlms_nb.trace()``, ``mlms_nb.load_trace()``
+and every other verb of the facade (:mod:`mlms_nb.api`); ``%load_ext mlms_nb`` for ``%mlms``.
+No public name here is also the name of a subpackage, so importing a submodule never rebinds an API function.
 """
 from __future__ import annotations
-
-__version__ = "0.1.0"
 
 import os as _os
 
 # TensorFlow's C++ start-up INFO lines would flood notebooks and the CLI; the user's own setting wins.
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# The history module is imported before the API so that the package attribute ``mlms_nb.history`` stays
-# the API function (importing a submodule later would rebind the attribute to the module).
-from . import history as _history_store  # noqa: E402,F401
-from .api import convert, evaluate, history, load_evaluation, load_trace, models, trace  # noqa: E402
-from .manifest import find_manifest, load_manifest  # noqa: E402
+from mlms_nb._version import __version__  # noqa: E402
+from mlms_nb.api import (  # noqa: E402
+    batch_scaling, compare, convert, diverge, evaluate, history, kernels, layers, load_evaluation, load_trace, models,
+    roofline, timeline, trace,
+)
+from mlms_nb.manifest import find_manifest, load_manifest  # noqa: E402
 
 
 def load_ipython_extension(ipython) -> None:
     """``%load_ext mlms_nb`` registers ``%mlms``."""
-    from .magics import load_ipython_extension as _load
+    from mlms_nb.magics import load_ipython_extension as _load
 
     _load(ipython)
 
 
-__all__ = ["convert", "evaluate", "find_manifest", "history", "load_evaluation", "load_manifest", "load_trace", "models",
+__all__ = ["__version__", "batch_scaling", "compare", "convert", "diverge", "evaluate", "find_manifest", "history",
+           "kernels", "layers", "load_evaluation", "load_manifest", "load_trace", "models", "roofline", "timeline",
            "trace"]

@@ -1,16 +1,56 @@
-"""The Python API that the magics and the CLI are thin shells over."""
+"""THE facade: every verb of the Python API, the ``mlms`` command and the ``%mlms`` magic goes through here.
+
+Evaluate and keep: :func:`evaluate`, :func:`models`, :func:`history`, :func:`load_evaluation`, :func:`convert`.
+Trace: :func:`trace`, :func:`load_trace`. Analyse a run (an `Evaluation`, a `Trace`, a history row id, an
+evaluation id or a saved ``.json``): :func:`layers`, :func:`roofline`, :func:`batch_scaling`, :func:`compare`,
+:func:`kernels`, :func:`timeline`. Across frameworks: :func:`diverge`.
+
+The data objects know no analysis; this module lends ``Evaluation`` and ``Trace`` their convenience methods
+(``ev.layers()`` is ``layers(ev)``) when it is imported, which ``import mlms_nb`` always does.
+"""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
-from .errors import MlmsError
-from .manifest import FRAMEWORKS, Manifest, ManifestCatalog, canonical_framework
+from mlms_nb.analyses import batch_scaling as _batch_scaling
+from mlms_nb.analyses import compare as _compare
+from mlms_nb.analyses import kernels as _kernels
+from mlms_nb.analyses import layers as _layers
+from mlms_nb.analyses import roofline as _roofline
+from mlms_nb.analyses import timeline as _timeline
+from mlms_nb.analyses.result import Analysis
+from mlms_nb.divergence import Divergence
+from mlms_nb.divergence.run import diverge as _diverge
+from mlms_nb.errors import MlmsError
+from mlms_nb.evaluation.result import Evaluation
+from mlms_nb.evaluation.runner import EvaluationRunner, RunOptions, resolve_manifests
+from mlms_nb.evaluation.scenarios import TimingConfig
+from mlms_nb.frameworks.base import stop_auto_traced
+from mlms_nb.frameworks.convert import convert as _convert
+from mlms_nb.frameworks.costs import model_costs
+from mlms_nb.manifest import FRAMEWORKS, Manifest, ManifestCatalog, canonical_framework
+from mlms_nb.paths import mlms_home
+from mlms_nb.schema.levels import TraceLevel
+from mlms_nb.store.history import HistoryStore
+from mlms_nb.theory.ceilings import Ceilings
+from mlms_nb.theory.ceilings import machine_ceilings as _machine_ceilings
+from mlms_nb.tracing.otel import parent_from_otel
+from mlms_nb.tracing.trace import Trace
+from mlms_nb.tracing.trace import load_trace as _load_trace
+from mlms_nb.tracing.tracer import Tracer, use_tracer
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Analysis", "TraceSession", "batch_scaling", "compare", "convert", "diverge", "evaluate", "history",
+           "kernels", "layer_costs", "layers", "load_evaluation", "load_trace", "machine_ceilings", "model_costs",
+           "models", "resolve_run", "roofline", "timeline", "trace"]
+
+
+# ---------------------------------------------------------------------------------------------- options
 
 def _as_list(value: str | Iterable | None) -> list:
     if value is None:
@@ -38,6 +78,8 @@ def parse_batch_sizes(value: str | int | Iterable[int]) -> list[int]:
         raise MlmsError("batch sizes: expected at least one, e.g. 1,8")
     return sizes
 
+
+# ---------------------------------------------------------------------------------------------- models, evaluate
 
 def models(framework: str | None = None) -> pd.DataFrame:
     """Every manifest mlms-nb can see, one row per model and framework."""
@@ -77,7 +119,7 @@ def evaluate(
     trust: bool = False,
     progress: bool = True,
     history: bool | str = True,
-):
+) -> Evaluation:
     """Evaluate ``model`` in one or more frameworks; returns an `Evaluation`.
 
     ``batch_sizes``: inputs per call; ``min_repeats``/``min_time_s``: the timed loop runs until both are
@@ -88,20 +130,15 @@ def evaluate(
     always comes from the untraced sweep, and a traced pass of ``trace_repeats`` calls per batch size follows it
     (``evaluation.trace``, ``evaluation.trace_overhead``).
     """
-    from .evaluation.runner import EvaluationRunner, RunOptions, resolve_manifests
-    from .evaluation.scenarios import TimingConfig
-
     frameworks = [canonical_framework(f) for f in _as_list(framework)] or ["torch"]
     for fw in frameworks:
         if fw not in FRAMEWORKS:
             raise MlmsError(f"unknown framework {fw!r}; expected one of {', '.join(FRAMEWORKS)}")
-    from .tracing.levels import TraceLevel
-
     level = TraceLevel.parse(trace_level)  # a clear error for an unknown level name
     options = RunOptions(
         batch_sizes=parse_batch_sizes(batch_sizes), dataset=dataset, scenario=scenario, device=device,
-        threads=threads, trace_level=level.name, trace_repeats=trace_repeats, limit=limit, keep_probabilities=keep_probabilities,
-        trust=trust, progress=progress,
+        threads=threads, trace_level=level.name, trace_repeats=trace_repeats, limit=limit,
+        keep_probabilities=keep_probabilities, trust=trust, progress=progress,
         timing=TimingConfig(warmup=warmup, min_repeats=min_repeats, min_time_s=min_time_s, max_time_s=max_time_s,
                             target_qps=target_qps, latency_bound_ms=latency_bound_ms))
     options.validate()
@@ -112,16 +149,12 @@ def evaluate(
     return evaluation
 
 
-def _store(evaluation, url: str | None) -> None:
+def _store(evaluation: Evaluation, url: str | None) -> None:
     """Save to history; a failing store is a warning on the result, never a lost measurement."""
-    from .history import HistoryStore
-
     try:
         store = HistoryStore(url)
         evaluation.history_ids = store.save(evaluation)
         for fw, trace in evaluation.traces.items():
-            from .paths import mlms_home
-
             path = trace.save(mlms_home() / "traces" / evaluation.id / fw)
             store.add_trace(evaluation.id, trace.trace_id or f"{evaluation.id}-{fw}", "parquet", path=str(path))
     except Exception as err:  # the measurement is worth more than the store: keep it, say why
@@ -132,25 +165,16 @@ def _store(evaluation, url: str | None) -> None:
 def history(model: str | None = None, framework: str | None = None, version: str | None = None,
             complete: bool | None = None, limit: int | None = None, url: str | None = None) -> pd.DataFrame:
     """Stored evaluations, newest first (one row per evaluation and framework)."""
-    from .history import HistoryStore
-
     return HistoryStore(url).query(model=model, framework=canonical_framework(framework) if framework else None,
                                    version=version, complete=complete, limit=limit)
 
 
-def load_evaluation(ref: str | int, url: str | None = None):
+def load_evaluation(ref: str | int, url: str | None = None) -> Evaluation:
     """An `Evaluation` from history (row id or evaluation id) or a saved JSON file."""
-    from pathlib import Path
-
-    from .evaluation.result import Evaluation
-    from .history import HistoryStore
-
     if isinstance(ref, str) and ref.endswith(".json") and Path(ref).exists():
         return Evaluation.load(ref)
     store = HistoryStore(url)
     evaluation = store.load(int(ref) if str(ref).isdigit() else ref)
-    from .tracing.trace import Trace
-
     for path in store.traces(evaluation.id)["path"].dropna():
         if Path(path).exists():
             trace = Trace.load(path)
@@ -162,28 +186,21 @@ def load_evaluation(ref: str | int, url: str | None = None):
 
 def convert(model: str, to: str, force: bool = False):
     """Build (or reuse) the ONNX Runtime or TensorFlow copy of a model's PyTorch weights."""
-    from .models.convert import convert as _convert
-
     return _convert(model, to=canonical_framework(to), force=force)
 
+
+# ---------------------------------------------------------------------------------------------- tracing
 
 class TraceSession:
     """What ``with mlms_nb.trace(...) as session:`` gives: ``session.tracer`` while it runs, ``session.trace``
     (a `Trace`) after. Every predictor opened inside the block is traced at the session's level."""
 
     def __init__(self, level: str = "FRAMEWORK", name: str = "traced block"):
-        from .tracing.levels import TraceLevel
-        from .tracing.tracer import Tracer
-
         self.tracer = Tracer(TraceLevel.parse(level))
         self.name = name
         self.trace = None
 
     def __enter__(self) -> "TraceSession":
-        from .tracing.levels import TraceLevel
-        from .tracing.otel import parent_from_otel
-        from .tracing.tracer import use_tracer
-
         try:
             parent = parent_from_otel()
         except MlmsError:  # OpenTelemetry not installed: nothing to join
@@ -196,8 +213,6 @@ class TraceSession:
         return self
 
     def __exit__(self, *exc) -> None:
-        from .predictors.base import stop_auto_traced
-
         try:
             stop_auto_traced(self.tracer)
         finally:
@@ -212,8 +227,157 @@ def trace(level: str = "FRAMEWORK", name: str = "traced block") -> TraceSession:
     return TraceSession(level, name)
 
 
-def load_trace(path):
+def load_trace(path) -> Trace:
     """A `Trace` from a saved Parquet folder or a Chrome trace JSON (ours, PyTorch Kineto, ONNX Runtime)."""
-    from .tracing.trace import load_trace as _load
+    return _load_trace(path)
 
-    return _load(path)
+
+# ---------------------------------------------------------------------------------------------- analyses
+
+def resolve_run(run) -> Evaluation | Trace:
+    """An Evaluation or Trace as is; a history row id / evaluation id / saved ``.json`` path -> the Evaluation."""
+    if isinstance(run, (Evaluation, Trace)):
+        return run
+    if isinstance(run, (str, int)):
+        return load_evaluation(run)
+    raise MlmsError(f"expected an Evaluation, a Trace, or a history id, not {type(run).__name__}")
+
+
+def _spans(run) -> pd.DataFrame:
+    run = resolve_run(run)
+    if isinstance(run, Trace):
+        return run.spans
+    return run.trace.spans  # an untraced evaluation raises a sentence saying how to trace it
+
+
+def _traced_layers(run) -> pd.DataFrame:
+    spans = _spans(run)
+    if not (spans["kind"] == "layer").any():
+        raise MlmsError("this trace has no layer spans: trace it at level FRAMEWORK or deeper "
+                        "(trace_level='FRAMEWORK')")
+    return spans
+
+
+def layers(run, what: str = "latency", by: str = "layer") -> Analysis:
+    """Layer occurrence per type (``what="occurrence"``), latency per layer or type over the traced calls
+    (``"latency"``, ``by="layer" | "type"``), or memory per layer (``"memory"``)."""
+    if what not in ("occurrence", "latency", "memory"):
+        raise MlmsError(f"layers: what must be occurrence, latency or memory, not {what!r}")
+    if by not in ("layer", "type"):
+        raise MlmsError(f"layers: by must be layer or type, not {by!r}")
+    table = _layers.compute(_traced_layers(run), what=what, by=by)
+    title = {"occurrence": "Layer occurrence per type (calls in one predict call)",
+             "latency": f"Layer latency per {by} (self time over the traced calls, ms)",
+             "memory": "Memory held per layer (bytes allocated and still held at its end)"}[what]
+    return Analysis("layers", title, table, _layers.plot)
+
+
+def layer_costs(model: str, framework: str, batch_size: int) -> pd.DataFrame:
+    """Theoretical per-layer costs with ``layer_name`` = the PyTorch module name the traced layers carry."""
+    costs = model_costs(model, framework, batch_size=batch_size)
+    if "layer_name" not in costs:  # ONNX nodes: named after the module they were exported from, where known
+        costs = costs.assign(layer_name=costs["torch_name"].where(costs["torch_name"].notna(), costs["node_name"]))
+    return costs
+
+
+def machine_ceilings(device: str = "cpu", refresh: bool = False, url: str | None = None) -> Ceilings:
+    """This machine's measured peak fp32 FLOP/s and memory bandwidth for ``device``, cached per stack in the
+    history store (``url``; default store); ``refresh=True`` measures anew (~3 s on a CPU)."""
+    return _machine_ceilings(device, refresh=refresh, cache=HistoryStore(url))
+
+
+def roofline(run, per: str = "layer", framework: str | None = None, device: str | None = None) -> Analysis:
+    """The roofline: theoretical FLOPs and bytes against measured time, under this machine's measured
+    ceilings (cached in the history store). ``per="layer"``: each traced layer (self time, median over the
+    traced calls); ``per="model"``: the whole model per framework and batch size (the untraced median latency)."""
+    evaluation = resolve_run(run)
+    if not isinstance(evaluation, Evaluation):
+        raise MlmsError("roofline needs an Evaluation (its model and latency), not a bare Trace")
+    if per not in ("layer", "model"):
+        raise MlmsError(f"roofline: per must be layer or model, not {per!r}")
+    frameworks = [framework] if framework else list(evaluation.frameworks)
+    device = device or str(evaluation.options.get("device") or "cpu")
+    ceilings = machine_ceilings(device)
+    source = f"{ceilings.method}"
+    batch_sizes = sorted(int(b) for b in evaluation.latency["batch_size"].unique())
+    parts = []
+    for fw in frameworks:
+        costs = {bs: layer_costs(evaluation.model, fw, bs) for bs in batch_sizes}
+        if per == "model":
+            lat = evaluation.latency[evaluation.latency["framework"] == fw]
+            parts.append(_roofline.compute_model(costs, lat, ceilings.peak_flops_per_s,
+                                                 ceilings.bandwidth_bytes_per_s, ceilings_source=source))
+        else:
+            trace_of_fw = evaluation.traces.get(fw)
+            if trace_of_fw is None:
+                raise MlmsError(f"roofline per layer needs a trace of {fw}: evaluate with trace_level='FRAMEWORK'")
+            latency = _layers.latency(_traced_layers(trace_of_fw), by="layer")
+            parts.append(_roofline.compute(costs, latency, ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s,
+                                           ceilings_source=source))
+    table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    table.attrs = dict(parts[0].attrs)
+    title = (f"Roofline of {evaluation.model} per {per} on {device} (peak {ceilings.peak_flops_per_s / 1e9:.1f} "
+             f"GFLOP/s, bandwidth {ceilings.bandwidth_bytes_per_s / 1e9:.1f} GB/s, ridge "
+             f"{ceilings.ridge_flop_per_byte:.2f} FLOP/byte)")
+    return Analysis("roofline", title, table, _roofline.plot, extra={"ceilings": ceilings.to_frame()})
+
+
+def batch_scaling(run) -> Analysis:
+    """Latency and throughput against batch size per framework, and the saturation batch size."""
+    evaluation = resolve_run(run)
+    table = _batch_scaling.compute(evaluation)
+    return Analysis("batch_scaling", f"Batch scaling of {evaluation.model}", table, _batch_scaling.plot)
+
+
+def compare(run_a, run_b, labels: tuple[str, str] = ("A", "B")) -> Analysis:
+    """A/B: per framework and batch size, median latency deltas with a Mann-Whitney U test on the raw samples
+    and a bootstrap CI; per-layer deltas too (``.extra["layers"]``) when both runs were traced."""
+    a, b = resolve_run(run_a), resolve_run(run_b)
+    table = _compare.compute(a, b, labels=labels)
+    extra = {}
+    if a.traces and b.traces:
+        extra["layers"] = _compare.layers(a.trace.spans, b.trace.spans, labels=labels)
+    return Analysis("compare", f"{labels[0]} = {a.model} ({a.id}) vs {labels[1]} = {b.model} ({b.id})", table,
+                    _compare.plot, extra=extra)
+
+
+def kernels(run) -> Analysis:
+    """GPU vs CPU time per layer (from CUPTI kernels attributed to layers); empty, with the reason, on CPU."""
+    source = resolve_run(run)
+    trace_of_run = source.trace if isinstance(source, Evaluation) else source
+    table = _kernels.compute(trace_of_run)
+    return Analysis("kernels", "GPU vs CPU time per layer", table, _kernels.plot,
+                    extra={"kernel_table": _kernels.kernel_table(trace_of_run)})
+
+
+def timeline(run, backend: str = "bokeh", **kwargs):
+    """The zoomable timeline figure of a trace (tracks per level / thread / device)."""
+    return _timeline.plot(_spans(run), backend, **kwargs)
+
+
+def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: str = "imagenet-samples",
+            tolerance: float = 1e-4, limit: int | None = None, quantized: bool | str = False, batch_size: int = 4,
+            latency_repeats: int = 5) -> Divergence:
+    """Run ``model`` in each framework on the same preprocessed inputs and compare every aligned layer (see
+    :func:`mlms_nb.divergence.run.diverge`); ``frameworks``' first entry is the reference."""
+    return _diverge(model, frameworks=frameworks, dataset=dataset, tolerance=tolerance, limit=limit,
+                    quantized=quantized, batch_size=batch_size, latency_repeats=latency_repeats)
+
+
+# ---------------------------------------------------------------------------------------------- object methods
+
+def _lend(cls: type, name: str, function, doc_prefix: str) -> None:
+    def method(self, *args, **kwargs):
+        return function(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"{doc_prefix}: ``mlms_nb.{name}(self, ...)``.\n\n{function.__doc__ or ''}"
+    setattr(cls, name, method)
+
+
+for _name, _function in (("layers", layers), ("roofline", roofline), ("batch_scaling", batch_scaling),
+                         ("compare", compare), ("timeline", timeline), ("kernels", kernels)):
+    _lend(Evaluation, _name, _function, "Lent by the facade")
+for _name, _function in (("layers", layers), ("timeline", timeline), ("kernels", kernels)):
+    _lend(Trace, _name, _function, "Lent by the facade")
+del _name, _function

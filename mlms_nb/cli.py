@@ -4,8 +4,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from .commands import RUNNERS, cli_parser
-from .errors import MlmsError
+from mlms_nb.commands import RUNNERS, cli_parser
+from mlms_nb.errors import MlmsError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import api
-from .errors import MlmsError
+from mlms_nb import api
+from mlms_nb.errors import MlmsError
 
 VERBS: dict[str, str] = {
     "models": "list the models mlms-nb can run (built-in manifests and MLMS_MANIFEST_PATH)",
@@ -242,7 +242,7 @@ def _with_figure(out: Output, make_figure: Callable[[str], Any], args: argparse.
     if args.html:
         from pathlib import Path
 
-        from analyses import to_html
+        from mlms_nb.analyses import to_html
 
         path = Path(args.html)
         path.write_text(to_html(out.figure), encoding="utf-8")
@@ -264,29 +264,24 @@ def _analysis_output(result, args: argparse.Namespace) -> Output:
 
 
 def run_layers(args: argparse.Namespace) -> Output:
-    from . import analysis
 
-    return _analysis_output(analysis.layers(args.run, what=args.what, by=args.by), args)
+    return _analysis_output(api.layers(args.run, what=args.what, by=args.by), args)
 
 
 def run_roofline(args: argparse.Namespace) -> Output:
-    from . import analysis
 
-    return _analysis_output(analysis.roofline(args.run, per=args.per, framework=args.framework), args)
+    return _analysis_output(api.roofline(args.run, per=args.per, framework=args.framework), args)
 
 
 def run_compare(args: argparse.Namespace) -> Output:
-    from . import analysis
 
-    return _analysis_output(analysis.compare(args.run_a, args.run_b), args)
+    return _analysis_output(api.compare(args.run_a, args.run_b), args)
 
 
 def run_diverge(args: argparse.Namespace) -> Output:
-    from .divergence import diverge
-
     frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
     kwargs = {"tolerance": args.tolerance} if args.tolerance is not None else {}
-    result = diverge(args.model, frameworks=frameworks, dataset=args.dataset, limit=args.limit,
+    result = api.diverge(args.model, frameworks=frameworks, dataset=args.dataset, limit=args.limit,
                      quantized=args.quantized, **kwargs)
     table = result.layers
     out = Output(result, result.to_text() if hasattr(result, "to_text") else repr(result), result._repr_html_(),
@@ -296,9 +291,7 @@ def run_diverge(args: argparse.Namespace) -> Output:
 
 
 def run_timeline(args: argparse.Namespace) -> Output:
-    from . import analysis
-
-    run = analysis.resolve_run(args.run)
+    run = api.resolve_run(args.run)
     if args.framework:
         if not hasattr(run, "traces") or args.framework not in run.traces:
             raise MlmsError(f"timeline: no trace of framework {args.framework!r} in this run")
@@ -306,7 +299,7 @@ def run_timeline(args: argparse.Namespace) -> Output:
     trace = run.trace if hasattr(run, "latency") else run
     out = trace_summary(trace)
     out.value = trace
-    return _with_figure(out, lambda backend: analysis.timeline(trace, backend), args)
+    return _with_figure(out, lambda backend: api.timeline(trace, backend), args)
 
 
 RUNNERS: dict[str, Callable[[argparse.Namespace], Output]] = {

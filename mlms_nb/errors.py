@@ -32,3 +32,18 @@ class DatasetError(MlmsError):
 
 class PredictorError(MlmsError):
     """A predictor could not open a model or run a batch."""
+
+
+class TraceFormatError(MlmsError, ValueError):
+    """A trace file is malformed, truncated or of an unknown structure; the message names the file and the fault.
+
+    Raised before anything is returned: an import either gives a whole :class:`~mlms_nb.tracing.Trace` or this.
+    """
+
+
+class TraceSchemaError(MlmsError, ValueError):
+    """A spans or counters frame does not follow :mod:`mlms_nb.schema.trace` (missing column, wrong dtype)."""
+
+
+class AnalysisError(MlmsError, ValueError):
+    """An analysis cannot run on what it was given (no layer spans, unknown plot backend, ...)."""

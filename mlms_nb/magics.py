@@ -15,8 +15,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from .commands import ARGUMENTS, RUNNERS, VERBS, help_text
-from .errors import MlmsError
+from mlms_nb.commands import ARGUMENTS, RUNNERS, VERBS, help_text
+from mlms_nb.errors import MlmsError
 
 
 def _verb_function(verb: str):
@@ -87,15 +87,15 @@ class MlmsMagics(Magics):
             return out.value
         display(out)
         if out.figure is not None:
-            from analyses import show
+            from mlms_nb.analyses import show
 
             show(out.figure)
         return None
 
 
     def _cell(self, line: str, cell: str):
-        from .api import trace
-        from .commands import trace_summary
+        from mlms_nb.api import trace
+        from mlms_nb.commands import trace_summary
 
         words = shlex.split(line)
         if not words or words[0] != "trace":

@@ -16,8 +16,8 @@ import semantic_version
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ManifestError, UnknownModelError
-from .paths import builtin_manifest_dir
+from mlms_nb.errors import ManifestError, UnknownModelError
+from mlms_nb.paths import builtin_manifest_dir
 
 FRAMEWORKS = ("torch", "onnxruntime", "tensorflow")
 FRAMEWORK_ALIASES = {"pytorch": "torch", "ort": "onnxruntime", "onnx": "onnxruntime", "tf": "tensorflow", "keras": "tensorflow"}

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses import _plot, batch_scaling, compare, kernels, layers, normalized, roofline
-from analyses._plot import AnalysisError
+from mlms_nb.analyses import _plot, batch_scaling, compare, kernels, layers, normalized, roofline
+from mlms_nb.analyses._plot import AnalysisError
 from mlms_nb.errors import MlmsError
 from mlms_nb.tracing import TraceLevel, Tracer
 from tests.conftest import SESSION_HOME
@@ -49,7 +49,7 @@ def trace(evaluation):
 
 @pytest.fixture(scope="module")
 def model():
-    from mlms_nb.models.registry import build_torch_model
+    from mlms_nb.zoo.registry import build_torch_model
 
     return build_torch_model("efficientnet_lite0")
 

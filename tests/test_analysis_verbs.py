@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mlms_nb
-from mlms_nb.analysis import Analysis
+from mlms_nb.api import Analysis
 from mlms_nb.cli import main
 
 
@@ -100,5 +100,5 @@ def test_bad_runs_are_sentences(runs, shared_home, capsys):
     err = capsys.readouterr().err
     assert err.startswith("mlms roofline: ") and "no-such-run" in err and "Traceback" not in err
     with pytest.raises(mlms_nb.errors.MlmsError, match="per must be layer or model"):
-        mlms_nb.analysis.roofline(plain, per="tensor")
+        mlms_nb.roofline(plain, per="tensor")
     assert np.isfinite(plain.latency["median_ms"]).all()  # nothing measured was lost

@@ -8,8 +8,8 @@ from mlms_nb.data.datasets import open_dataset
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import FrameworkNotInstalledError, PredictorError
 from mlms_nb.manifest import find_manifest
-from mlms_nb.predictors import get_predictor_class, open_predictor
-from mlms_nb.predictors import base as predictor_base
+from mlms_nb.frameworks import get_predictor_class, open_predictor
+from mlms_nb.frameworks import base as predictor_base
 
 
 def outputs(model: str, framework: str):
@@ -86,7 +86,7 @@ def test_torchscript_manifest_runs_the_same_model(tmp_path, lite0):
     import yaml
 
     from mlms_nb.data.assets import resolve_asset, sha256_file
-    from mlms_nb.models.registry import build_torch_model
+    from mlms_nb.zoo.registry import build_torch_model
 
     eager = find_manifest("efficientnet_lite0", framework="torch")
     model = build_torch_model("efficientnet_lite0", str(resolve_asset(eager.model.weights_path)))

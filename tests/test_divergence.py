@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses import _plot
-from analyses import divergence as A
+from mlms_nb.analyses import _plot
+from mlms_nb.analyses import divergence as A
 from mlms_nb.divergence import diverge
 from mlms_nb.divergence.align import Point, attribute_latency, onnx_key
 from mlms_nb.errors import MlmsError
@@ -89,7 +89,7 @@ def test_int8_accuracy_delta_matches_per_input_predictions(lite0, monkeypatch):
 
     from mlms_nb.data.datasets import open_dataset
     from mlms_nb.data.transforms import Preprocessor
-    from mlms_nb.divergence.quantize import quantized_onnx
+    from mlms_nb.frameworks.onnxruntime.quantize import quantized_onnx
     from mlms_nb.manifest import find_manifest
     from tests.conftest import SESSION_HOME
 

@@ -10,9 +10,9 @@ import pytest
 
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
-from mlms_nb.evaluation.stack import detect_stack
+from mlms_nb.stack import detect_stack
 from mlms_nb.evaluation.stats import latency_stats
-from mlms_nb.history import QUERY_COLUMNS, HistoryStore, NotInHistoryError
+from mlms_nb.store.history import QUERY_COLUMNS, HistoryStore, NotInHistoryError
 
 MS = 1_000_000
 

@@ -10,11 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("efficientnet_lite_pytorch")
 
+from mlms_nb._fs import sha256_file  # noqa: E402
 from mlms_nb.errors import AssetError, PredictorError  # noqa: E402
 from mlms_nb.manifest import find_manifest  # noqa: E402
-from mlms_nb.models import convert as conv  # noqa: E402
-from mlms_nb.models.porting import keras_layer_to_torch_name, onnx_node_to_torch_name, torch_to_keras_name  # noqa: E402
-from mlms_nb.models.registry import ARCHITECTURES, build_keras_model, build_torch_model  # noqa: E402
+from mlms_nb.frameworks import convert as conv  # noqa: E402
+from mlms_nb.naming import keras_layer_to_torch_name, onnx_node_to_torch_name, torch_to_keras_name  # noqa: E402
+from mlms_nb.zoo.registry import ARCHITECTURES, build_keras_model, build_torch_model  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")  # inside Keras
@@ -168,7 +169,7 @@ def test_artifact_layout_and_metadata(lite0_onnx, models_home):
     path = lite0_onnx.path
     assert path == models_home / "artifacts" / "efficientnet_lite0" / "1.0.0" / "onnxruntime" / "model.onnx"
     meta = json.loads((path.parent / "artifact.json").read_text())
-    assert meta["sha256"] == lite0_onnx.sha256 == conv._sha256(path)
+    assert meta["sha256"] == lite0_onnx.sha256 == sha256_file(path, memo=False)
     assert meta["source_weights_sha256"] == find_manifest("efficientnet_lite0", framework="torch").model.sha256["weights_path"]
     assert {"torch", "onnx", "opset"} <= set(meta["versions"]) and meta["created_at"]
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp-")]
@@ -176,7 +177,7 @@ def test_artifact_layout_and_metadata(lite0_onnx, models_home):
 
 def test_second_convert_reuses_the_file(lite0_onnx, caplog):
     before = lite0_onnx.path.stat().st_mtime_ns
-    with caplog.at_level(logging.INFO, logger="mlms_nb.models.convert"):
+    with caplog.at_level(logging.INFO, logger="mlms_nb.frameworks.convert"):
         again = conv.convert("efficientnet_lite0", to="onnx")
     assert again == lite0_onnx
     assert again.path.stat().st_mtime_ns == before
@@ -187,11 +188,11 @@ def test_tampered_artifact_is_rebuilt(lite0_onnx, caplog):
     with open(lite0_onnx.path, "r+b") as f:
         f.seek(1000)
         f.write(b"tampered")
-    with caplog.at_level(logging.INFO, logger="mlms_nb.models.convert"):
+    with caplog.at_level(logging.INFO, logger="mlms_nb.frameworks.convert"):
         rebuilt = conv.convert("efficientnet_lite0", to="onnxruntime")
     assert "rebuilding" in caplog.text and "building" in caplog.text
     assert rebuilt.path == lite0_onnx.path
-    assert conv._sha256(rebuilt.path) == rebuilt.sha256
+    assert sha256_file(rebuilt.path, memo=False) == rebuilt.sha256
     assert rebuilt.sha256 == lite0_onnx.sha256  # the export is deterministic
 
 

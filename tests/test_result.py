@@ -9,7 +9,7 @@ import pytest
 
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
-from mlms_nb.evaluation.stack import detect_stack, stack_hash
+from mlms_nb.stack import detect_stack, stack_hash
 from mlms_nb.evaluation.stats import latency_stats, stability_warning
 
 MS = 1_000_000

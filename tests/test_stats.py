@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mlms_nb.errors import MlmsError
-from mlms_nb.evaluation.stack import comparable_part, detect_stack, stack_hash
+from mlms_nb.stack import comparable_part, detect_stack, stack_hash
 from mlms_nb.evaluation.stats import (
     STAT_KEYS, bootstrap_median_ci, latency_stats, mann_whitney, stability_warning,
 )

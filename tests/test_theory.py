@@ -15,11 +15,13 @@ from torch import nn  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from mlms_nb.errors import MlmsError, UnknownModelError  # noqa: E402
-from mlms_nb.history import HistoryStore  # noqa: E402
-from mlms_nb.models.porting import torch_to_keras_name  # noqa: E402
-from mlms_nb.theory import (  # noqa: E402
-    Ceilings, DeviceUnavailableError, machine_ceilings, model_costs, onnx_node_costs, torch_layer_costs,
-)
+from mlms_nb.store.history import HistoryStore  # noqa: E402
+from mlms_nb.naming import torch_to_keras_name  # noqa: E402
+from mlms_nb.api import machine_ceilings  # noqa: E402
+from mlms_nb.frameworks.costs import model_costs  # noqa: E402
+from mlms_nb.frameworks.onnxruntime.costs import onnx_node_costs  # noqa: E402
+from mlms_nb.frameworks.torch.costs import torch_layer_costs  # noqa: E402
+from mlms_nb.theory import Ceilings, DeviceUnavailableError  # noqa: E402
 from mlms_nb.theory import ceilings as ceilings_module  # noqa: E402
 
 F32 = 4
@@ -149,7 +151,7 @@ def test_torch_costs_reject_bad_input():
 
 @pytest.fixture(scope="module")
 def lite0_torch():
-    from mlms_nb.models.registry import build_torch_model
+    from mlms_nb.zoo.registry import build_torch_model
 
     model = build_torch_model("efficientnet_lite0")
     x = torch.zeros(1, 3, 224, 224)

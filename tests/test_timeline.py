@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses import timeline
-from analyses._plot import AnalysisError
+from mlms_nb.analyses import timeline
+from mlms_nb.analyses._plot import AnalysisError
 from mlms_nb.errors import MlmsError
 from mlms_nb.tracing import TraceLevel, Tracer
-from mlms_nb.tracing.schema import SPAN_COLUMNS, spans_frame
+from mlms_nb.schema.trace import SPAN_COLUMNS, spans_frame
 
 from .conftest import SESSION_HOME
 
@@ -75,7 +75,7 @@ def trace_model(model, x, repeats: int = 2):
 @pytest.fixture(scope="module")
 def lite0_trace():
     from mlms_nb.manifest import find_manifest
-    from mlms_nb.predictors import open_predictor
+    from mlms_nb.frameworks import open_predictor
 
     SESSION_HOME.mkdir(parents=True, exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:

@@ -12,11 +12,11 @@ import pytest
 from mlms_nb.data.datasets import open_dataset
 from mlms_nb.data.transforms import Preprocessor
 from mlms_nb.manifest import find_manifest
-from mlms_nb.models.porting import keras_layer_to_torch_name
-from mlms_nb.predictors import open_predictor
+from mlms_nb.naming import keras_layer_to_torch_name
+from mlms_nb.frameworks import open_predictor
 from mlms_nb.tracing import Tracer, TraceLevel, attrs_dict, use_tracer
 from mlms_nb.tracing._align import match_windows, run_shifts
-from mlms_nb.tracing.tf_xplane import scope_layer
+from mlms_nb.frameworks.tensorflow.xplane import scope_layer
 
 L = TraceLevel
 MODEL = "efficientnet_lite0"
@@ -338,7 +338,7 @@ def test_keras_scope_of_a_tf_op():
 def test_ort_profile_nodes_become_layer_spans_of_their_call(tmp_path):
     import orjson
 
-    from mlms_nb.tracing.ort_profile import add_ort_profile
+    from mlms_nb.frameworks.onnxruntime.profile import add_ort_profile
 
     def event(cat, name, ts, dur, **args):
         return {"cat": cat, "name": name, "ts": ts, "dur": dur, "ph": "X", "pid": 1, "tid": 42, "args": args}

@@ -8,8 +8,8 @@ import torch
 
 import mlms_nb
 from mlms_nb.manifest import find_manifest
-from mlms_nb.predictors import open_predictor
-from mlms_nb.predictors.torch_tracing import layer_modules
+from mlms_nb.frameworks import open_predictor
+from mlms_nb.frameworks.torch.tracing import layer_modules
 from mlms_nb.tracing import Tracer, TraceLevel, use_tracer
 
 L = TraceLevel

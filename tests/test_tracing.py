@@ -19,7 +19,7 @@ from mlms_nb.tracing import (NO_SPAN, NULL_TRACER, SPAN_COLUMNS, Trace, TraceFor
                              load_trace, use_tracer, validate_spans)
 from mlms_nb.tracing._build import containment_parents, containment_parents_reference
 from mlms_nb.tracing._jsonscan import EventStream
-from mlms_nb.tracing.schema import COUNTER_COLUMNS, LEVEL_DTYPE
+from mlms_nb.schema.trace import COUNTER_COLUMNS, LEVEL_DTYPE
 
 L = TraceLevel
 

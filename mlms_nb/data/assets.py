@@ -19,27 +19,20 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
-from ..errors import AssetError, ChecksumMismatchError
-from ..paths import cache_dir
+from mlms_nb._fs import sha256_file
+from mlms_nb.errors import AssetError, ChecksumMismatchError
+from mlms_nb.paths import cache_dir
 
 _CHUNK = 1 << 20
-_DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
+_SCHEMES: dict[str, Callable[[str], Path]] = {}  # scheme -> resolver, filled by the layers that own a scheme
 
 
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file, memoised per process on (path, size, mtime)."""
-    path = Path(path)
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    digest = _DIGESTS.get(key)
-    if digest is None:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(_CHUNK), b""):
-                h.update(chunk)
-        digest = _DIGESTS[key] = h.hexdigest()
-    return digest
+def register_scheme(scheme: str, resolver: Callable[[str], Path]) -> None:
+    """Let ``resolver(uri) -> Path`` resolve ``scheme://...`` URIs (``artifact://`` is registered by
+    :mod:`mlms_nb.frameworks.convert`, which builds the artifacts); the sha256 check still applies."""
+    _SCHEMES[scheme.lower()] = resolver
 
 
 def verify_sha256(path: Path, expected: str | None, uri: str) -> Path:
@@ -62,10 +55,8 @@ def resolve_asset(uri: str, sha256: str | None = None, base_dir: Path | None = N
         return _download(uri, sha256)
     if scheme == "pkg":
         return verify_sha256(_package_file(uri, parsed), sha256, uri)
-    if scheme == "artifact":
-        from ..models.convert import resolve_artifact_uri
-
-        return verify_sha256(resolve_artifact_uri(uri), sha256, uri)
+    if scheme in _SCHEMES:
+        return verify_sha256(_SCHEMES[scheme](uri), sha256, uri)
     if scheme == "file":
         path = Path(urllib.request.url2pathname(parsed.path))
     elif scheme and len(scheme) > 1:  # one letter would be a Windows drive

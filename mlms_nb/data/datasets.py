@@ -23,9 +23,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..errors import DatasetError, MlmsError
-from ..manifest import Manifest
-from .transforms import ImageDecodeError, Preprocessor
+from mlms_nb.errors import DatasetError, MlmsError
+from mlms_nb.manifest import Manifest
+from mlms_nb.data.transforms import ImageDecodeError, Preprocessor
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 _SAMPLE_RE = re.compile(r"^imagenet_(\d+)_(\d+)\.jpg$")
@@ -426,7 +426,7 @@ def _class_names(manifest: Manifest) -> list[str] | None:
     (numeric subfolder names still work then)."""
     if not manifest.outputs[0].labels:
         return None
-    from .labels import load_labels
+    from mlms_nb.data.labels import load_labels
 
     try:
         return load_labels(manifest)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ..errors import AssetError, ManifestError
-from ..manifest import Manifest
-from .assets import resolve_asset
+from mlms_nb.errors import AssetError, ManifestError
+from mlms_nb.manifest import Manifest
+from mlms_nb.data.assets import resolve_asset
 
 _CACHE: dict[tuple[str, int, int], tuple[str, ...]] = {}
 _LOCK = threading.Lock()

@@ -39,8 +39,8 @@ from typing import Any, Callable, Union
 import numpy as np
 from PIL import Image
 
-from ..errors import DatasetError, ManifestError, MlmsError
-from ..manifest import (CenterCropArgs, DecodeArgs, Manifest, NormalizeArgs, ResizeArgs, SoftmaxArgs, Step,
+from mlms_nb.errors import DatasetError, ManifestError, MlmsError
+from mlms_nb.manifest import (CenterCropArgs, DecodeArgs, Manifest, NormalizeArgs, ResizeArgs, SoftmaxArgs, Step,
                         ToLayoutArgs, TopKArgs)
 
 ImageLike = Union[str, "os.PathLike[str]", Image.Image, np.ndarray]

@@ -4,7 +4,7 @@ inputs, compared layer by layer, with each layer's latency beside its error.
 ``diverge("efficientnet_lite0", frameworks=("torch", "onnxruntime", "tensorflow"))`` -> :class:`Divergence`.
 Frameworks are imported only when a divergence runs.
 """
-from .api import ALIGNMENT_RULE, diverge
-from .result import Divergence
+from mlms_nb.divergence.run import ALIGNMENT_RULE, diverge
+from mlms_nb.divergence.result import Divergence
 
 __all__ = ["diverge", "Divergence", "ALIGNMENT_RULE"]

@@ -30,7 +30,7 @@ from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
-from ..models.porting import onnx_node_to_torch_name
+from mlms_nb.naming import onnx_node_to_torch_name
 
 Key = tuple  # (module name, call index)
 _CALL_SUFFIX = re.compile(r"^(.+)_(\d+)$")

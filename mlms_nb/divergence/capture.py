@@ -15,7 +15,7 @@ from typing import Any, Collection, Iterator, Mapping
 
 import numpy as np
 
-from .align import Key, Point, onnx_key
+from mlms_nb.divergence.align import Key, Point, onnx_key
 
 LOGITS = "logits"
 
@@ -249,7 +249,7 @@ class KerasCapture:
     def __init__(self, model: Any, label: str = "tensorflow"):
         import keras
 
-        from ..models.porting import keras_layer_to_torch_name
+        from mlms_nb.naming import keras_layer_to_torch_name
 
         self.framework = label
         self.model = model

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyses import divergence as _analysis
+from mlms_nb.analyses import divergence as _analysis
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Divergence:
         """The layer table of one pair with plain column names (``max_abs_error``, ...)."""
         key = _analysis.pair_label(a, b)
         if key not in [_analysis.pair_label(*p) for p in self.pairs]:
-            from ..errors import MlmsError
+            from mlms_nb.errors import MlmsError
 
             known = ", ".join(_analysis.pair_label(*p) for p in self.pairs)
             raise MlmsError(f"no framework pair {key!r} in this divergence; pairs: {known}")
@@ -61,7 +61,7 @@ class Divergence:
         try:
             return _analysis.plot(self.layers, backend=backend, metric=metric, title=title)
         except ImportError as err:
-            from ..errors import FrameworkNotInstalledError
+            from mlms_nb.errors import FrameworkNotInstalledError
 
             raise FrameworkNotInstalledError(str(err)) from None
 

@@ -13,8 +13,6 @@ import html
 import json
 import math
 import os
-import tempfile
-import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
@@ -22,8 +20,12 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from ..errors import MlmsError
-from .stack import describe_stack, stack_hash
+from mlms_nb._clock import new_id, now_utc
+from mlms_nb._fs import atomic_write_text
+from mlms_nb.errors import MlmsError
+from mlms_nb.schema.trace import counters_frame, spans_frame
+from mlms_nb.tracing.trace import Trace
+from mlms_nb.stack import describe_stack, stack_hash
 
 FORMAT = "mlms-nb/evaluation"
 FORMAT_VERSION = 1
@@ -37,14 +39,6 @@ class EvaluationFormatError(MlmsError, ValueError):
     """Text or a file that is not a saved mlms-nb evaluation."""
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
-
-
-def _new_id() -> str:
-    return uuid.uuid4().hex
-
-
 @dataclass(eq=False, repr=False, kw_only=True)
 class Evaluation:
     """One evaluation of one model in one or more frameworks, on one stack, with one set of options.
@@ -56,8 +50,8 @@ class Evaluation:
     top1/top5 are fractions 0..1); ``predictions`` one row per framework x input.
     ``samples`` maps ``(framework, batch_size, scenario)`` to the raw int64 nanosecond latencies.
     """
-    id: str = field(default_factory=_new_id)
-    created_at: str = field(default_factory=_now)
+    id: str = field(default_factory=new_id)
+    created_at: str = field(default_factory=now_utc)
     model: str = ""
     model_version: str = ""
     frameworks: list[str] = field(default_factory=list)
@@ -222,47 +216,12 @@ class Evaluation:
             raise MlmsError("this evaluation was not traced: run it with trace_level='FRAMEWORK' (or another level)")
         if len(self.traces) == 1:
             return next(iter(self.traces.values()))
-        from ..tracing.schema import counters_frame, spans_frame
-        from ..tracing.trace import Trace
-
         parts = list(self.traces.values())
         spans = spans_frame({c: np.concatenate([p.spans[c].to_numpy(dtype=object) for p in parts])
                              for c in parts[0].spans.columns})
         counters = counters_frame(pd.concat([p.counters.astype(object) for p in parts], ignore_index=True))
         meta = {"trace_id": self.id, "source": "mlms_nb.evaluation", "traces": {fw: t.metadata for fw, t in self.traces.items()}}
         return Trace(spans, counters, meta)
-
-    # ------------------------------------------------------------------ analyses (see mlms_nb.analysis)
-
-    def layers(self, what: str = "latency", by: str = "layer"):
-        """Layer occurrence, latency (per layer or type) or memory from the trace, as an ``Analysis``."""
-        from ..analysis import layers
-
-        return layers(self, what=what, by=by)
-
-    def roofline(self, per: str = "layer", framework: str | None = None):
-        """Per-layer (or per-model) roofline under this machine's measured ceilings, as an ``Analysis``."""
-        from ..analysis import roofline
-
-        return roofline(self, per=per, framework=framework)
-
-    def batch_scaling(self):
-        """Latency and throughput against batch size, with the saturation point, as an ``Analysis``."""
-        from ..analysis import batch_scaling
-
-        return batch_scaling(self)
-
-    def compare(self, other: "Evaluation", labels: tuple[str, str] = ("A", "B")):
-        """A/B comparison with ``other`` (significance test on the latency samples; per-layer deltas)."""
-        from ..analysis import compare
-
-        return compare(self, other, labels=labels)
-
-    def timeline(self, backend: str = "bokeh", **kwargs):
-        """The zoomable timeline of the traced pass (Bokeh, or matplotlib for print)."""
-        from ..analysis import timeline
-
-        return timeline(self, backend, **kwargs)
 
     @classmethod
     def combine(cls, parts: Iterable["Evaluation"]) -> "Evaluation":
@@ -371,18 +330,7 @@ class Evaluation:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the JSON to ``path`` (atomically: a reader never sees half a file); returns the path."""
-        path = Path(path).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = self.to_json(indent=1)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return atomic_write_text(Path(path).expanduser(), self.to_json(indent=1))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Evaluation":

@@ -14,18 +14,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..data.datasets import open_dataset
-from ..data.labels import load_labels
-from ..data.transforms import Postprocessor, Preprocessor
-from ..errors import DatasetError, MlmsError
-from ..manifest import Manifest, canonical_framework, find_manifest
-from ..predictors import PredictorOptions, open_predictor
-from .result import Evaluation
-from .scenarios import SCENARIOS, TimingConfig, run_scenario
-from .stack import detect_stack
-from .stats import latency_stats, stability_warning
-from .traced import start_traced_pass, trace_batches
-from ..tracing.levels import TraceLevel
+from mlms_nb.data.datasets import open_dataset
+from mlms_nb.data.labels import load_labels
+from mlms_nb.data.transforms import Postprocessor, Preprocessor
+from mlms_nb.errors import DatasetError, MlmsError
+from mlms_nb.manifest import Manifest, canonical_framework, find_manifest
+from mlms_nb.frameworks import PredictorOptions, open_predictor
+from mlms_nb.evaluation.result import Evaluation
+from mlms_nb.evaluation.scenarios import SCENARIOS, TimingConfig, run_scenario
+from mlms_nb.stack import detect_stack
+from mlms_nb.evaluation.stats import latency_stats, stability_warning
+from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
+from mlms_nb.schema.levels import TraceLevel
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ def _prepare_assets(manifest: Manifest) -> None:
     """Fetch, convert and verify the model's assets before its load is timed."""
     from pathlib import Path
 
-    from ..data.assets import resolve_asset
+    from mlms_nb.data.assets import resolve_asset
 
     base = Path(manifest.source).parent if manifest.source else None
     for field_name in ("graph_path", "weights_path"):

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import MlmsError
+from mlms_nb.errors import MlmsError
 
 SCENARIOS = ("single-stream", "offline", "server")
 

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import FrameworkNotInstalledError, MlmsError
+from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
 
 BOOTSTRAP_RESAMPLES = 2000
 CI_LEVEL = 0.95

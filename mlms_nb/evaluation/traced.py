@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..tracing.levels import TraceLevel
-from ..tracing.tracer import Tracer, use_tracer
+from mlms_nb.schema.levels import TraceLevel
+from mlms_nb.tracing.tracer import Tracer, use_tracer
 
 HARDWARE_PROFILERS = ("perf", "papi", "psutil", "nvml")
 
@@ -101,7 +101,7 @@ def _supported(how: str | None) -> bool:
 
 
 def _start_profilers(tracer: Tracer):
-    from ..profilers import start_profilers
+    from mlms_nb.profilers import start_profilers
 
     profilers = start_profilers(list(HARDWARE_PROFILERS))
     for name, reason in profilers.unavailable.items():
@@ -111,7 +111,7 @@ def _start_profilers(tracer: Tracer):
 
 def _start_cupti(tracer: Tracer):
     """CUDA kernels, copies and runtime calls (SYSTEM_LIBRARY); None, with the reason noted, where unavailable."""
-    from ..profilers.cupti import CuptiActivity
+    from mlms_nb.profilers.cupti import CuptiActivity
 
     ok, reason = CuptiActivity.available()
     if not ok:
@@ -123,7 +123,7 @@ def _start_cupti(tracer: Tracer):
 def _add_kernels(tracer: Tracer, kernels) -> None:
     """Attach each record of the (stopped) CUPTI recorder to the layer that launched it (correlation id, else
     time)."""
-    from ..profilers.cupti import add_to_tracer, attribute_records
+    from mlms_nb.profilers.cupti import add_to_tracer, attribute_records
 
     records = kernels.records()
     if records:

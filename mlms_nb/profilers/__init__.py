@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from ..errors import MlmsError
-from ._base import COUNTER_COLUMNS, BackgroundSampler, Profiler, Row, counters_frame
-from .nvml import NvmlConfig, NvmlSampler, PynvmlReader
-from .papi import PapiConfig, PapiCounters
-from .perf_events import PerfEvents, PerfEventsConfig
-from .psutil_sampler import PsutilConfig, PsutilSampler
+from mlms_nb.errors import MlmsError
+from mlms_nb.profilers._base import COUNTER_COLUMNS, BackgroundSampler, Profiler, Row, counters_frame
+from mlms_nb.profilers.nvml import NvmlConfig, NvmlSampler, PynvmlReader
+from mlms_nb.profilers.papi import PapiConfig, PapiCounters
+from mlms_nb.profilers.perf_events import PerfEvents, PerfEventsConfig
+from mlms_nb.profilers.psutil_sampler import PsutilConfig, PsutilSampler
 
 PROFILERS: dict[str, type[Profiler]] = {
     "perf": PerfEvents,

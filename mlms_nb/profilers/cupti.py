@@ -40,8 +40,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
-from ..errors import FrameworkNotInstalledError, MlmsError
-from ._base import Profiler, Row, first_line
+from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
+from mlms_nb.profilers._base import Profiler, Row, first_line
 
 INSTALL_HINT = "pip install 'mlms-nb[gpu]'"
 
@@ -537,7 +537,7 @@ def _innermost(l_group, l_start, l_end, q_group, q_start, q_end):
     """
     import numpy as np
 
-    from ..tracing._build import containment_parents
+    from mlms_nb.tracing._build import containment_parents
 
     out = np.full(len(q_start), -1, np.int64)
     if len(q_start) == 0 or len(l_start) == 0:
@@ -670,7 +670,7 @@ def add_to_tracer(tracer, records, layer_span_ids: Sequence[int] | Any = None, *
     import numpy as np
     import pandas as pd
 
-    from ..tracing.levels import TraceLevel
+    from mlms_nb.schema.levels import TraceLevel
 
     if link not in ("runtime", "layer"):
         raise MlmsError(f"link must be 'runtime' or 'layer', not {link!r}")

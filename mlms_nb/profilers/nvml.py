@@ -14,8 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable
 
-from ..errors import FrameworkNotInstalledError
-from ._base import BackgroundSampler, Row, first_line
+from mlms_nb.errors import FrameworkNotInstalledError
+from mlms_nb.profilers._base import BackgroundSampler, Row, first_line
 
 INSTALL_HINT = "pip install 'mlms-nb[gpu]'"
 

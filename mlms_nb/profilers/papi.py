@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import FrameworkNotInstalledError
-from ._base import Profiler, Row, first_line
+from mlms_nb.errors import FrameworkNotInstalledError
+from mlms_nb.profilers._base import Profiler, Row, first_line
 
 INSTALL_HINT = "pip install 'mlms-nb[papi]'"
 
@@ -166,7 +166,7 @@ class PapiCounters(Profiler):
             return self
         es, reason = self._try(tuple(self.events))
         if es is None:
-            from ..errors import MlmsError
+            from mlms_nb.errors import MlmsError
 
             raise MlmsError(reason)
         self._set = es

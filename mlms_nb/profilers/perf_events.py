@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ._base import Profiler, Row
+from mlms_nb.profilers._base import Profiler, Row
 
 # --- the ABI -------------------------------------------------------------------------------------------------
 
@@ -336,7 +336,7 @@ class PerfEvents(Profiler):
         super().__init__(config)
         unknown = [e for e in self.config.events if e not in EVENTS]
         if unknown:
-            from ..errors import MlmsError
+            from mlms_nb.errors import MlmsError
 
             raise MlmsError(f"unknown perf event(s) {', '.join(unknown)}; known: {', '.join(EVENTS)}")
         self.events: list[str] = []                 # events being counted, in read() order
@@ -471,7 +471,7 @@ class PerfEvents(Profiler):
                     groups.extend(opened)
                     self.threads.append(tid)
         if not groups:
-            from ..errors import MlmsError
+            from mlms_nb.errors import MlmsError
 
             raise MlmsError(f"no perf event could be opened -- {_summarise(self.unavailable_events)}")
         self.events = [n for n in cfg.events if any(n in g.names for g in groups)]

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import FrameworkNotInstalledError
-from ._base import BackgroundSampler, Row, first_line
+from mlms_nb.errors import FrameworkNotInstalledError
+from mlms_nb.profilers._base import BackgroundSampler, Row, first_line
 
 INSTALL_HINT = "pip install psutil"
 

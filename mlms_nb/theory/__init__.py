@@ -1,22 +1,18 @@
-"""Theory: what a model must compute and move, and what the machine can do -- the two sides of a roofline.
+"""Theory: the counting conventions of a roofline and what the machine can do.
 
-- :func:`torch_layer_costs` (a PyTorch module + example input), :func:`onnx_node_costs` (an ONNX graph) and
-  :func:`model_costs` (a manifest's model in torch / onnxruntime / tensorflow): per-layer FLOPs
-  (1 multiply-add = 2 FLOPs), parameters, weight/input/output bytes and arithmetic intensity (FLOP/byte).
-  ``frame.attrs["convention"]`` states exactly what is counted; ``layer_name`` / ``torch_name`` is the
-  PyTorch module name, the key shared across frameworks.
-- :func:`machine_ceilings`: measured peak fp32 FLOP/s (GEMM) and memory bandwidth (STREAM triad) of the
-  CPU or a CUDA GPU, with spread, cached per machine in the history store; ridge = peak / bandwidth.
+- :data:`FLOP_CONVENTION` and the cost helpers in :mod:`._costs`: per-layer FLOPs (1 multiply-add = 2 FLOPs),
+  parameters, weight/input/output bytes and arithmetic intensity (FLOP/byte). Each framework's cost model
+  lives in its folder (:mod:`mlms_nb.frameworks.torch.costs`, :mod:`mlms_nb.frameworks.onnxruntime.costs`);
+  :func:`mlms_nb.frameworks.costs.model_costs` picks one for a manifest.
+- :func:`machine_ceilings`: measured peak fp32 FLOP/s (GEMM) and memory bandwidth (STREAM triad) of the CPU or
+  a CUDA GPU, with spread; the caller passes where to cache them (the facade passes the history store);
+  ridge = peak / bandwidth.
 
-PyTorch and onnx are imported on first use.
+PyTorch is imported on first use.
 """
 from __future__ import annotations
 
-from ._costs import FLOP_CONVENTION
-from .ceilings import Ceilings, DeviceUnavailableError, machine_ceilings, measure_ceilings
-from .flops_onnx import onnx_node_costs
-from .flops_torch import torch_layer_costs
-from .manifest_costs import model_costs
+from mlms_nb.theory._costs import FLOP_CONVENTION
+from mlms_nb.theory.ceilings import Ceilings, DeviceUnavailableError, machine_ceilings, measure_ceilings
 
-__all__ = ["Ceilings", "DeviceUnavailableError", "FLOP_CONVENTION", "machine_ceilings", "measure_ceilings",
-           "model_costs", "onnx_node_costs", "torch_layer_costs"]
+__all__ = ["Ceilings", "DeviceUnavailableError", "FLOP_CONVENTION", "machine_ceilings", "measure_ceilings"]

@@ -27,11 +27,13 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
-from ..errors import FrameworkNotInstalledError, MlmsError
+from mlms_nb._clock import now_utc
+from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
+from mlms_nb.stack import detect_stack, stack_hash
 
 CPU_GEMM_TARGET_S = 0.1
 CPU_GEMM_REPETITIONS = 5
@@ -214,7 +216,7 @@ def gpu_theoretical(sm_count: int, capability: tuple[int, int], sm_clock_mhz: fl
 
 def _nvml_limits(uuid: str | None, index: int) -> tuple[dict[str, float], str]:
     """Max SM and memory clocks (MHz) and the memory bus width (bits) from NVML, and a note when it failed."""
-    from ..profilers.nvml import import_pynvml, nvml_error_name, nvml_init, nvml_shutdown
+    from mlms_nb.profilers.nvml import import_pynvml, nvml_error_name, nvml_init, nvml_shutdown
 
     try:
         pynvml = import_pynvml()
@@ -323,23 +325,17 @@ def _cpu_triad_bytes() -> tuple[int, str]:
 
 
 def _stack_hash() -> str:
-    from ..evaluation.stack import detect_stack, stack_hash
-
     return stack_hash(detect_stack(["torch"]), framework="torch")
 
 
 def measure_ceilings(device: str = "cpu") -> Ceilings:
     """Measure peak fp32 FLOP/s and triad bandwidth of ``device`` now (no cache; see ``machine_ceilings``)."""
-    from ..evaluation.result import _now
-
     device = parse_device(device)
     check_available(device)
     torch = _torch()
     timer = _timer(torch, device)
     note, theoretical_flops, theoretical_bw = "", None, None
     if device == "cpu":
-        from ..evaluation.stack import detect_stack
-
         threads = torch.get_num_threads()
         name = detect_stack()["hardware"].get("cpu_model", "CPU")
         array_bytes, why = _cpu_triad_bytes()
@@ -390,7 +386,7 @@ def measure_ceilings(device: str = "cpu") -> Ceilings:
         f"rates; torch {torch.__version__} on {device}.")
     return Ceilings(device=device, peak_flops_per_s=peak, peak_flops_iqr=peak_iqr, bandwidth_bytes_per_s=bandwidth,
                     bandwidth_iqr=bandwidth_iqr, ridge_flop_per_byte=peak / bandwidth, method=method,
-                    measured_at=_now(), stack_hash=_stack_hash(), device_name=str(name), threads=threads,
+                    measured_at=now_utc(), stack_hash=_stack_hash(), device_name=str(name), threads=threads,
                     theoretical_peak_flops_per_s=theoretical_flops,
                     theoretical_bandwidth_bytes_per_s=theoretical_bw, note=note)
 
@@ -400,24 +396,33 @@ def measure_ceilings(device: str = "cpu") -> Ceilings:
 _memo: dict[tuple, Ceilings] = {}
 
 
-def machine_ceilings(device: str = "cpu", refresh: bool = False, url: str | None = None) -> Ceilings:
-    """This machine's ceilings for ``device``: from this process's memo, else the history store (``url``;
-    default store), else measured now (~3 s on a CPU) and saved. ``refresh=True`` always measures anew."""
-    from ..history import HistoryStore
+class CeilingsCache(Protocol):
+    """Where measured ceilings are kept between processes (the history store is one)."""
 
+    url: str
+
+    def load_ceilings(self, stack_hash: str, device: str) -> dict | None: ...
+
+    def save_ceilings(self, record: dict) -> int: ...
+
+
+def machine_ceilings(device: str = "cpu", refresh: bool = False, cache: CeilingsCache | None = None) -> Ceilings:
+    """This machine's ceilings for ``device``: from this process's memo, else ``cache`` (the facade passes the
+    history store), else measured now (~3 s on a CPU) and saved to ``cache``. ``refresh=True`` always measures
+    anew."""
     device = parse_device(device)
     check_available(device)
     threads = _torch().get_num_threads() if device == "cpu" else None
-    store = HistoryStore(url)
-    key = (store.url, _stack_hash(), device, threads)
+    key = (getattr(cache, "url", None), _stack_hash(), device, threads)
     if not refresh:
         if key in _memo:
             return _memo[key]
-        record = store.load_ceilings(key[1], device)
+        record = cache.load_ceilings(key[1], device) if cache is not None else None
         if record is not None and record.get("threads") == threads:
             _memo[key] = Ceilings.from_dict(record)
             return _memo[key]
     ceilings = measure_ceilings(device)
-    store.save_ceilings(ceilings.to_dict())
+    if cache is not None:
+        cache.save_ceilings(ceilings.to_dict())
     _memo[key] = ceilings
     return ceilings

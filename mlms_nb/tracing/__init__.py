@@ -7,12 +7,12 @@
 """
 from __future__ import annotations
 
-from .errors import TraceFormatError, TraceSchemaError
-from .levels import TraceLevel
-from .schema import (COUNTER_COLUMNS, ID_COLUMNS, KINDS, LEVEL_DTYPE, NO_ID, ROOT, SPAN_COLUMNS, attrs_dict,
+from mlms_nb.errors import TraceFormatError, TraceSchemaError
+from mlms_nb.schema.levels import TraceLevel
+from mlms_nb.schema.trace import (COUNTER_COLUMNS, ID_COLUMNS, KINDS, LEVEL_DTYPE, NO_ID, ROOT, SPAN_COLUMNS, attrs_dict,
                      empty_counters, empty_spans, validate_counters, validate_spans)
-from .trace import Trace, load_trace
-from .tracer import NO_SPAN, NULL_TRACER, Tracer, current_tracer, use_tracer
+from mlms_nb.tracing.trace import Trace, load_trace
+from mlms_nb.tracing.tracer import NO_SPAN, NULL_TRACER, Tracer, current_tracer, use_tracer
 
 __all__ = [
     "COUNTER_COLUMNS", "ID_COLUMNS", "KINDS", "LEVEL_DTYPE", "NO_ID", "NO_SPAN", "NULL_TRACER", "ROOT", "SPAN_COLUMNS", "Trace",

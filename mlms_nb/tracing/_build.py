@@ -7,7 +7,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from .schema import (DEFAULT_KIND, FIELD_COLUMNS, ID_COLUMNS, NO_ID, canonical_categorical, level_categorical,
+from mlms_nb.schema.trace import (DEFAULT_KIND, FIELD_COLUMNS, ID_COLUMNS, NO_ID, canonical_categorical, level_categorical,
                      spans_frame)
 
 _INT_FIELDS = {"stream": -1, "layer_index": -1}
@@ -52,7 +52,7 @@ def spans_from_records(records: list[tuple], trace_id: str) -> pd.DataFrame:
     *field_values)`` -> spans frame (sorted by ``(start_ns, span_id)``)."""
     n = len(records)
     if not n:
-        from .schema import empty_spans
+        from mlms_nb.schema.trace import empty_spans
 
         return empty_spans()
     gc_was = gc.isenabled()

@@ -13,7 +13,7 @@ byte before the run becomes ``[``, the separator after it ``]``; no copy):
   event ends and the array's end.
 
 The bytes outside the event array are parsed at the end as the file's *skeleton* (``{"schemaVersion": 1,
-..., "traceEvents": []}``). Anything malformed raises :class:`~mlms_nb.tracing.errors.TraceFormatError` naming
+..., "traceEvents": []}``). Anything malformed raises :class:`~mlms_nb.errors.TraceFormatError` naming
 the file and the byte offset.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Iterator
 import numpy as np
 import orjson
 
-from .errors import TraceFormatError
+from mlms_nb.errors import TraceFormatError
 
 _QUOTE, _BSLASH, _OPEN, _CLOSE = 1, 2, 3, 4
 _LUT = np.zeros(256, np.uint8)

@@ -21,7 +21,7 @@ Import (:func:`read_chrome`), three dialects, detected from the file:
   APPLICATION; ``[memory]`` instant events -> counters ``memory.allocated`` / ``memory.reserved`` (bytes) and
   each span's ``memory`` (net bytes allocated on its thread while it ran); times relative to
   ``baseTimeNanoseconds`` (``metadata["clock"]["wall_offset_ns"]``); integer ids (``External id``,
-  ``correlation``, ``Ev Idx``... see :data:`~mlms_nb.tracing.schema.ID_COLUMNS`) -> id columns, the other args
+  ``correlation``, ``Ev Idx``... see :data:`~mlms_nb.schema.trace.ID_COLUMNS`) -> id columns, the other args
   -> ``attrs``;
 * ONNX Runtime profile (a top-level array; ``cat`` ``"Session"`` -> MODEL / ``model``, ``"Node"`` -> FRAMEWORK
   / ``layer`` with ``op_name`` -> ``layer_type``, ``node_index`` -> ``layer_index``, ``input_type_shape`` ->
@@ -50,11 +50,11 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from ._build import containment_parents
-from ._jsonscan import EventStream
-from .errors import TraceFormatError
-from .levels import TraceLevel
-from .schema import (ID_COLUMNS, NO_ID, canonical_categorical, counters_frame, level_categorical, spans_frame)
+from mlms_nb.tracing._build import containment_parents
+from mlms_nb.tracing._jsonscan import EventStream
+from mlms_nb.errors import TraceFormatError
+from mlms_nb.schema.levels import TraceLevel
+from mlms_nb.schema.trace import (ID_COLUMNS, NO_ID, canonical_categorical, counters_frame, level_categorical, spans_frame)
 
 FORMAT = "mlms-nb/chrome-trace"
 FORMAT_VERSION = 1

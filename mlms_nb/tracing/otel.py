@@ -26,8 +26,8 @@ from typing import Any, Mapping
 
 import orjson
 
-from ..errors import FrameworkNotInstalledError, MlmsError
-from .schema import ID_COLUMNS, NO_ID
+from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
+from mlms_nb.schema.trace import ID_COLUMNS, NO_ID
 
 INSTALL_HINT = "pip install 'mlms-nb[otel]'"
 INSTRUMENTATION_NAME = "mlms_nb"
@@ -202,7 +202,7 @@ def export_trace(trace, tracer_provider=None, exporter=None, *, parent: Any = "a
         if isinstance(tracer_provider, (otrace.ProxyTracerProvider, otrace.NoOpTracerProvider)):
             raise MlmsError("no OpenTelemetry tracer provider is set: call opentelemetry.trace."
                             "set_tracer_provider(...) or pass tracer_provider= or exporter= to export_trace")
-    from .. import __version__  # noqa: PLC0415
+    from mlms_nb._version import __version__  # noqa: PLC0415
 
     otracer = tracer_provider.get_tracer(INSTRUMENTATION_NAME, __version__)
     from opentelemetry import context as ocontext  # noqa: PLC0415

@@ -26,8 +26,8 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from .errors import TraceFormatError, TraceSchemaError
-from .schema import (LEVEL_DTYPE, canonical_categorical, counters_frame, empty_counters,
+from mlms_nb.errors import TraceFormatError, TraceSchemaError
+from mlms_nb.schema.trace import (LEVEL_DTYPE, canonical_categorical, counters_frame, empty_counters,
                      empty_spans, validate_counters, validate_spans)
 
 PARQUET_FORMAT = "mlms-nb/trace-parquet"
@@ -41,7 +41,7 @@ _META_KEY = b"mlms_nb"
 class Trace:
     """Spans + counters + metadata of one trace.
 
-    ``spans`` / ``counters``: frames following :mod:`mlms_nb.tracing.schema` (validated on construction;
+    ``spans`` / ``counters``: frames following :mod:`mlms_nb.schema.trace` (validated on construction;
     a counters frame with object/str columns -- as :mod:`mlms_nb.profilers` builds them -- is converted).
     ``metadata``: a JSON-serialisable dict (``trace_id``, ``source``, ``clock``, unavailable profilers and
     why, ...).
@@ -147,22 +147,10 @@ class Trace:
 
     # ------------------------------------------------------------------------------------------- Chrome
 
-    def timeline(self, backend: str = "bokeh", **kwargs):
-        """The zoomable timeline of these spans (``analyses.timeline``: Bokeh, or matplotlib for print)."""
-        from ..analysis import timeline
-
-        return timeline(self, backend, **kwargs)
-
-    def layers(self, what: str = "latency", by: str = "layer"):
-        """Layer occurrence, latency or memory from the layer spans (``analyses.layers``), as an ``Analysis``."""
-        from ..analysis import layers
-
-        return layers(self, what=what, by=by)
-
     def to_chrome(self, path: str | os.PathLike) -> Path:
         """Write Chrome trace JSON (opens in Perfetto / chrome://tracing; :meth:`from_chrome` reads it back
         without loss). Returns the path."""
-        from .chrome import write_chrome
+        from mlms_nb.tracing.chrome import write_chrome
 
         write_chrome(self.spans, self.counters, self.metadata, path)
         return Path(path)
@@ -171,8 +159,8 @@ class Trace:
     def from_chrome(cls, path: str | os.PathLike) -> "Trace":
         """Import Chrome trace JSON: our own export, a PyTorch Kineto trace (``torch.profiler``
         ``export_chrome_trace``, ``.json`` or ``.json.gz``) or an ONNX Runtime profile. Raises
-        :class:`~mlms_nb.tracing.errors.TraceFormatError` for a malformed or truncated file."""
-        from .chrome import read_chrome
+        :class:`~mlms_nb.errors.TraceFormatError` for a malformed or truncated file."""
+        from mlms_nb.tracing.chrome import read_chrome
 
         spans, counters, meta = read_chrome(path)
         return cls(spans, counters, meta)

@@ -29,7 +29,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator
 
-from .levels import TraceLevel
+from mlms_nb.schema.levels import TraceLevel
 
 _perf_ns = time.perf_counter_ns
 _native_id = threading.get_native_id
@@ -114,8 +114,8 @@ class Tracer:
 
     Hot-path methods take ``level`` as a :class:`TraceLevel` (or its int value), not a string.
     Keyword fields of :meth:`span`, :meth:`start` and :meth:`add_span` named like a span column
-    (:data:`~mlms_nb.tracing.schema.FIELD_COLUMNS`: ``device, stream, layer_index, layer_type, shape, flops,
-    bytes, memory``, and the id columns of :data:`~mlms_nb.tracing.schema.ID_COLUMNS`: ``correlation``,
+    (:data:`~mlms_nb.schema.trace.FIELD_COLUMNS`: ``device, stream, layer_index, layer_type, shape, flops,
+    bytes, memory``, and the id columns of :data:`~mlms_nb.schema.trace.ID_COLUMNS`: ``correlation``,
     ``external_id``...) fill that column; any other keyword goes into ``attrs``.
     """
 
@@ -153,7 +153,7 @@ class Tracer:
     def span(self, name: str, level: TraceLevel | int, kind: str | None = None, **fields):
         """``with tracer.span("predict", TraceLevel.MODEL, "model", batch=8) as span_id:`` -- times the block.
 
-        ``kind``: one of :data:`~mlms_nb.tracing.schema.KINDS` (default by level: MODEL -> "model",
+        ``kind``: one of :data:`~mlms_nb.schema.trace.KINDS` (default by level: MODEL -> "model",
         FRAMEWORK -> "layer", ML_LIBRARY -> "op"...). Use it directly in a ``with`` statement. A disabled
         level returns a shared no-op context (``as`` gives 0). :meth:`annotate` adds fields while the
         block runs. Field values are cheapest as numbers, strings or tuples.
@@ -270,9 +270,9 @@ class Tracer:
     def trace(self):
         """The spans and counters recorded so far, as a :class:`~mlms_nb.tracing.Trace` (columnar build; spans
         still open are left out and counted in ``metadata["open_spans"]``)."""
-        from .trace import Trace
-        from ._build import spans_from_records
-        from .schema import counters_frame
+        from mlms_nb.tracing.trace import Trace
+        from mlms_nb.tracing._build import spans_from_records
+        from mlms_nb.schema.trace import counters_frame
 
         spans = spans_from_records(list(self._spans), self.trace_id)
         counters = counters_frame(list(self._counters))

@@ -1,0 +1,194 @@
+"""``diverge(model, frameworks, ...)``: run one model in several frameworks on the same inputs, layer by layer."""
+from __future__ import annotations
+
+import itertools
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from mlms_nb.analyses import divergence as _analysis
+
+from mlms_nb.errors import MlmsError
+from mlms_nb.manifest import FRAMEWORKS, canonical_framework, find_manifest
+from mlms_nb.divergence.align import attribute_latency, build_rows, fold_map
+from mlms_nb.frameworks.onnxruntime.quantize import ALIASES as INT8_ALIASES, FRAMEWORK as INT8
+from mlms_nb.divergence.result import Divergence
+
+ALIGNMENT_RULE = ("rows are PyTorch module calls in execution order that at least two frameworks have a tensor "
+                  "for; ONNX nodes map by scope name (a Conv with its BatchNorm folded in is compared with the "
+                  "BatchNorm's output), Keras layers by name (NHWC transposed to NCHW), int8 tensors are the "
+                  "dequantized QuantizeLinear outputs of the fp32 tensors")
+
+
+def _frameworks(frameworks: str | Iterable[str], quantized: bool | str) -> list[str]:
+    names = [f.strip() for f in (frameworks.split(",") if isinstance(frameworks, str) else frameworks)]
+    out: list[str] = []
+    for name in names:
+        if not name:
+            continue
+        key = INT8 if name.lower() in INT8_ALIASES else canonical_framework(name)
+        if key != INT8 and key not in FRAMEWORKS:
+            raise MlmsError(f"unknown framework {name!r}; expected some of {', '.join(FRAMEWORKS)}, {INT8}")
+        if key not in out:
+            out.append(key)
+    if quantized is True or (isinstance(quantized, str) and quantized):
+        if isinstance(quantized, str) and quantized.lower() not in INT8_ALIASES:
+            raise MlmsError(f"quantized={quantized!r}: the only quantized copy is {INT8!r} (or quantized=True)")
+        if INT8 not in out:
+            out.append(INT8)
+    elif quantized not in (False, None):
+        raise MlmsError(f"quantized must be True, False or {INT8!r}, got {quantized!r}")
+    if len(out) < 2:
+        raise MlmsError(f"divergence needs at least two frameworks, got {', '.join(out) or 'none'}")
+    return out
+
+
+def _check(tolerance, limit, batch_size, latency_repeats) -> float:
+    try:
+        tol = float(tolerance)
+    except (TypeError, ValueError):
+        tol = float("nan")
+    if not np.isfinite(tol) or tol <= 0:
+        raise MlmsError(f"tolerance must be a positive number (a relative error), got {tolerance!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
+        raise MlmsError(f"limit must be None or a positive integer, got {limit!r}")
+    for name, value in (("batch_size", batch_size), ("latency_repeats", latency_repeats)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise MlmsError(f"{name} must be a positive integer, got {value!r}")
+    return tol
+
+
+def _open(model: str, framework: str, module_names, fold):
+    """A capture of ``model`` in ``framework``, built on the opened predictor (its ``.model`` / artifact)."""
+    from mlms_nb.frameworks import open_predictor
+    from mlms_nb.divergence.capture import KerasCapture, OnnxCapture, TorchCapture
+
+    if framework == INT8:
+        from mlms_nb.frameworks.onnxruntime.quantize import quantized_onnx
+
+        fp32 = find_manifest(model, framework="onnxruntime")
+        with open_predictor(fp32) as predictor:
+            fp32_path = predictor.artifact
+        return OnnxCapture(str(quantized_onnx(fp32).path), module_names, fold, label=INT8, fp32_path=fp32_path)
+    manifest = find_manifest(model, framework=framework)
+    predictor = open_predictor(manifest)
+    if framework == "torch":
+        if predictor.kind != "eager":
+            raise MlmsError(f"{manifest.key}: divergence needs an eager PyTorch module, not {predictor.kind}")
+        return TorchCapture(predictor.model)
+    if framework == "onnxruntime":
+        path = predictor.artifact
+        predictor.close()
+        return OnnxCapture(path, module_names, fold)
+    if predictor.kind != "keras":
+        raise MlmsError(f"{manifest.key}: divergence needs a Keras model, not a {predictor.kind}")
+    return KerasCapture(predictor.model)
+
+
+def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: str = "imagenet-samples",
+            tolerance: float = 1e-4, limit: int | None = None, quantized: bool | str = False, batch_size: int = 4,
+            latency_repeats: int = 5) -> Divergence:
+    """Run ``model`` in each framework on the same preprocessed inputs and compare every aligned layer.
+
+    ``frameworks``: names or aliases (``torch``, ``onnxruntime``, ``tensorflow``, ``onnxruntime-int8``), as a
+    list or ``"a,b,c"``; the first is the reference. ``quantized=True`` (or ``"onnxruntime-int8"``) adds the
+    INT8 ONNX Runtime copy. ``tolerance`` is *relative*: a layer diverges when max|b - a| / max|a| exceeds it.
+    ``limit``: at most this many inputs (None: the whole dataset). Inputs run ``batch_size`` at a time; layer
+    latencies are medians over ``latency_repeats`` timed calls at batch 1 (one warm-up call first).
+    """
+    from mlms_nb.data.datasets import open_dataset
+    from mlms_nb.data.labels import load_labels
+    from mlms_nb.data.transforms import Preprocessor
+
+    names = _frameworks(frameworks, quantized)
+    tol = _check(tolerance, limit, batch_size, latency_repeats)
+    torch_manifest = find_manifest(model, framework="torch")
+    if not torch_manifest.model.architecture:
+        raise MlmsError(f"{torch_manifest.key}: layer alignment needs a built-in architecture (model.architecture)")
+    data = open_dataset(dataset, torch_manifest)
+    batches = list(data.iter_batches(batch_size, Preprocessor(torch_manifest), limit=limit))
+    if not batches:
+        raise MlmsError(f"dataset {dataset!r} gave no inputs")
+
+    structure = _open(model, "torch", (), {})
+    points = structure.structure(batches[0].data[:1])
+    fold = fold_map(points, structure.conv_feeds_bn)
+    captures = {}
+    try:
+        for fw in names:
+            captures[fw] = structure if fw == "torch" else _open(model, fw, structure.module_names, fold)
+        rows = build_rows(points, {fw: c.keys for fw, c in captures.items()})
+        if not rows:
+            raise MlmsError(f"{model}: no layer output is shared by two of {', '.join(names)}")
+        pairs = list(itertools.combinations(names, 2))
+        stats = {(i, _analysis.pair_label(a, b)): _analysis.ErrorStats()
+                 for i, r in enumerate(rows) for a, b in pairs
+                 if r.key in captures[a].keys and r.key in captures[b].keys}
+        wanted = [r.key for r in rows]
+        logits = {fw: [] for fw in names}
+        for batch in batches:
+            outs = {}
+            for fw, capture in captures.items():
+                outs[fw], out = capture.run(batch.data, wanted)
+                logits[fw].append(np.asarray(out, dtype=np.float32).reshape(len(batch), -1))
+            for (i, key), acc in stats.items():
+                a, b = key.split("~")
+                acc.update(outs[a][rows[i].key], outs[b][rows[i].key])
+            del outs
+        logits = {fw: np.concatenate(v) for fw, v in logits.items()}
+
+        latency, notes, summary = {}, {"alignment": ALIGNMENT_RULE}, []
+        x1 = batches[0].data[:1]
+        for fw, capture in captures.items():
+            durations, how = capture.durations(x1, latency_repeats)
+            per_row, unattributed = attribute_latency(points, rows, capture.keys, durations)
+            for i, row in enumerate(rows):
+                if i in per_row:
+                    q25, med, q75 = np.percentile(per_row[i] / 1e6, [25, 50, 75])
+                    latency[(i, fw)] = (float(med), float(q75 - q25))
+                elif row.key in capture.keys:  # its op was fused into a later one, timed there
+                    latency[(i, fw)] = (0.0, 0.0)
+            layers_ns = sum(per_row.values()) if per_row else np.zeros_like(unattributed)
+            total_ms = (layers_ns + unattributed) / 1e6
+            q25, q75 = np.percentile(total_ms, [25, 75])
+            summary.append(dict(framework=fw, layers_ms=float(np.median(layers_ns / 1e6)),
+                                unattributed_ms=float(np.median(unattributed / 1e6)), total_ms=float(np.median(total_ms)),
+                                total_iqr_ms=float(q75 - q25), timed_calls=int(latency_repeats), batch_size=1, how=how))
+            notes[f"latency {fw}"] = how
+    finally:
+        for capture in captures.values():
+            capture.close()
+        structure.close()
+
+    layers = pd.DataFrame({
+        "layer_index": range(len(rows)), "layer": [r.label for r in rows], "layer_name": [r.name for r in rows],
+        "call": [r.call for r in rows], "layer_type": [r.layer_type for r in rows],
+        "shape": ["x".join(map(str, r.shape)) for r in rows]})
+    errors = {k: v.result() for k, v in stats.items()}
+    table = _analysis.layer_table(layers, errors, latency, pairs, names, tol)
+    first = {}
+    for a, b in pairs:
+        key = _analysis.pair_label(a, b)
+        pos = _analysis.first_divergent(table, key, tol)
+        first[key] = None if pos is None else table["layer"].iloc[pos]
+    ids = [i for b in batches for i in b.ids]
+    labels = np.concatenate([b.labels for b in batches]) if all(b.labels is not None for b in batches) else None
+    try:
+        class_names = load_labels(torch_manifest)
+    except MlmsError:
+        class_names = None
+    per_input = _analysis.per_input_table(ids, labels, logits, class_names)
+    quant = None
+    if INT8 in names:
+        from mlms_nb.frameworks.onnxruntime.quantize import SETTINGS
+
+        quant = dict(SETTINGS)
+        notes["int8"] = ("onnxruntime.quantization.quantize_static, QDQ format, uint8 activations / int8 per-channel "
+                         "weights, MinMax calibration on the imagenet-samples photos (the same photos accuracy is "
+                         "measured on)")
+    notes["tolerance"] = f"{tol:g} relative: max|b - a| / max|a| over all inputs, per layer"
+    return Divergence(model=model, dataset=str(dataset), frameworks=names, pairs=pairs, tolerance=tol,
+                      layers=table, outputs=_analysis.output_table(logits, pairs), per_input=per_input,
+                      accuracy=_analysis.accuracy_table(per_input, names[0]), first_divergent_layer=first,
+                      latency=pd.DataFrame(summary), notes=notes, quantization=quant)

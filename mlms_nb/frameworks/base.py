@@ -1,0 +1,239 @@
+"""The predictor contract and the registry of predictors by framework name.
+
+A predictor runs one model in one framework: ``open(manifest, device, options)`` loads it,
+``predict(batch)`` maps a float32 numpy batch laid out as the manifest's input (NCHW or NHWC) to a
+numpy array of outputs (logits for classifiers), ``close()`` frees it, ``info()`` says what ran it.
+Predictors never import the runner; the runner only talks to this contract.
+
+Tracing: ``start_tracing(tracer)`` makes a predictor emit its spans into a
+:class:`~mlms_nb.tracing.Tracer` (a MODEL ``predict`` span per call, plus whatever its framework can give:
+layers at FRAMEWORK, ops at ML_LIBRARY), ``stop_tracing()`` ends it and flushes what the framework buffered.
+``tracing_levels()`` says, per level, how it is traced or why not. A predictor also follows the *current*
+tracer (:func:`mlms_nb.tracing.use_tracer`): called inside an active tracer it starts tracing into it by
+itself, and :func:`stop_auto_traced` stops every predictor that did so (``mlms_nb.trace()`` / ``%%mlms trace``).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+import weakref
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from mlms_nb.errors import FrameworkNotInstalledError, PredictorError
+from mlms_nb.manifest import FRAMEWORKS, Manifest, canonical_framework
+from mlms_nb.schema.levels import TraceLevel
+from mlms_nb.tracing.tracer import _CURRENT
+
+_MODEL = TraceLevel.MODEL + 0
+
+
+@dataclass
+class PredictorOptions:
+    """How to run: ``threads`` (intra-op; None = the framework's default), ``trust`` (allow code steps),
+    ``extra`` (framework-specific settings, passed through)."""
+    threads: int | None = None
+    inter_op_threads: int | None = None
+    trust: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PredictorInfo:
+    """What ran the model: framework name and version, device, thread count, and the model artifact."""
+    framework: str
+    framework_version: str
+    device: str
+    threads: int | None
+    artifact: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Predictor(ABC):
+    """One model, opened in one framework."""
+
+    framework: ClassVar[str]
+    #: the pip extra that installs this framework
+    extra: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.manifest: Manifest | None = None
+        self.device = "cpu"
+        self.options = PredictorOptions()
+        self._tracer = None   # the Tracer this predictor emits into, or None
+        self._auto = False    # True when it started tracing by itself, following the current tracer
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "predict" in cls.__dict__ and not getattr(cls.__dict__["predict"], "__isabstractmethod__", False):
+            cls.predict = _traced_predict(cls.__dict__["predict"])
+
+    @abstractmethod
+    def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "Predictor":
+        """Load the model the manifest describes onto ``device``; returns self."""
+
+    @abstractmethod
+    def predict(self, batch: np.ndarray) -> np.ndarray:
+        """Run one batch (N first, manifest layout) and return the raw outputs as numpy (N first)."""
+
+    def close(self) -> None:
+        """Free the model (stopping any tracing first). Safe to call twice."""
+        if self._tracer is not None:
+            self.stop_tracing()
+        self.manifest = None
+
+    @abstractmethod
+    def info(self) -> PredictorInfo:
+        """Framework, version, device and threads of the opened model."""
+
+    # ------------------------------------------------------------------------------------------ tracing
+
+    def tracing_levels(self) -> dict[str, str]:
+        """Per TraceLevel name, how this predictor traces that level, or a sentence saying why it does not
+        (starting with "not supported" or "unavailable"). Levels absent here are not this predictor's to trace."""
+        return {"MODEL": "a predict span per call (time.perf_counter_ns)"}
+
+    def start_tracing(self, tracer) -> None:
+        """Emit spans into ``tracer`` from now on (replacing any tracer this predictor was emitting into)."""
+        if tracer is self._tracer:
+            return
+        if self._tracer is not None:
+            self.stop_tracing()
+        self._tracer = tracer
+        self._auto = False
+        self._start_framework_tracing(tracer)
+
+    def stop_tracing(self) -> None:
+        """Stop emitting spans; the framework's buffered records (profiles) are converted into the tracer now."""
+        tracer, self._tracer, self._auto = self._tracer, None, False
+        if tracer is not None:
+            self._stop_framework_tracing(tracer)
+
+    def _start_framework_tracing(self, tracer) -> None:
+        """Framework hook: install layer/op instrumentation for ``tracer``'s level (default: none)."""
+
+    def _stop_framework_tracing(self, tracer) -> None:
+        """Framework hook: remove instrumentation and add buffered spans to ``tracer`` (default: none)."""
+
+    def _follow_current_tracer(self):
+        """The tracer ``predict`` should emit into: the one started explicitly, else the current one (auto)."""
+        current = _CURRENT.get()
+        if current is self._tracer:
+            return current
+        if self._auto:
+            self.stop_tracing()
+        if current._max <= 0:
+            return None
+        self.start_tracing(current)
+        self._auto = True
+        with _AUTO_LOCK:
+            _AUTO_TRACED.setdefault(id(current), weakref.WeakSet()).add(self)
+        return current
+
+    def __enter__(self) -> "Predictor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check(self, manifest: Manifest) -> None:
+        if manifest.framework.name != self.framework:
+            raise PredictorError(
+                f"manifest {manifest.key} is for framework {manifest.framework.name!r}, not {self.framework!r}")
+        if device_kind(self.device) not in ("cpu", "cuda"):
+            raise PredictorError(f"unknown device {self.device!r}; expected cpu or cuda[:N]")
+
+
+_AUTO_TRACED: dict[int, "weakref.WeakSet[Predictor]"] = {}
+_AUTO_LOCK = threading.Lock()
+
+
+def stop_auto_traced(tracer) -> None:
+    """Stop every predictor that started tracing into ``tracer`` by itself (its framework spans are flushed)."""
+    with _AUTO_LOCK:
+        predictors = list(_AUTO_TRACED.pop(id(tracer), ()))
+    for predictor in predictors:
+        if predictor._tracer is tracer:
+            predictor.stop_tracing()
+
+
+def _traced_predict(predict):
+    """Wrap a subclass's ``predict``: untraced it costs one context-variable read; traced it runs inside a
+    MODEL ``predict`` span of the tracer the predictor emits into."""
+
+    @functools.wraps(predict)
+    def traced_predict(self, batch):
+        tracer = self._tracer
+        if tracer is None or self._auto:
+            tracer = self._follow_current_tracer()
+            if tracer is None:
+                return predict(self, batch)
+        if tracer._max < _MODEL:
+            return predict(self, batch)
+        with tracer.span("predict", _MODEL, "model", batch=len(batch), framework=self.framework):
+            return predict(self, batch)
+
+    return traced_predict
+
+
+def device_kind(device: str) -> str:
+    """``cuda:1`` -> ``cuda``; ``cpu`` -> ``cpu``."""
+    return device.split(":", 1)[0].lower()
+
+
+# ---------------------------------------------------------------- registry
+
+#: framework name -> (module, class, pip extra, import name of the framework)
+_BUILTIN = {
+    "torch": ("mlms_nb.frameworks.torch.predictor", "TorchPredictor", "torch", "torch"),
+    "onnxruntime": ("mlms_nb.frameworks.onnxruntime.predictor", "OnnxRuntimePredictor", "onnx", "onnxruntime"),
+    "tensorflow": ("mlms_nb.frameworks.tensorflow.predictor", "TensorFlowPredictor", "tf", "tensorflow"),
+}
+_REGISTERED: dict[str, type[Predictor]] = {}
+
+
+def register_predictor(cls: type[Predictor]) -> type[Predictor]:
+    """Class decorator: make ``cls`` the predictor for ``cls.framework``."""
+    _REGISTERED[cls.framework] = cls
+    return cls
+
+
+def framework_available(name: str) -> tuple[bool, str]:
+    """(True, version) when the framework imports, else (False, a sentence naming the extra)."""
+    name = canonical_framework(name)
+    if name not in _BUILTIN:
+        return False, f"unknown framework {name!r}; expected one of {', '.join(FRAMEWORKS)}"
+    _, _, extra, module = _BUILTIN[name]
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return False, f"{name} is not installed: pip install 'mlms-nb[{extra}]'"
+    return True, getattr(mod, "__version__", "unknown")
+
+
+def get_predictor_class(name: str) -> type[Predictor]:
+    """The predictor class for a framework name (``torch``, ``onnxruntime``, ``tensorflow`` or an alias)."""
+    name = canonical_framework(name)
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name not in _BUILTIN:
+        raise PredictorError(f"unknown framework {name!r}; expected one of {', '.join(FRAMEWORKS)}")
+    ok, why = framework_available(name)
+    if not ok:
+        raise FrameworkNotInstalledError(why)
+    module, cls_name, _, _ = _BUILTIN[name]
+    cls = getattr(importlib.import_module(module), cls_name)
+    _REGISTERED[name] = cls
+    return cls
+
+
+def open_predictor(manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> Predictor:
+    """Instantiate the manifest's framework predictor and open the model."""
+    return get_predictor_class(manifest.framework.name)().open(manifest, device=device, options=options)

@@ -1,0 +1,99 @@
+"""Theoretical per-layer costs of a model named by its manifest, in the framework it would run in.
+
+- ``torch``: the manifest's architecture built as an eager module, run once on zeros of the manifest's
+  input shape (costs depend on the architecture and shapes, not on the weights, so random weights do);
+- ``onnxruntime``: the graph the ONNX Runtime manifest points at (``artifact://`` graphs are converted
+  once and cached), costed node by node; ``torch_name`` maps each node back to its PyTorch module;
+- ``tensorflow``: the Keras copy is the same architecture with ported weights and one Keras layer per
+  PyTorch module (``naming.torch_to_keras_name``), so its costs are the PyTorch costs with a
+  ``keras_name`` column; ``attrs["note"]`` says so.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from mlms_nb.errors import MlmsError
+from mlms_nb.manifest import FRAMEWORKS, Manifest, canonical_framework, find_manifest
+
+
+def _architecture(m: Manifest) -> str:
+    if not m.model.architecture:
+        raise MlmsError(f"manifest {m.key} names no built-in architecture (model.architecture); theoretical "
+                        "costs need an eager PyTorch module or an ONNX graph")
+    return m.model.architecture
+
+
+def _torch_costs(name: str, batch_size: int) -> pd.DataFrame:
+    import torch
+
+    from mlms_nb.zoo.registry import build_torch_model
+    from mlms_nb.frameworks.torch.costs import torch_layer_costs
+
+    m = find_manifest(name, framework="torch")
+    spec = m.inputs[0]
+    if spec.layout != "NCHW":
+        raise MlmsError(f"manifest {m.key}: expected an NCHW input for PyTorch, got {spec.layout}")
+    model = build_torch_model(_architecture(m))
+    frame = torch_layer_costs(model, torch.zeros(batch_size, *spec.dimensions))
+    frame.attrs.update(model=m.name, model_version=m.version, batch_size=batch_size,
+                       note="eager PyTorch module of the manifest's architecture (costs do not depend on weights)")
+    return frame
+
+
+def _onnx_costs(name: str, batch_size: int) -> pd.DataFrame:
+    from mlms_nb.data.assets import resolve_asset
+    from mlms_nb.frameworks.onnxruntime.costs import _load, onnx_node_costs
+
+    m = find_manifest(name, framework="onnxruntime")
+    if not m.model.graph_path:
+        raise MlmsError(f"manifest {m.key} has no model.graph_path (an ONNX file) to cost")
+    from pathlib import Path
+
+    base = Path(m.source).parent if m.source else None
+    path = resolve_asset(m.model.graph_path, sha256=m.model.sha256.get("graph_path"), base_dir=base)
+    proto = _load(path)
+    initializers = {t.name for t in proto.graph.initializer}
+    graph_inputs = [i.name for i in proto.graph.input if i.name not in initializers]
+    if len(graph_inputs) != len(m.inputs):
+        raise MlmsError(f"{path} has {len(graph_inputs)} inputs but manifest {m.key} describes {len(m.inputs)}")
+    shapes = {n: [batch_size, *spec.dimensions] for n, spec in zip(graph_inputs, m.inputs)}
+    module_names = None
+    if m.model.architecture:
+        from mlms_nb.zoo.registry import build_torch_model
+
+        module_names = dict(build_torch_model(m.model.architecture).named_modules())
+    frame = onnx_node_costs(proto, shapes, module_names=module_names)
+    frame.attrs.update(model=m.name, model_version=m.version, batch_size=batch_size,
+                       note=f"ONNX graph {path.name} of manifest {m.key}, shapes from ONNX shape inference")
+    return frame
+
+
+def model_costs(model: str, framework: str = "torch", batch_size: int = 1) -> pd.DataFrame:
+    """Per-layer FLOPs, parameters, bytes and intensity of a manifest's model (see ``attrs["convention"]``).
+
+    ``framework``: ``torch`` (one row per layer call), ``onnxruntime`` (one row per ONNX node) or
+    ``tensorflow`` (the PyTorch rows plus ``keras_name``: the Keras copy is the same network).
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise MlmsError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+    fw = canonical_framework(str(framework))
+    if fw not in FRAMEWORKS:
+        raise MlmsError(f"framework {framework!r} is not one of {', '.join(FRAMEWORKS)}")
+    if fw == "onnxruntime":
+        return _onnx_costs(model, batch_size)
+    if fw == "tensorflow":
+        from mlms_nb.naming import torch_to_keras_name
+        from mlms_nb.zoo.registry import get_architecture
+
+        m = find_manifest(model, framework="tensorflow")
+        if get_architecture(_architecture(m)).build_keras is None:
+            raise MlmsError(f"manifest {m.key}: architecture {m.model.architecture!r} has no Keras definition")
+        frame = _torch_costs(model, batch_size)
+        frame.insert(frame.columns.get_loc("layer_name") + 1, "keras_name",
+                     [torch_to_keras_name(n) for n in frame["layer_name"]])
+        frame.attrs.update(framework="tensorflow", note=(
+            "PyTorch costs reused: the Keras copy is the same architecture with the PyTorch weights ported, one "
+            "Keras layer per PyTorch module (keras_name = naming.torch_to_keras_name(layer_name)); Keras pads "
+            "with ZeroPadding2D layers and adds residuals with Add layers named after their block, as here"))
+        return frame
+    return _torch_costs(model, batch_size)

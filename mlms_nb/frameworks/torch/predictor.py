@@ -1,0 +1,114 @@
+"""PyTorch predictor: an eager ``nn.Module`` from a built-in architecture, or a TorchScript file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mlms_nb.data.assets import resolve_asset
+from mlms_nb.errors import PredictorError
+from mlms_nb.manifest import Manifest
+from mlms_nb.schema.levels import TraceLevel
+from mlms_nb.frameworks.base import Predictor, PredictorInfo, PredictorOptions, device_kind, register_predictor
+
+TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".torchscript", ".jit")
+
+
+@register_predictor
+class TorchPredictor(Predictor):
+    framework = "torch"
+    extra = "torch"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: torch.nn.Module | None = None
+        self.kind = ""
+        self.artifact = ""
+        self._layer_hooks = None
+        self._op_profiler = None
+
+    def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "TorchPredictor":
+        self.manifest, self.device, self.options = manifest, device, options or PredictorOptions()
+        self._check(manifest)
+        if device_kind(device) == "cuda" and not torch.cuda.is_available():
+            raise PredictorError(f"device {device!r} requested but PyTorch sees no CUDA device (torch {torch.__version__})")
+        if self.options.threads:
+            torch.set_num_threads(self.options.threads)
+        base = Path(manifest.source).parent if manifest.source else None
+        spec = manifest.model
+        if spec.graph_path and spec.graph_path.endswith(TORCHSCRIPT_SUFFIXES):
+            path = resolve_asset(spec.graph_path, spec.sha256.get("graph_path"), base)
+            model = torch.jit.load(str(path), map_location=device)
+            self.kind, self.artifact = "torchscript", str(path)
+        elif spec.architecture:
+            from mlms_nb.zoo.registry import build_torch_model
+
+            weights = None
+            if spec.weights == "pretrained":
+                if not spec.weights_path:
+                    raise PredictorError(f"manifest {manifest.key}: pretrained weights need model.weights_path")
+                weights = str(resolve_asset(spec.weights_path, spec.sha256.get("weights_path"), base))
+            model = build_torch_model(spec.architecture, weights)
+            self.kind, self.artifact = "eager", weights or f"{spec.architecture} (random weights)"
+        else:
+            raise PredictorError(
+                f"manifest {manifest.key}: PyTorch needs model.architecture or a TorchScript model.graph_path "
+                f"ending in {', '.join(TORCHSCRIPT_SUFFIXES)}")
+        self.model = model.to(device).eval()
+        return self
+
+    def predict(self, batch: np.ndarray) -> np.ndarray:
+        if self.model is None:
+            raise PredictorError("predict() before open(), or after close()")
+        with torch.inference_mode():
+            out = self.model(torch.from_numpy(np.ascontiguousarray(batch)).to(self.device))
+        return out.cpu().numpy() if self.device != "cpu" else out.numpy()
+
+    # ------------------------------------------------------------------------------------------ tracing
+
+    def tracing_levels(self) -> dict[str, str]:
+        levels = super().tracing_levels()
+        if self.kind == "torchscript":
+            levels["FRAMEWORK"] = ("not supported for TorchScript models: a scripted graph does not call the Python "
+                                   "module forwards that layer spans wrap (ML_LIBRARY ops are still recorded)")
+        else:
+            levels["FRAMEWORK"] = ("a wrapper around the forward of every layer module (no children, or parameters "
+                                   "of its own), time.perf_counter_ns")
+        levels["ML_LIBRARY"] = "torch.profiler CPU ops (record_shapes), nested in their layer by time"
+        if device_kind(self.device) == "cuda":
+            levels["SYSTEM_LIBRARY"] = "CUDA kernels, copies and runtime calls through CUPTI (the runner's recorder)"
+        else:
+            levels["SYSTEM_LIBRARY"] = ("not supported on cpu: the oneDNN/MKL calls below aten ops are not "
+                                        "exposed to a profiler here")
+        return levels
+
+    def _start_framework_tracing(self, tracer) -> None:
+        from mlms_nb.frameworks.torch.tracing import LayerHooks, OpProfiler
+
+        if self.model is None:
+            return
+        if tracer.level >= TraceLevel.FRAMEWORK and self.kind != "torchscript":
+            self._layer_hooks = LayerHooks(self.model, tracer, cuda=device_kind(self.device) == "cuda")
+        if tracer.level >= TraceLevel.ML_LIBRARY:
+            self._op_profiler = OpProfiler(tracer)
+
+    def _stop_framework_tracing(self, tracer) -> None:
+        hooks, profiler, self._layer_hooks, self._op_profiler = self._layer_hooks, self._op_profiler, None, None
+        if hooks is not None:
+            hooks.remove()
+        if profiler is not None:
+            found = profiler.stop()
+            tracer.metadata.setdefault("torch.profiler", {}).update(found)
+
+    def close(self) -> None:
+        self.model = None
+        if device_kind(self.device) == "cuda" and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        super().close()
+
+    def info(self) -> PredictorInfo:
+        return PredictorInfo(
+            framework="torch", framework_version=torch.__version__, device=self.device,
+            threads=torch.get_num_threads(), artifact=self.artifact,
+            details={"kind": self.kind, "interop_threads": torch.get_num_interop_threads()})

@@ -1,0 +1,276 @@
+"""PyTorch tracing: layer spans from wrapped module forwards (FRAMEWORK), op spans from torch.profiler (ML_LIBRARY).
+
+**Layers** -- a wrapper around the ``forward`` of every *layer module* (:func:`layer_modules`: a module with
+no children, or one holding parameters of its own, such as a Conv2d that owns a padding child) records one
+``kind="layer"`` span per call on the tracer's clock: ``name`` is the module's qualified name (the key
+ONNX Runtime and TensorFlow layers are mapped back to), ``layer_type`` its class, ``layer_index`` the call's
+position in this forward pass (a module called twice gets two indices), ``shape`` the input tensor shapes.
+``bytes`` = input + parameter/buffer + output tensor bytes (what the layer must at least read and write);
+``memory`` = bytes of the output tensors the layer allocated (0 for an in-place layer whose output aliases its
+input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``, ``output_bytes``,
+``out_shape``. Containers get no span of their own: their work outside children (a residual add) shows as ops.
+The calls are kept as plain tuples while tracing and become spans when tracing stops (see :class:`LayerHooks`).
+
+**Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``) runs while tracing; on stop its Kineto events
+become ``kind="op"`` spans. Kineto stamps events on the Unix clock: they are moved onto the tracer's
+``perf_counter_ns`` clock with an anchor pair read at stop, then by the one constant shift (found from the layer
+spans, usually a few µs) that puts every top-level op inside the layer it ran in. An op's parent is the op that
+encloses it, else its layer, else the ``predict`` span it ran in. CUDA kernels are not taken from torch.profiler
+(CUPTI has one subscriber; the runner's CUPTI recorder owns it at SYSTEM_LIBRARY).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from mlms_nb.tracing._build import containment_parents
+from mlms_nb.schema.levels import TraceLevel
+
+FRAMEWORK = int(TraceLevel.FRAMEWORK)
+ML_LIBRARY = int(TraceLevel.ML_LIBRARY)
+MODEL = int(TraceLevel.MODEL)
+_Tensor = torch.Tensor
+_perf_ns = time.perf_counter_ns
+
+
+def layer_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """``(qualified name, module)`` of the modules that count as layers, in registration order: those without
+    children, and those with parameters of their own (their children's spans nest inside theirs)."""
+    return [(name, m) for name, m in model.named_modules()
+            if next(m.children(), None) is None or next(m.parameters(recurse=False), None) is not None]
+
+
+def _tensor_bytes(t: _Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class LayerHooks:
+    """Record one FRAMEWORK ``layer`` span per layer-module call into ``tracer``.
+
+    Each layer module's ``forward`` is wrapped by an instance attribute, so ``Module.__call__`` keeps its
+    fast path (no hooks). The wrapper only reads the clock around the call and keeps the shapes and dtypes of
+    the tensors in and out (never the tensors: that would hold activations alive); parents, layer indices,
+    bytes and memory are worked out when :meth:`remove` flushes the calls into the tracer."""
+
+    def __init__(self, model: torch.nn.Module, tracer, cuda: bool = False) -> None:
+        self.tracer = tracer
+        self._first_record = len(tracer._spans)
+        self._calls: list[tuple] = []  # (layer number, start_ns, end_ns, inputs, output, memory delta or None)
+        self._layers: list[tuple[str, str, int]] = []  # per layer number: name, type, parameter+buffer bytes
+        self._patched: list[tuple[torch.nn.Module, object]] = []
+        for number, (name, module) in enumerate(layer_modules(model)):
+            state = sum(_tensor_bytes(p) for p in module.parameters(recurse=False))
+            state += sum(_tensor_bytes(b) for b in module.buffers(recurse=False))
+            self._layers.append((name, type(module).__name__, state))
+            own = module.__dict__.get("forward")
+            module.forward = self._wrap(number, module.forward, cuda)
+            self._patched.append((module, own))
+
+    def _wrap(self, number: int, forward, cuda: bool):
+        record = self._calls.append
+        perf = _perf_ns
+        Tensor = _Tensor
+        allocated = torch.cuda.memory_allocated
+
+        def traced_forward(*args, **kwargs):
+            mem0 = allocated() if cuda else 0
+            t0 = perf()
+            output = forward(*args, **kwargs)
+            t1 = perf()
+            if output.__class__ is Tensor:
+                out = ((output.shape, output.dtype, any(output is a for a in args)),)
+            else:
+                out = tuple((o.shape, o.dtype, any(o is a for a in args)) for o in _flatten(output)
+                            if isinstance(o, Tensor))
+            record((number, t0, t1, tuple((a.shape, a.dtype) for a in args if isinstance(a, Tensor)), out,
+                    allocated() - mem0 if cuda else None))
+            return output
+
+        return traced_forward
+
+    def remove(self) -> None:
+        """Put every module's own ``forward`` back and add the recorded calls to the tracer."""
+        for module, own in self._patched:
+            if own is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = own
+        self._patched = []
+        calls, self._calls = self._calls, []
+        if calls:
+            self._flush(calls)
+
+    def _flush(self, calls: list[tuple]) -> None:
+        """Calls -> layer spans: parent = the innermost enclosing layer call, else the ``predict`` span the call
+        ran in; ``layer_index`` = rank of the call's start within its predict call."""
+        starts = np.array([c[1] for c in calls], np.int64)
+        ends = np.array([c[2] for c in calls], np.int64)
+        outer = containment_parents(np.zeros(len(calls), np.int64), starts, ends)
+        records = self.tracer._spans[self._first_record:]
+        models = np.array([(r[5], r[6], r[0], r[7]) for r in records if r[3] == MODEL and r[2] == "predict"],
+                          np.int64).reshape(-1, 4)
+        models = models[np.argsort(models[:, 0], kind="stable")]
+        model_of = _enclosing(models[:, :3], starts, ends)
+        order = np.lexsort((-ends, starts))
+        index = np.empty(len(calls), np.int64)
+        group = model_of[order]
+        first = np.r_[True, group[1:] != group[:-1]] if len(order) else np.zeros(0, bool)
+        run_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+        index[order] = np.arange(len(order)) - run_start
+        native = self.tracer._local.ctx.tid
+        span_ids = np.zeros(len(calls), np.int64)
+        add = self.tracer.add_span
+        for i in order:
+            number, t0, t1, inputs, outputs, delta = calls[i]
+            name, layer_type, state = self._layers[number]
+            m = model_of[i]
+            parent = span_ids[outer[i]] if outer[i] >= 0 else (models[m, 2] if m >= 0 else 0)
+            in_bytes = sum(_size(shape, dtype) for shape, dtype in inputs)
+            out_bytes = sum(_size(shape, dtype) for shape, dtype, _ in outputs)
+            memory = delta if delta is not None else sum(_size(shape, dtype) for shape, dtype, alias in outputs
+                                                          if not alias)
+            span_ids[i] = add(name, FRAMEWORK, "layer", int(t0), int(t1), int(parent),
+                              thread=int(models[m, 3]) if m >= 0 else native, layer_index=int(index[i]),
+                              layer_type=layer_type, shape=tuple(tuple(shape) for shape, _ in inputs),
+                              bytes=float(in_bytes + state + out_bytes), memory=float(memory), param_bytes=state,
+                              output_bytes=out_bytes, out_shape=tuple(tuple(shape) for shape, _, _ in outputs))
+
+
+def _size(shape, dtype) -> int:
+    """Bytes of a tensor of ``shape`` and ``dtype``."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n * dtype.itemsize
+
+
+def _flatten(value):
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _flatten(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _flatten(v)
+    else:
+        yield value
+
+
+class OpProfiler:
+    """torch.profiler over the traced calls; :meth:`stop` adds its ops to the tracer as ML_LIBRARY spans."""
+
+    def __init__(self, tracer) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.tracer = tracer
+        self._first_record = len(tracer._spans)
+        self._profile = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        self._profile.start()
+
+    def stop(self) -> dict:
+        """Stop profiling and add the ops; returns what the clock mapping found (for the trace metadata)."""
+        self._profile.stop()
+        perf, wall = time.perf_counter_ns(), time.time_ns()
+        events = [e for e in self._profile.profiler.kineto_results.events() if _is_cpu_op(e)]
+        return add_ops(self.tracer, events, wall - perf, self._first_record)
+
+
+def _is_cpu_op(event) -> bool:
+    """A framework op on the host (not a user annotation, a Python frame or device activity); torch < 2.13 has
+    no ``activity_type()``."""
+    if event.device_type() != torch.autograd.DeviceType.CPU:
+        return False
+    kind = getattr(event, "activity_type", None)
+    if kind is not None:
+        return kind() == "cpu_op"
+    return not any(getattr(event, test, lambda: False)() for test in ("is_user_annotation", "is_python_function"))
+
+
+def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:
+    """Add Kineto CPU-op ``events`` to ``tracer`` (see the module docstring for the clock and the parents).
+
+    ``wall_offset_ns``: Unix ns - perf_counter ns, read at one instant; ``first_record``: where in the tracer's
+    records the layer / predict spans of this profiling session begin.
+    """
+    if not events:
+        return {"ops": 0}
+    start = np.fromiter((e.start_ns() for e in events), np.int64, len(events)) - wall_offset_ns
+    end = start + np.fromiter((e.duration_ns() for e in events), np.int64, len(events))
+    tids = np.fromiter((e.start_thread_id() for e in events), np.int64, len(events))
+    records = tracer._spans[first_record:]
+    layers = np.array([(r[5], r[6], r[0]) for r in records if r[3] == FRAMEWORK and r[4] == "layer"],
+                      np.int64).reshape(-1, 3)
+    models = np.array([(r[5], r[6], r[0]) for r in records if r[3] == MODEL and r[2] == "predict"],
+                      np.int64).reshape(-1, 3)
+    layers = layers[np.argsort(layers[:, 0], kind="stable")] if len(layers) else layers
+    models = models[np.argsort(models[:, 0], kind="stable")] if len(models) else models
+
+    op_parent = containment_parents(tids, start, end)
+    shift, residual = _clock_shift(start, end, op_parent, layers)
+    start += shift
+    end += shift
+    layer_of = _enclosing(layers, start, end)
+    model_of = _enclosing(models, start, end)
+    main_tid = np.bincount(tids).argmax() if len(tids) else 0
+    native = tracer._local.ctx.tid
+
+    order = np.lexsort((-end, start))
+    span_ids = np.zeros(len(events), np.int64)
+    add = tracer.add_span
+    for i in order:
+        e = events[i]
+        p = op_parent[i]
+        if p >= 0:
+            parent = span_ids[p]
+        elif layer_of[i] >= 0:
+            parent = layers[layer_of[i], 2]
+        elif model_of[i] >= 0:
+            parent = models[model_of[i], 2]
+        else:
+            parent = 0
+        shapes = [s for s in e.shapes() if s]
+        span_ids[i] = add(e.name(), ML_LIBRARY, "op", int(start[i]), int(end[i]), int(parent),
+                          thread=native if tids[i] == main_tid else int(tids[i]),
+                          shape=tuple(tuple(s) for s in shapes), layer_type=e.name())
+    return {"ops": len(events), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
+            "clock": "Kineto Unix ns -> perf_counter_ns by an anchor pair read at stop, plus clock_shift_ns"}
+
+
+def _enclosing(spans: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Index into ``spans`` (rows ``start, end, id``, sorted by start, properly nested) of the innermost span
+    containing each interval ``[start, end]``, or -1: from the last span starting before it, up the chain of
+    enclosing spans (pointer jumping, no loop per interval)."""
+    i = np.full(len(start), -1, np.int64)
+    if not len(spans):
+        return i
+    up = containment_parents(np.zeros(len(spans), np.int64), spans[:, 0], spans[:, 1])
+    i = np.searchsorted(spans[:, 0], start, side="right") - 1
+    active = np.flatnonzero(i >= 0)
+    while len(active):
+        active = active[end[active] > spans[i[active], 1]]
+        i[active] = up[i[active]]
+        active = active[i[active] >= 0]
+    return i
+
+
+def _clock_shift(start, end, op_parent, layers) -> tuple[int, int]:
+    """The constant shift (ns) that puts top-level ops inside their layers, and what still sticks out (ns).
+
+    Each top-level op assigned to a layer by its midpoint bounds the shift: ``layer.start - op.start <= d <=
+    layer.end - op.end``; the shift closest to 0 within all bounds is taken (or the bounds' midpoint when they
+    cannot all hold)."""
+    top = np.flatnonzero(op_parent < 0)
+    if not len(layers) or not len(top):
+        return 0, 0
+    mid = (start[top] + end[top]) // 2
+    i = _enclosing(layers, mid, mid)
+    inside = i >= 0
+    top, i = top[inside], i[inside]
+    if not len(top):
+        return 0, 0
+    lo = int((layers[i, 0] - start[top]).max())
+    hi = int((layers[i, 1] - end[top]).min())
+    if lo <= hi:
+        return min(max(0, lo), hi), 0
+    return (lo + hi) // 2, (lo - hi + 1) // 2

@@ -1,0 +1,89 @@
+"""The built-in architectures a manifest can name in ``model.architecture``, and their builders.
+
+Builders are imported on first use, so listing architectures needs neither PyTorch nor TensorFlow.
+``build_torch(weights_file)`` returns an eval-mode ``nn.Module`` (NCHW input); ``build_keras(state_dict)``
+returns a ``keras.Model`` (NHWC input) with the PyTorch weights ported, or is ``None`` where the
+architecture has no Keras definition.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from mlms_nb.errors import FrameworkNotInstalledError, PredictorError
+
+_EXTRAS = {"torch": "torch", "efficientnet_lite_pytorch": "torch", "keras": "tf", "tensorflow": "tf"}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One architecture: its name, square input size in px, and its builders."""
+    name: str
+    input_size: int
+    build_torch: Callable[[str | None], Any]
+    build_keras: Callable[[dict | None], Any] | None = None
+
+
+def _import(module: str) -> Any:
+    """Import a builder module; a missing framework becomes a sentence naming the extra to install."""
+    try:
+        return importlib.import_module(f"mlms_nb.zoo.{module}")
+    except ImportError as err:
+        missing = (err.name or "").split(".")[0]
+        extra = _EXTRAS.get(missing)
+        if extra is None:
+            raise
+        raise FrameworkNotInstalledError(f"{missing} is not installed: pip install 'mlms-nb[{extra}]'") from None
+
+
+def _lazy(module: str, function: str, name: str) -> Callable[..., Any]:
+    def build(*args: Any) -> Any:
+        return getattr(_import(module), function)(name, *args)
+
+    build.__name__ = build.__qualname__ = f"{function}[{name}]"
+    return build
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "efficientnet_lite0": Architecture("efficientnet_lite0", 224,
+                                       _lazy("efficientnet_lite", "build_torch", "efficientnet_lite0"),
+                                       _lazy("efficientnet_lite", "build_keras", "efficientnet_lite0")),
+    "efficientnet_lite1": Architecture("efficientnet_lite1", 240,
+                                       _lazy("efficientnet_lite", "build_torch", "efficientnet_lite1"),
+                                       _lazy("efficientnet_lite", "build_keras", "efficientnet_lite1")),
+    "resnet50": Architecture("resnet50", 224, _lazy("resnet", "build_torch", "resnet50")),
+}
+
+
+def get_architecture(arch: str) -> Architecture:
+    """The registered architecture, or a `PredictorError` that lists the known ones."""
+    key = arch.strip().lower().replace("-", "_")
+    if key not in ARCHITECTURES:
+        raise PredictorError(f"unknown architecture {arch!r}; known architectures: {', '.join(sorted(ARCHITECTURES))}")
+    return ARCHITECTURES[key]
+
+
+def build_torch_model(arch: str, weights_file: str | None = None) -> Any:
+    """An eval-mode PyTorch module for ``arch``, with the state dict in ``weights_file`` (random weights without)."""
+    return get_architecture(arch).build_torch(str(weights_file) if weights_file else None)
+
+
+def load_torch_state_dict(weights_file: str) -> dict[str, Any]:
+    """A ``.pth`` state dict as numpy arrays (loaded with ``weights_only=True``, on the CPU)."""
+    try:
+        import torch
+    except ImportError:
+        raise FrameworkNotInstalledError("torch is not installed (needed to read .pth weights): pip install 'mlms-nb[torch]'") from None
+    state = torch.load(str(weights_file), map_location="cpu", weights_only=True)
+    return {k: v.detach().cpu().numpy() for k, v in state.items()}
+
+
+def build_keras_model(arch: str, torch_weights_file: str | None = None) -> Any:
+    """The Keras copy of ``arch`` with the PyTorch weights in ``torch_weights_file`` ported (random without)."""
+    spec = get_architecture(arch)
+    if spec.build_keras is None:
+        have = ", ".join(sorted(a.name for a in ARCHITECTURES.values() if a.build_keras))
+        raise PredictorError(f"architecture {spec.name!r} has no Keras definition; ones that do: {have}")
+    state = load_torch_state_dict(torch_weights_file) if torch_weights_file else None
+    return spec.build_keras(state)
