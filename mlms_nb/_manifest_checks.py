@@ -26,7 +26,6 @@ MAX_INPUT_ELEMENTS = 1 << 26
 MAX_CLASSES = 10_000_000
 MAX_MEAN = 1e6
 SCALE_RANGE = (1e-6, 1e6)
-CROP_FRACTION = 0.875  # the fraction of the resized image the default center crop keeps (ImageNet's 224/256)
 DECODED_CHANNELS = {"RGB": 3, "BGR": 3, "GRAY": 1}
 
 
@@ -94,11 +93,6 @@ def dimensions(value: Any) -> list[int]:
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def default_resize(height: int) -> int:
-    """The shorter side the default steps resize to before cropping ``height`` pixels."""
-    return int(round(height / CROP_FRACTION))
 
 
 def pipeline_problems(spec: Any, steps: list[Any]) -> list[tuple[str, str]]:

@@ -12,7 +12,7 @@ from mlms_nb.data.datasets import (Batch, ImageFolder, ImageNetSamples, NpzDatas
                                    open_dataset)
 from mlms_nb.data.labels import load_labels
 from mlms_nb.data.transforms import Postprocessor, Preprocessor, UntrustedCodeError, softmax
-from mlms_nb.errors import DatasetError, MlmsError
+from mlms_nb.errors import DatasetError, ManifestError, MlmsError
 from mlms_nb.manifest import parse_manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -121,8 +121,13 @@ def test_uint8_element_type_and_exact_resize(tmp_path):
 
 def test_shape_mismatch_names_both_shapes(samples):
     pre = [{"resize": {"size": 256}}, {"center_crop": {"size": 200}}, {"to_layout": {}}]
-    with pytest.raises(DatasetError, match=r"\[3, 200, 200\].*\[3, 224, 224\]"):
-        Preprocessor(make_manifest(pre=pre))(samples.paths[0])
+    with pytest.raises(ManifestError, match=r"preprocess\[1\].center_crop.size: the steps make 200x200 images but "
+                                            r"inputs\[0\].dimensions says 224x224"):
+        make_manifest(pre=pre)
+    # after a code step the shape is the code's business, so it is checked on the array it returns
+    code = [{"decode": {}}, {"resize": {"size": [200, 200]}}, {"code": {"source": "def process(x):\n    return x\n"}}]
+    with pytest.raises(DatasetError, match=r"\[200, 200, 3\].*\[3, 224, 224\]"):
+        Preprocessor(make_manifest(pre=code), trust=True)(samples.paths[0])
 
 
 def test_code_step_refused_without_trust_and_run_with_it(tmp_path):

@@ -49,7 +49,8 @@ def test_good_manifest_parses_with_defaults():
 
 
 def test_dimensions_error_names_the_field_path():
-    assert error_of(bad(inputs__0__dimensions=[3, 224])) == "inputs[0].dimensions: expected 3 integers, got 2"
+    assert error_of(bad(inputs__0__dimensions=[3, 224])) == \
+        "inputs[0].dimensions: expected 3 integers (NCHW without the batch), got 2"
 
 
 @pytest.mark.parametrize("changes, expected", [
@@ -83,7 +84,7 @@ def test_bad_yaml_and_file_name_in_message(tmp_path):
     with pytest.raises(ManifestError, match=r"broken.yaml: not valid YAML at line"):
         load_manifest(path)
     path.write_text(yaml.safe_dump(bad(inputs__0__dimensions=[3])))
-    with pytest.raises(ManifestError, match=r"broken.yaml: inputs\[0\].dimensions: expected 3 integers, got 1"):
+    with pytest.raises(ManifestError, match=r"broken.yaml: inputs\[0\].dimensions: expected 3 integers \(NCHW"):
         load_manifest(path)
 
 
