@@ -225,8 +225,9 @@ def _norm(name: str) -> str:
 
 def _failure(path: Path, err: BaseException, data: Any) -> FailedManifest:
     message = str(err) if isinstance(err, ManifestError) else f"{path}: {type(err).__name__}: {str(err)[:300]}"
-    names = {_norm(path.stem), _norm(path.parent.name)}
+    # NAME.yaml, or NAME/FRAMEWORK.yaml as the built-in manifests are laid out
     framework = canonical_framework(path.stem) if canonical_framework(path.stem) in FRAMEWORKS else None
+    names = {_norm(path.parent.name if framework else path.stem)}
     if isinstance(data, dict):
         if isinstance(data.get("name"), str):
             names = {_norm(data["name"])}
