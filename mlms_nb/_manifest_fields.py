@@ -329,13 +329,17 @@ class ModelSpec(_Strict):
 
 def _field_path(loc: tuple[Any, ...]) -> str:
     path = ""
-    for part in loc:
+    in_steps = bool(loc) and loc[0] in ("preprocess", "postprocess")
+    for i, part in enumerate(loc):
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("op", "args") or str(part).startswith("function-"):
+        elif (in_steps and i == 2 and part in ("op", "args")) or str(part).startswith("function-"):
             continue
         else:
-            path += f".{part}" if path else str(part)
+            text = str(part)
+            if not text or not text.isprintable() or len(text) > 60:  # an empty or odd key: shown quoted
+                text = repr(text[:60])
+            path += f".{text}" if path else text
     return path
 
 
