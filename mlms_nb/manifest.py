@@ -4,6 +4,15 @@ A manifest says what a model is (name, semantic version, where its graph and wei
 sha256), which framework runs it (name and an npm-style version range such as ``^2.0`` or ``>=1.17``),
 what its inputs look like and which declarative pre/post-processing steps turn an image into its input
 tensor and its output into labels. One YAML file describes one model in one framework.
+
+Reading is bounded (`mlms_nb._manifest_yaml`: 1 MiB, UTF-8, nesting 50, 100,000 values after alias
+expansion, no duplicate keys) and so are the values (`mlms_nb._manifest_checks`: image sides up to 4096
+pixels, dimensions, finite normalize values, the softmax axis); a manifest whose preprocessing cannot give
+``inputs[0]`` is refused at load. Every failure is a `ManifestError`: one sentence naming each bad field
+path (or the line and column) and what to write instead.
+
+Discovery: `ManifestCatalog` reads the built-in folder and ``MLMS_MANIFEST_PATH``; a built-in wins over a
+user manifest of the same name and framework unless a version range (``NAME@RANGE``) asks for the other.
 """
 from __future__ import annotations
 

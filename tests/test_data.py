@@ -307,3 +307,18 @@ def test_missing_foolbox_names_the_install(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "distribution", distribution)
     with pytest.raises(DatasetError, match="pip install --no-deps foolbox"):
         open_dataset("imagenet-samples", make_manifest())
+
+
+def test_a_resize_past_the_pixel_bound_skips_that_image(tmp_path):
+    from mlms_nb.data.transforms import MAX_RESIZE_PIXELS, ImageTooLargeError
+
+    wide = write_image(tmp_path / "panorama.png", size=(4000, 20), color=(1, 2, 3))  # 200:1
+    pre = [{"resize": {"size": 4096}}, {"center_crop": {"size": 224}}, {"to_layout": {}}]
+    with pytest.raises(ImageTooLargeError, match=r"resizing a 4000x20 image to 819200x4096 would make .* pixels, "
+                                                 r"over the limit of 33,554,432"):
+        Preprocessor(make_manifest(pre=pre))(wide)
+    assert MAX_RESIZE_PIXELS == 2 * 4096 ** 2
+    write_image(tmp_path / "photo.png", seed=4)
+    ds = ImageFolder(tmp_path)  # in a dataset the image is skipped with its reason, like an unreadable one
+    batches = list(ds.iter_batches(4, Preprocessor(make_manifest(pre=pre))))
+    assert batches[0].ids == ["photo.png"] and "over the limit" in ds.skipped[0][1]
