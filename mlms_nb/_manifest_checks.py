@@ -91,6 +91,8 @@ def dimensions(value: Any) -> list[int]:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"  # huge ints: no decimal repr (Python limits its digits)
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 

@@ -154,14 +154,15 @@ class Step(BaseModel):
             value = {value: {}}
         if isinstance(value, dict) and set(value) - {"op", "args"}:
             if len(value) != 1:
-                raise ValueError(f"a step is a mapping with one key (the op), got keys {sorted(value)}")
+                keys = ", ".join(sorted(repr(k)[:40] for k in value)[:10])
+                raise ValueError(f"a step is a mapping with one key (the op), got keys {keys}")
             op, args = next(iter(value.items()))
             value = {"op": op, "args": args or {}}
         if not isinstance(value, dict):
             raise ValueError(f"a step is an op name or a one-key mapping, got {type(value).__name__}")
         op = value.get("op")
-        if op not in STEP_ARGS:
-            raise ValueError(f"unknown step {op!r}; known steps: {', '.join(STEP_ARGS)}")
+        if not isinstance(op, str) or op not in STEP_ARGS:
+            raise ValueError(f"unknown step {repr(op)[:60]}; known steps: {', '.join(STEP_ARGS)}")
         args = value.get("args") or {}
         if isinstance(args, BaseModel):
             return value

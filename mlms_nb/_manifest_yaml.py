@@ -11,6 +11,8 @@ one) when it is:
   as the whole node its anchor (``&a``) names, so a "billion laughs" is refused after a few hundred
   events, in microseconds and without allocating it; an alias inside the node it refers to (a
   recursive structure) is refused too;
+- holding a value YAML cannot construct (``2001-13-45`` as a date, ``!!float abc``) or an integer beyond
+  ±2^128 (Python could not even print it in decimal past 4,300 digits);
 - holding the same key twice in one mapping (YAML would keep the last one silently); the message
   names the key's path (``framework.name``). Merge keys (``<<``) are not duplicates.
 
@@ -30,8 +32,30 @@ from .errors import ManifestError
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 50
 MAX_VALUES = 100_000
+MAX_INT_BITS = 128
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_PARSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_PARSER):
+    """The safe loader, whose constructor's own failures (``2001-13-45`` as a date, a 5,000-digit int, ``!!float
+    abc``: ValueError and the like) become YAML errors at the node's line and column."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            value = super().construct_object(node, deep=deep)
+            if type(value) is int and value.bit_length() > MAX_INT_BITS:  # 0xfff...: no decimal-digit limit applies
+                raise ValueError(f"integers beyond ±2^{MAX_INT_BITS} are not supported")
+            return value
+        except yaml.YAMLError:
+            raise
+        except Exception as err:  # noqa: BLE001 - PyYAML's constructors raise ValueError, AttributeError, ...
+            value = node.value if isinstance(node.value, str) else node.tag
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read the value {value[:40]!r} ({str(err)[:120]})", node.start_mark) from None
+
+
+_LOADER = _Loader
 
 
 def read_manifest_yaml(path: str | os.PathLike) -> Any:
@@ -91,7 +115,7 @@ def check_events(text: str, where: str = "<manifest>") -> None:
     sizes: dict[str, int] = {}  # anchor -> values it expands to
     total = 0
     last_alias: tuple[str, Any] | None = None
-    for event in yaml.parse(text, Loader=_LOADER):
+    for event in yaml.parse(text, Loader=_PARSER):
         kind = type(event)
         if kind in (yaml.MappingStartEvent, yaml.SequenceStartEvent):
             if len(stack) >= MAX_DEPTH:

@@ -3,8 +3,8 @@
 Each case starts from a built-in manifest and either applies 1-3 structural mutations to its data (delete
 a key or item, retype a value to None/bool/0/-1/2^63/NaN/inf/""/a 5,000-character string/a list/a dict,
 rename or add a key, duplicate a list item, nest a value up to 80 levels deep, a random number), written
-back with yaml.safe_dump, or (about 1 case in 6) edits the YAML text itself (flip 1-6 characters, repeat
-or cut a line, truncate). The file goes through the public `mlms_nb.load_manifest`. Outcomes:
+back with yaml.safe_dump, or (about 1 case in 6) edits the YAML text itself (flip 1-6 characters, put an
+odd scalar in a value (a bad date, a 5,000-digit int, a tag, an alias), repeat or cut a line, truncate). The file goes through the public `mlms_nb.load_manifest`. Outcomes:
 
 - ``accepted``: then it must run: its `Preprocessor` on a real photo (imagenet-samples) gives an array of
   ``inputs[0].dimensions`` and ``element_type`` (for a tensor input without steps, a synthetic input has that
@@ -54,6 +54,11 @@ KEY_NAMES = sorted(KNOWN_FIELDS | {"size", "mean", "scale", "axis", "k", "layout
                                    "type", "labels", "classes", "name", "version", "graph_path", "weights_path",
                                    "sha256", "weights", "op", "args", "decode", "resize", "center_crop",
                                    "normalize", "to_layout", "softmax", "top_k", "code", "interpolation", "<<"})
+ODD_SCALARS = ["2001-13-45", "!!float abc", "!!int x", "9" * 5000, "0x" + "f" * 5000, "!!binary abc",
+               "!!python/name:os.system", "!!python/object/apply:os.system [echo]", "*nowhere", "&a [*a]",
+               "!!set {a, b}", "!!omap [a: 1]", "~", "[", "{a: 1, a: 2}", ".nan", "-.inf", "0o777", "1_000",
+               "190:20:30", "'unterminated", "!custom x", '"\\x00"', '"\\ud800"', '"\\U0010ffff"', "2001-01-01",
+               "!!timestamp 2001-02-30", "[" * 60 + "]" * 60, "1e400", "1.0e+400", "0b101", "-0", "Yes", "NO", "null"]
 FLIP_CHARS = list(":-[]{}&*!|>#%@`'\"\t\n ,.?0123456789aeé\u00a0\u2028\x00\x07\x1b") + ["\ufeff"]
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=12)
@@ -80,6 +85,11 @@ def _containers(node, kind, out):
     return out
 
 
+def odd_value(draw):
+    """A fresh copy of one of `ODD_VALUES` (never the shared object: later mutations must not change them)."""
+    return copy.deepcopy(draw(st.sampled_from(ODD_VALUES)))
+
+
 def mutate(draw, data):
     """One structural mutation of ``data`` in place (the root may be replaced: the new root is returned)."""
     op = draw(st.sampled_from(["delete", "retype", "retype", "rename", "add", "duplicate", "nest", "number"]))
@@ -87,7 +97,7 @@ def mutate(draw, data):
     if op == "add":
         target = draw(st.sampled_from(_containers(data, dict, []) or [data]))
         if isinstance(target, dict):
-            target[draw(st.sampled_from(KEY_NAMES) | TEXT)] = draw(st.sampled_from(ODD_VALUES))
+            target[draw(st.sampled_from(KEY_NAMES) | TEXT)] = odd_value(draw)
         return data
     if op == "duplicate":
         lists = [lst for lst in _containers(data, list, []) if lst]
@@ -97,12 +107,12 @@ def mutate(draw, data):
             target.insert(draw(st.integers(0, len(target))), copy.deepcopy(item))
         return data
     if not slots:
-        return draw(st.sampled_from(ODD_VALUES))
+        return odd_value(draw)
     container, key = draw(st.sampled_from(slots))
     if op == "delete":
         del container[key]
     elif op == "retype":
-        container[key] = copy.deepcopy(draw(st.sampled_from(ODD_VALUES)))
+        container[key] = odd_value(draw)
     elif op == "rename" and isinstance(container, dict):
         container[draw(st.sampled_from(KEY_NAMES) | TEXT)] = container.pop(key)
     elif op == "nest":
@@ -118,8 +128,14 @@ def mutate(draw, data):
 
 def edit_text(draw, text: str) -> str:
     """Edit the YAML text itself: flip characters, repeat or cut a line, or truncate."""
-    op = draw(st.sampled_from(["flip", "flip", "repeat_line", "cut_line", "truncate"]))
+    op = draw(st.sampled_from(["flip", "flip", "odd_scalar", "odd_scalar", "repeat_line", "cut_line", "truncate"]))
     lines = text.split("\n")
+    if op == "odd_scalar":  # a value YAML reads as something odd: a bad date, a huge int, a tag, an alias
+        slots = [i for i, line in enumerate(lines) if ": " in line or line.lstrip().startswith("- ")]
+        i = draw(st.sampled_from(slots))
+        head = lines[i].split(": ", 1)[0] + ": " if ": " in lines[i] else lines[i].split("- ", 1)[0] + "- "
+        lines[i] = head + draw(st.sampled_from(ODD_SCALARS))
+        return "\n".join(lines)
     if op == "repeat_line":
         i = draw(st.integers(0, len(lines) - 1))
         lines.insert(draw(st.integers(0, len(lines))), lines[i])
