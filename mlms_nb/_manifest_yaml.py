@@ -192,19 +192,19 @@ def _enter_node(stack: list[_Frame], where: str, event: Any, scalar: str | None)
 
 def _path(stack: list[_Frame]) -> str:
     """``framework.name`` / ``preprocess[2].resize`` for the node being read."""
-    out = ""
+    parts = []
     for frame in stack:
         key = frame.key
         if key is None:
             break
         if isinstance(key, int):
-            out += f"[{key}]"
+            parts.append(f"[{key}]")
         else:
-            text = key if key.isprintable() and len(key) <= 60 else repr(key[:60])
-            out += f".{text}" if out else text
-    if len(out) > 200:
-        out = out[:100] + "…" + out[-100:]
-    return out
+            text = key if key and key.isprintable() and len(key) <= 60 else repr(key[:60])
+            parts.append(f".{text}" if parts else text)
+    if len(parts) > 8:  # a deep path: its start, how deep, its end
+        parts = parts[:4] + [f"…({len(parts) - 6} more levels)…"] + parts[-2:]
+    return "".join(parts)
 
 
 def _line_column(data: bytes | str, offset: int) -> tuple[int, int]:
