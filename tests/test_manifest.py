@@ -247,6 +247,8 @@ def lite0_with(**changes):
     ({"preprocess__0__decode__color_mode": "GRAY"}, "preprocess[0].decode.color_mode: decoding gives 1 channel but "
                                                     "inputs[0].dimensions has 3"),
     ({"model__weights_path": "a\0b"}, "model.weights_path: an asset URI must not contain a NUL character"),
+    ({"model": {"architecture": "efficientnet_lite0"}},
+     "model.weights_path: architecture 'efficientnet_lite0' with pretrained weights needs a weights_path"),
 ])
 def test_numeric_bounds_and_coherence_name_the_field(changes, expected):
     assert expected in error_of(lite0_with(**changes))
