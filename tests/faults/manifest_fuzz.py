@@ -207,7 +207,8 @@ def check_runnable(m: Manifest) -> None:
 def run(examples: int, fuzz_seed: int) -> dict:
     outcomes: Counter = Counter()
     failures: list[dict] = []
-    folder = Path(tempfile.mkdtemp(prefix="mlms-fuzz-"))
+    scratch = tempfile.TemporaryDirectory(prefix="mlms-fuzz-")
+    folder = Path(scratch.name)
     Photo.path = ImageNetSamples.locate()[0][2]
 
     @seed(fuzz_seed)
@@ -253,7 +254,8 @@ def run(examples: int, fuzz_seed: int) -> dict:
         outcomes[outcome] += 1
 
     t0 = time.perf_counter()
-    case()
+    with scratch:
+        case()
     elapsed = time.perf_counter() - t0
     return {"seed": fuzz_seed, "cases": sum(outcomes.values()), "outcomes": dict(outcomes),
             "failures": failures[:20], "elapsed_s": round(elapsed, 2), "peak_rss_bytes": peak_rss_bytes()}
