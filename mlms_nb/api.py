@@ -82,19 +82,27 @@ def parse_batch_sizes(value: str | int | Iterable[int]) -> list[int]:
 # ---------------------------------------------------------------------------------------------- models, evaluate
 
 def models(framework: str | None = None) -> pd.DataFrame:
-    """Every manifest mlms-nb can see, one row per model and framework."""
+    """Every manifest mlms-nb can see, one row per model and framework; ``origin`` says whether it is built in
+    or from ``MLMS_MANIFEST_PATH`` ("user, not the default" when a built-in of that name and framework wins)."""
     catalog = ManifestCatalog()
+    shadowed = {id(user): builtin for user, builtin in catalog.shadowed()}
     rows = []
     for m in catalog.select(framework):
+        origin = "built-in" if catalog.is_builtin(m) else ("user, not the default" if id(m) in shadowed else "user")
         rows.append({
             "model": m.name, "version": m.version, "framework": m.framework.name,
             "framework_version": m.framework.version, "input": "x".join(map(str, m.inputs[0].dimensions)),
             "layout": m.inputs[0].layout, "weights": m.model.weights,
-            "top1": m.attributes.get("top1"), "description": m.description, "source": m.source,
+            "top1": m.attributes.get("top1"), "origin": origin, "description": m.description, "source": m.source,
         })
     frame = pd.DataFrame(rows).sort_values(["model", "framework"], ignore_index=True) if rows else pd.DataFrame()
     frame.attrs["errors"] = catalog.errors
-    frame.attrs["note"] = "top1: the published ImageNet top-1 accuracy (%), from the manifest"
+    notes = ["top1: the published ImageNet top-1 accuracy (%), from the manifest"]
+    notes += [f"{user.name} {user.version} ({user.framework.name}) from {user.source} has the name of a built-in "
+              f"manifest ({builtin.version}), which is used by default: eval it by its path or as "
+              f"{user.name}@{user.version}" for user, builtin in catalog.shadowed()
+              if framework is None or user.framework.name == canonical_framework(framework)]
+    frame.attrs["note"] = "\n".join(notes)
     return frame
 
 

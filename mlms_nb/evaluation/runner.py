@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from mlms_nb.data.datasets import open_dataset
-from mlms_nb.data.labels import load_labels
+from mlms_nb.data.labels import check_label_count, load_labels
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError, MlmsError
 from mlms_nb.manifest import Manifest, canonical_framework, find_manifest
@@ -265,6 +265,8 @@ def _accuracy(predictor, manifest, inputs, labels, ids, batch_size, trust):
     probs, top_idx, top_p = [], [], []
     for start in range(0, len(inputs), batch_size):
         pred = post(predictor.predict(inputs[start:start + batch_size]))
+        if names is not None and start == 0:  # labels of another length than the model's classes: refused
+            check_label_count(names, pred.probabilities.shape[1], manifest)
         probs.append(pred.probabilities)
         top_idx.append(pred.top_k_indices)
         top_p.append(pred.top_k_probabilities)
