@@ -34,7 +34,7 @@ CHATTER = re.compile(
       | .*Unable\ to\ register\ cu(?:DNN|FFT|BLAS)\ factory
       | .*computation\ placer\ already\ registered
       | .*Could\ not\ find\ cuda\ drivers\ on\ your\ machine
-      | \[IPKernelApp\]\ WARNING\ \|\ Kernel\ is\ running\ over\ TCP\ without\ encryption            # a report's kernel
+      | \[IPKernelApp\]\ \w+\ \|\ (?:Kernel\ is\ running\ over\ TCP|KeyboardInterrupt\ caught\ in\ kernel)  # a report's kernel
     )""", re.VERBOSE)
 
 _LOGGERS = ("tensorflow", "absl", "h5py", "keras")

@@ -83,7 +83,10 @@ def figure(fig, backend: str = "matplotlib") -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=FIGURE_DPI, facecolor="white")
     width_px = int(round(fig.get_figwidth() * 100))  # the figure's size at 100 dpi, its "natural" CSS size
-    display(Image(data=buf.getvalue(), format="png", width=min(width_px, MAX_FIGURE_PX)))
+    titles = [t for t in ([fig._suptitle.get_text()] if getattr(fig, "_suptitle", None) else []) +
+              [ax.get_title() for ax in fig.axes] if t]
+    display(Image(data=buf.getvalue(), format="png", width=min(width_px, MAX_FIGURE_PX),
+                  metadata={"alt": " / ".join(titles)[:300] or "figure"}))
 
 
 def section(fn: Callable) -> Callable:

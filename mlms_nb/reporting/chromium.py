@@ -23,6 +23,11 @@ INSTALL_HINT = ("PDF reports need Chromium, which was not found: install it with
                 "(scripts/setup.sh does) or set MLMS_CHROMIUM to a Chromium or Chrome binary")
 PAPERS = {"a4": ("A4", 210.0, 297.0), "letter": ("Letter", 215.9, 279.4)}
 PX_PER_MM = 96 / 25.4
+#: True once every Bokeh figure of a page (``div[data-root-id]``) has its document embedded.
+BOKEH_READY = """() => {
+  const roots = document.querySelectorAll('[data-root-id]').length;
+  return roots === 0 || (window.Bokeh !== undefined && Bokeh.documents !== undefined && Bokeh.documents.length >= roots);
+}"""
 
 
 class ChromiumNotFoundError(MlmsError):
@@ -63,6 +68,20 @@ def paper_size(paper: str) -> tuple[str, float, float]:
     if key not in PAPERS:
         raise MlmsError(f"paper must be A4 or Letter, not {paper!r}")
     return PAPERS[key]
+
+
+def _settle(page, step_ms: int = 200, limit_ms: int = 5000) -> None:
+    """Wait until the page's layout stops changing (BokehJS draws after its documents are embedded)."""
+    probe = "() => [document.documentElement.scrollWidth, document.documentElement.scrollHeight, " \
+            "[...document.querySelectorAll('.jp-OutputArea-output')].map(e => e.scrollWidth).join()]"
+    last, waited = None, 0
+    while waited < limit_ms:
+        now = page.evaluate(probe)
+        if now == last:
+            return
+        last = now
+        page.wait_for_timeout(step_ms)
+        waited += step_ms
 
 
 class Browser:
@@ -155,7 +174,8 @@ class Browser:
         page = self._browser.new_page(viewport={"width": width, "height": height})
         try:
             page.goto(html_path.resolve().as_uri(), wait_until="load", timeout=60000)
-            page.wait_for_timeout(300)  # let BokehJS lay out
+            page.wait_for_function(BOKEH_READY, timeout=30000, polling=50)
+            _settle(page)
             result = page.evaluate(check_js) if check_js else None
             total = int(page.evaluate("document.documentElement.scrollHeight"))
             paths = []

@@ -149,7 +149,7 @@ def static_bokeh(nb, browser, scale: float = 2.0) -> dict[str, int]:
             else:
                 png, width, _ = shot
                 div["data"] = {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": "<Bokeh figure>"}
-                div["metadata"] = {"image/png": {"width": width}}
+                div["metadata"] = {"image/png": {"width": width, "alt": "Bokeh figure"}}
             script["data"], script["metadata"] = {}, {}
     for cell in nb.cells:  # the load scripts (4 MB each) and the emptied script outputs
         if cell.get("cell_type") == "code":

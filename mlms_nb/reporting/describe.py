@@ -117,7 +117,7 @@ def manifests_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
                              "framework version wanted": _text(framework.get("version")),
                              "asset": asset.replace("_path", "") if asset else "-",
                              "source": _text(model.get(asset)) if asset else "-",
-                             "sha256": checksums.get(asset, "not declared") if asset else "-"})
+                             "sha256": checksums.get(asset, "not recorded with the run") if asset else "-"})
     frame = pd.DataFrame(rows)
     if len(labels) == 1 and not frame.empty:
         frame = frame.drop(columns=["run"])

@@ -226,31 +226,39 @@ def roofline(runs, labels, backend: str = "matplotlib") -> None:
 
 @section
 def divergence(runs, labels) -> None:
-    """Output agreement across the frameworks of a run (top-1 label per input), when predictions were kept."""
+    """Output agreement across the frameworks of a run, on the same inputs: top-1 class and its probability."""
     shown = False
     for label, run in zip(labels, runs):
         preds = run.predictions
-        if preds.empty or "framework" not in preds or preds["framework"].nunique() < 2:
+        if preds.empty or not {"framework", "input_id", "top1"} <= set(preds.columns) or \
+                preds["framework"].nunique() < 2:
             continue
-        label_col = next((c for c in ("top1_label", "prediction", "label_top1", "top1") if c in preds), None)
-        input_col = next((c for c in ("input", "input_index", "index", "path") if c in preds), None)
-        if label_col is None or input_col is None:
-            continue
-        wide = preds.pivot_table(index=input_col, columns="framework", values=label_col, aggfunc="first")
-        reference = run.frameworks[0]
-        rows = [{"framework": fw, "reference": reference, "inputs": int(wide[[reference, fw]].dropna().shape[0]),
-                 "same_top1_pct": 100.0 * float((wide[fw] == wide[reference]).mean())}
-                for fw in wide.columns if fw != reference]
+        top1 = preds.pivot_table(index="input_id", columns="framework", values="top1", aggfunc="first")
+        prob = (preds.pivot_table(index="input_id", columns="framework", values="top1_prob", aggfunc="first")
+                if "top1_prob" in preds else None)
+        reference = next(fw for fw in run.frameworks if fw in top1.columns)
+        rows = []
+        for fw in [c for c in run.frameworks if c in top1.columns and c != reference]:
+            both = top1[[reference, fw]].dropna()
+            row = {"framework": fw, "reference": reference, "inputs": len(both),
+                   "same_top1_pct": 100.0 * float((both[fw] == both[reference]).mean()) if len(both) else float("nan")}
+            if prob is not None:
+                delta = (prob[fw] - prob[reference]).abs().dropna()
+                row["top1_prob_delta_median"] = float(delta.median()) if len(delta) else float("nan")
+                row["top1_prob_delta_max"] = float(delta.max()) if len(delta) else float("nan")
+            rows.append(row)
         frame = pd.DataFrame(rows)
-        frame.attrs["note"] = ("share of the inputs whose top-1 prediction equals the reference framework's; "
-                               "layer-by-layer divergence is measured by `mlms diverge` (not stored with a run)")
+        frame.attrs["note"] = ("per input, the top-1 class and its probability in each framework against the "
+                               "reference (the run's first framework); layer-by-layer divergence is measured by "
+                               "`mlms diverge MODEL --framework a,b` and is not stored with a run")
         if len(runs) > 1:
             heading(_name(run, label), 3)
-        show_table(frame, "Top-1 agreement across frameworks")
+        show_table(frame, "Output agreement across frameworks (same inputs)")
         shown = True
     if not shown:
-        left_out("no divergence data: these runs hold no per-input predictions of two or more frameworks; "
-                 "`mlms diverge MODEL --framework a,b` measures where frameworks' layer outputs diverge")
+        left_out("no divergence data: these runs hold no per-input predictions of two or more frameworks "
+                 "(synthetic inputs keep none); `mlms diverge MODEL --framework a,b` measures where frameworks' "
+                 "layer outputs diverge")
 
 
 @section
@@ -306,33 +314,49 @@ def warnings(runs, labels) -> None:
         note("No warnings: every latency was stable and everything asked for was traced.")
 
 
+def _relabel(frame: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """``a_median_ms`` -> ``A_median_ms`` (the run labels in the headers); attrs kept."""
+    out = frame.rename(columns=lambda c: f"{a}_{c[2:]}" if c.startswith("a_") else f"{b}_{c[2:]}"
+                       if c.startswith("b_") else c)
+    out.attrs = frame.attrs
+    return out
+
+
 @section
 def comparison(runs, labels, backend: str = "matplotlib") -> None:
-    """Each run against the first: median latency deltas with a significance test, and per-layer deltas."""
+    """Each run against the first, framework by framework: median latency deltas with a significance test, and
+    per-layer deltas when both were traced."""
     if len(runs) < 2:
         left_out("one run only; give two or more runs to compare them")
         return
-    base, base_label = runs[0], labels[0]
-    for label, run in zip(labels[1:], runs[1:]):
-        heading(f"{label} against {base_label}", 3)
-        result = base.compare(run, labels=(base_label, label))
-        table = result.table.rename(columns=lambda c: f"{base_label}_{c[2:]}" if c.startswith("a_") else
-                                    f"{label}_{c[2:]}" if c.startswith("b_") else c)
-        table.attrs = result.table.attrs
-        show_table(table, result.title, columns=[
-            "framework", "batch_size", f"{base_label}_median_ms", f"{label}_median_ms", "delta_median_ms",
-            "delta_median_pct", "delta_ci_low_ms", "delta_ci_high_ms", "p_value", "significant", "faster"])
-        if not result.table.empty:
-            figure(result.plot(backend), backend)
-        deltas = result.extra.get("layers")
-        if deltas is None or deltas.empty:
-            left_out(f"no per-layer deltas: both runs must be traced ({TRACE_HINT})")
+    base, a = runs[0], labels[0]
+    for b, run in zip(labels[1:], runs[1:]):
+        heading(f"{b} against {a}", 3)
+        shared = [fw for fw in base.frameworks if fw in run.frameworks]
+        alone = [f"{fw} only in {a}" for fw in base.frameworks if fw not in shared] + [
+            f"{fw} only in {b}" for fw in run.frameworks if fw not in shared]
+        if alone:
+            note("Not compared: " + "; ".join(alone) + ".")
+        if not shared:
+            left_out(f"{a} and {b} share no framework")
             continue
-        top = deltas.reindex(deltas["delta_ms"].abs().sort_values(ascending=False).index).head(15)
-        top = top.rename(columns=lambda c: f"{base_label}_{c[2:]}" if c.startswith("a_") else
-                         f"{label}_{c[2:]}" if c.startswith("b_") else c)
-        top.attrs = deltas.attrs
-        show_table(top, "Per-layer deltas (self time): the 15 largest", columns=[
-            "batch_size", "name", f"{base_label}_layer_type", f"{base_label}_median_ms", f"{label}_median_ms",
-            "delta_ms", "delta_pct", "p_value", "significant"])
-        figure(result.draw(deltas, backend), backend)
+        results = {fw: base.for_framework(fw).compare(run.for_framework(fw), labels=(a, b)) for fw in shared}
+        first = next(iter(results.values()))
+        latency = pd.concat([r.table for r in results.values()], ignore_index=True)
+        latency.attrs = first.table.attrs
+        show_table(_relabel(latency, a, b), f"Median latency: {b} against {a}", note=first.note, columns=[
+            "framework", "batch_size", f"{a}_median_ms", f"{b}_median_ms", "delta_median_ms", "delta_median_pct",
+            "delta_ci_low_ms", "delta_ci_high_ms", "p_value", "significant", "faster"])
+        if not latency.empty:
+            figure(first.draw(latency, backend), backend)
+        for fw, result in results.items():
+            deltas = result.extra.get("layers")
+            if deltas is None or deltas.empty:
+                left_out(f"{fw}: no per-layer deltas: both runs must be traced ({TRACE_HINT})")
+                continue
+            top = deltas.reindex(deltas["delta_ms"].abs().sort_values(ascending=False).index).head(12)
+            top.attrs = deltas.attrs
+            show_table(_relabel(top, a, b), f"{fw}: per-layer deltas of self time, the 12 largest", columns=[
+                "batch_size", "name", f"{a}_layer_type", f"{a}_median_ms", f"{b}_median_ms", "delta_ms", "delta_pct",
+                "p_value", "significant"])
+            figure(result.draw(deltas, backend), backend)

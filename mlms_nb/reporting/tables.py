@@ -92,6 +92,11 @@ def decimals_for(typical: float, significant: int = 3) -> int:
     return int(min(4, max(0, significant - 1 - math.floor(math.log10(abs(typical))))))
 
 
+def _percent_decimals(typical: float) -> int:
+    """Percentages: one decimal, more only for shares below 0.1%."""
+    return 1 if typical >= 0.1 or not typical else decimals_for(typical, 2)
+
+
 def describe_column(name: str, values: pd.Series) -> Column:
     """The header (with unit), scale and decimals of column ``name``."""
     numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
@@ -103,7 +108,7 @@ def describe_column(name: str, values: pd.Series) -> Column:
         np.isfinite(floats).any() and np.all(floats[np.isfinite(floats)] == np.round(floats[np.isfinite(floats)]))
         and _large(floats) >= 10)
     if name in FRACTIONS:
-        return Column(name, header or f"{_words(name)} (%)", 0.01, decimals_for(_typical(floats) * 100))
+        return Column(name, header or f"{_words(name)} (%)", 0.01, _percent_decimals(_typical(floats) * 100))
     scale, unit = 1.0, None
     if name.endswith("_bytes") or name == "bytes":
         scale, unit = _prefix(_large(floats), _BINARY)
@@ -130,6 +135,8 @@ def describe_column(name: str, values: pd.Series) -> Column:
             if integer and pd.api.types.is_integer_dtype(values):
                 return Column(name, header or _words(name), 1.0, None)
     scaled = floats / scale
+    if name.endswith("_pct") or name == "percent":
+        return Column(name, header or _words(name), 1.0, _percent_decimals(_typical(scaled)))
     decimals = 0 if (integer and scale == 1.0) else decimals_for(_typical(scaled))
     return Column(name, header or _words(name), scale, decimals)
 
@@ -264,10 +271,12 @@ def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None =
         label = f" ({i + 1} of {len(parts)}: columns continue)" if len(parts) > 1 and i < len(parts) - 1 else ""
         out.append(f'<table class="mlms-split" data-part="{i + 1}">')
         out.append("<thead><tr>" + "".join(
-            f'<th class="{align[c]}">{html.escape(c.strip())}</th>' for c in part.columns) + "</tr></thead><tbody>")
+            f'<th class="{align[c]}" style="{_STYLE[align[c]]}">{html.escape(c.strip())}</th>' for c in part.columns)
+            + "</tr></thead><tbody>")
         for row in part.itertuples(index=False):
             out.append("<tr>" + "".join(
-                f'<td class="{align[c]}">{html.escape(str(v))}</td>' for c, v in zip(part.columns, row)) + "</tr>")
+                f'<td class="{align[c]}" style="{_STYLE[align[c]]}">{html.escape(str(v))}</td>'
+                for c, v in zip(part.columns, row)) + "</tr>")
         out.append("</tbody></table>")
         if label:
             out.append(f'<p class="mlms-table-cont"><small>{html.escape(label.strip(" ()"))}</small></p>')
@@ -277,6 +286,10 @@ def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None =
         out.append(f'<p class="mlms-table-note"><small>{html.escape(note)}</small></p>')
     out.append("</div>")
     return "\n".join(out)
+
+
+_STYLE = {"key": "text-align:left", "text": "text-align:left", "num": "text-align:right"}
+"""Inline, so that JupyterLab (which right-aligns every cell) shows text left and numbers right too."""
 
 
 def _align(value: str) -> str:

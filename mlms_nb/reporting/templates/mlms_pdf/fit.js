@@ -78,6 +78,7 @@
     nav.className = "mlms-toc";
     nav.innerHTML = '<p class="mlms-toc-title">Contents</p>';
     const list = document.createElement("ol");
+    let sub = null, last = null;
     items.forEach((h, i) => {
       if (!h.id) h.id = "mlms-section-" + i;
       const li = document.createElement("li");
@@ -86,7 +87,14 @@
       a.href = "#" + h.id;
       a.textContent = h.textContent.replace(/¶\s*$/, "").trim();
       li.appendChild(a);
-      list.appendChild(li);
+      if (h.tagName === "H3" && last) {  // sub-sections nest under their section, unnumbered
+        if (!sub) { sub = document.createElement("ul"); last.appendChild(sub); }
+        sub.appendChild(li);
+      } else {
+        list.appendChild(li);
+        last = li;
+        sub = null;
+      }
     });
     nav.appendChild(list);
     const host = title ? (title.closest(".jp-Cell") || title) : null;
