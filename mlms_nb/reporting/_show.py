@@ -90,14 +90,17 @@ def figure(fig, backend: str = "matplotlib") -> None:
 
 
 def section(fn: Callable) -> Callable:
-    """Run a section; when it fails (no data, a missing optional piece), show one line saying why instead."""
+    """Run a section with framework chatter silenced; when it fails (no data, a missing optional piece), show one
+    line saying why instead."""
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
+        from .._quiet import quiet
         from ..errors import MlmsError
 
         try:
-            return fn(*args, **kwargs)
+            with quiet():
+                return fn(*args, **kwargs)
         except MlmsError as err:
             left_out(str(err))
         except (ImportError, OSError, ValueError, KeyError) as err:

@@ -134,12 +134,14 @@ def static_bokeh(nb, browser, scale: float = 2.0) -> dict[str, int]:
     load_js, figures = _bokeh_figures(nb)
     counts = {"bokeh_figures": len(figures), "bokeh_failed": 0}
     if figures:
+        reason = "it was not found on the page BokehJS drew"
         try:
             shots = browser.capture(_render_page(load_js or _bokeh_js_fallback(), figures), ".mlms-fig", scale,
                                     wait_js=RENDERED)
         except Exception as err:  # a figure BokehJS cannot draw here: say so where the figure was
-            shots = [None] * len(figures)
+            shots = []
             reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        shots = list(shots) + [None] * (len(figures) - len(shots))
         for fig, shot in zip(figures, shots):
             div, script = fig["div"], fig["exec"]
             if shot is None:

@@ -197,13 +197,13 @@ def build_report(runs, pdf: str | Path | None = None, html: str | Path | None = 
 def _export(executed: Path, pdf: Path | None, html: Path | None, paper: str, result: ReportResult) -> None:
     import nbformat
 
-    from .chromium import Browser, find_chromium
+    from .chromium import Browser
     from .exporter import MlmsPdfExporter, print_pdf
 
     nb = nbformat.read(executed, as_version=4)
     exporter = MlmsPdfExporter(paper=paper)
     resources = {"metadata": {"name": executed.stem, "path": str(executed.parent)}}
-    if pdf is None and find_chromium() is None:  # HTML only, and no browser: the page fits itself when opened
+    if pdf is None and not _browser_available():  # HTML only, no browser: the page fits itself when opened
         text, _ = exporter.print_html(nb, resources)
         _write(html, text.encode("utf-8"))
         result.html = html
@@ -218,6 +218,16 @@ def _export(executed: Path, pdf: Path | None, html: Path | None, paper: str, res
     if html is not None:
         _write(html, printed.encode("utf-8"))
         result.html = html
+
+
+def _browser_available() -> bool:
+    from .chromium import find_chromium, require_playwright
+
+    try:
+        require_playwright()
+    except MlmsError:
+        return False
+    return find_chromium() is not None
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -36,6 +36,7 @@ HEADERS = {
     "overhead_pct": "overhead (%)", "intensity_flop_per_byte": "intensity (FLOP/byte)",
     "ridge_flop_per_byte": "ridge (FLOP/byte)", "pct_of_attainable": "of attainable (%)",
     "percent": "share (%)", "share_pct": "share (%)", "calls_per_predict": "calls per predict",
+    "delta_ci_low_ms": "delta CI low (ms)", "delta_ci_high_ms": "delta CI high (ms)", "p_value": "p value",
 }
 
 #: Columns holding fractions 0..1 shown as percentages.
