@@ -68,8 +68,9 @@ def report(evaluation, tmp_path_factory):
 
 
 def pdftotext(path: Path) -> str:
-    return subprocess.run(["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True,
-                          check=True).stdout
+    """The PDF's text in reading order (``-raw``: a table's header cells keep their words together), on one line."""
+    text = subprocess.run(["pdftotext", "-raw", str(path), "-"], capture_output=True, text=True, check=True).stdout
+    return " ".join(text.split())
 
 
 def page_sizes(path: Path) -> list[tuple[float, float]]:
@@ -108,21 +109,20 @@ def test_report_pdf_holds_the_model_and_the_median_latencies(evaluation, report,
     from mlms_nb.reporting.tables import format_frame
 
     out, done = report
-    text = check_pdf(out / "r.pdf", "A4", tmp_path / "images", figures_at_least=9)
-    assert "efficientnet_lite0" in text and evaluation.id in text
+    flat = check_pdf(out / "r.pdf", "A4", tmp_path / "images", figures_at_least=9)
+    assert "efficientnet_lite0" in flat and evaluation.id in flat
     medians = format_frame(sections.latency_frame([evaluation], [""]))["median (ms)"]
     assert len(medians) == 4
-    flat = " ".join(text.split())
     for fw, bs, median in zip(evaluation.latency["framework"], evaluation.latency["batch_size"], medians):
         assert re.search(rf"{fw}\s+{bs}\s+\d+\s+{re.escape(median)}\s", flat), (fw, bs, median)
     assert "median (ms)" in flat
     for section in ("Contents", "What was measured and how", "Accuracy", "Latency and throughput", "Cold start",
                     "Layers", "Roofline", "Divergence across frameworks", "Timeline of the traced pass",
                     "Tracing overhead", "Warnings"):
-        assert section in text, section
-    assert "sha256" in text and "mlms eval efficientnet_lite0 --framework torch,onnxruntime" in flat
+        assert section in flat, section
+    assert "sha256" in flat and "mlms eval efficientnet_lite0 --framework torch,onnxruntime" in flat
     for noise in ("oneDNN", "USDT:", "absl::InitializeLog", "UserWarning", "sweep/s", "Traceback"):
-        assert noise not in text, noise
+        assert noise not in flat, noise
 
 
 def test_report_notebook_is_executed_editable_and_quiet(evaluation, report):
@@ -162,8 +162,7 @@ def test_comparison_report_of_two_runs(evaluation, home, tmp_path):
                           paper="Letter")
     assert result.pdf == tmp_path / "cmp.pdf" and result.pages and result.fit.get("overflow") == []
     assert (tmp_path / "cmp_runs" / f"evaluation-{other.id}.json").exists()  # the notebook can be re-run
-    text = check_pdf(result.pdf, "Letter", tmp_path / "images", figures_at_least=10)
-    flat = " ".join(text.split())
+    flat = check_pdf(result.pdf, "Letter", tmp_path / "images", figures_at_least=10)
     assert "comparison of 2 runs" in flat and "B against A" in flat
     assert evaluation.id[:8] in flat and other.id[:8] in flat
     assert "A median (ms)" in flat and "B median (ms)" in flat and "p value" in flat
@@ -192,6 +191,6 @@ def test_nbconvert_mlms_pdf_keeps_every_bokeh_figure_of_example_04(home, tmp_pat
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     pdf = tmp_path / "04.pdf"
-    text = check_pdf(pdf, "A4", tmp_path / "images", figures_at_least=bokeh + pngs)
-    assert "Roofline and layers" in text and "Contents" in text
+    flat = check_pdf(pdf, "A4", tmp_path / "images", figures_at_least=bokeh + pngs)
+    assert "Roofline and layers" in flat and "Contents" in flat
     shutil.copy(pdf, ARTIFACTS / "04_roofline_and_layers.pdf") if ARTIFACTS.is_dir() else None

@@ -113,6 +113,22 @@ def _references(runs: list, folder: Path) -> tuple[list[str], dict[str, dict[str
     return refs, traces
 
 
+def this_python_kernel():
+    """A kernel manager that starts an IPython kernel on this very Python (whatever ``python3`` kernel spec the
+    user's Jupyter folders hold may run another Python, without mlms-nb)."""
+    import sys
+
+    from jupyter_client import KernelManager
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+
+    class ThisPython(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name):
+            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                              display_name="Python 3 (mlms-nb)", language="python", resource_dir="")
+
+    return KernelManager(kernel_name="python3", kernel_spec_manager=ThisPython())
+
+
 def execute_template(refs: list[str], traces: dict, notebook: Path, labels=None, figures: str = "matplotlib",
                      history_url: str | None = None, kernel_name: str | None = None, timeout_s: float = 600) -> None:
     """Run the report template with papermill into ``notebook`` (framework chatter silenced)."""
@@ -127,10 +143,11 @@ def execute_template(refs: list[str], traces: dict, notebook: Path, labels=None,
     logger = logging.getLogger("papermill")
     level = logger.level
     logger.setLevel(logging.WARNING)
+    kernel = {"kernel_name": kernel_name} if kernel_name else {"kernel_name": "python3", "km": this_python_kernel()}
     try:
         with quiet():
             papermill.execute_notebook(
-                str(TEMPLATE), str(notebook), kernel_name=kernel_name or "python3", progress_bar=False,
+                str(TEMPLATE), str(notebook), progress_bar=False, **kernel,
                 log_output=False, request_save_on_cell_execute=False, cwd=str(notebook.parent),
                 execution_timeout=int(timeout_s),
                 parameters={"runs": refs, "traces": traces, "labels": list(labels or []), "figures": figures,
@@ -155,7 +172,8 @@ def build_report(runs, pdf: str | Path | None = None, html: str | Path | None = 
     several give a comparison report): the template notebook executed with papermill (``notebook``: where to
     keep it, editable), and printed by headless Chromium to ``pdf`` and/or ``html``. With none of the three,
     writes ``mlms-report-<run>.pdf`` and ``.ipynb`` in the current folder. ``paper``: A4 or Letter;
-    ``figures``: matplotlib (static) or bokeh (interactive in the notebook, PNG in the PDF)."""
+    ``figures``: matplotlib (static) or bokeh (interactive in the notebook, PNG in the PDF); ``kernel_name``: a
+    Jupyter kernel to run the template on (default: this Python); ``timeout_s``: per template cell."""
     from .chromium import paper_size, require_chromium, require_playwright
 
     start = time.perf_counter()

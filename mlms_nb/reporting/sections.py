@@ -343,10 +343,10 @@ def comparison(runs, labels, backend: str = "matplotlib") -> None:
         results = {fw: base.for_framework(fw).compare(run.for_framework(fw), labels=(a, b)) for fw in shared}
         first = next(iter(results.values()))
         latency = pd.concat([r.table for r in results.values()], ignore_index=True)
-        if "scenario" in latency and latency["scenario"].nunique() == 1:
-            latency = latency.drop(columns="scenario")
         latency.attrs = first.table.attrs
-        show_table(_relabel(latency, a, b), f"Median latency: {b} against {a}", note=first.note, columns=[
+        shown = latency.drop(columns="scenario") if latency["scenario"].nunique() == 1 else latency
+        shown.attrs = latency.attrs
+        show_table(_relabel(shown, a, b), f"Median latency: {b} against {a}", note=first.note, columns=[
             "framework", "batch_size", f"{a}_median_ms", f"{b}_median_ms", "delta_median_ms", "delta_median_pct",
             "delta_ci_low_ms", "delta_ci_high_ms", "p_value", "significant", "faster"])
         if not latency.empty:
