@@ -140,9 +140,11 @@ def execute_template(refs: list[str], traces: dict, notebook: Path, labels=None,
             from None
     from .._quiet import quiet
 
-    logger = logging.getLogger("papermill")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+    # papermill's progress lines and jupyter_client's "could not destroy zmq context" (logged by its clients' __del__)
+    loggers = {name: logging.getLogger(name) for name in ("papermill", "traitlets")}
+    levels = {name: logger.level for name, logger in loggers.items()}
+    for logger in loggers.values():
+        logger.setLevel(logging.ERROR)
     kernel = {"kernel_name": kernel_name} if kernel_name else {"kernel_name": "python3", "km": this_python_kernel()}
     try:
         with quiet():
@@ -157,7 +159,11 @@ def execute_template(refs: list[str], traces: dict, notebook: Path, labels=None,
         raise MlmsError(f"report: {message} (the notebook, with the error in its cell {err.exec_count}, is "
                         f"{notebook})") from None
     finally:
-        logger.setLevel(level)
+        import gc
+
+        gc.collect()  # the kernel's clients are collected (and log) now, while their loggers are raised
+        for name, logger in loggers.items():
+            logger.setLevel(levels[name])
 
 
 def _count_pages(pdf: bytes) -> int:
