@@ -43,6 +43,10 @@ def load_runs(runs: Iterable[str | int], traces: Mapping[str, Mapping[str, str]]
     evaluations saved as JSON apart from their traces."""
     from ..errors import MlmsError
 
+    runs = list(runs)
+    if not runs:
+        raise MlmsError("no runs to report on: set runs = [...] in the parameters cell (history ids, evaluation ids "
+                        "or saved evaluation .json paths)")
     out = []
     for ref in runs:
         ref = str(ref)
