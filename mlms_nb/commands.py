@@ -21,6 +21,7 @@ VERBS: dict[str, str] = {
     "compare": "A/B comparison of two runs: latency deltas with a significance test, per-layer deltas",
     "diverge": "where frameworks' layer outputs diverge on the same inputs (and an INT8 copy's)",
     "timeline": "zoomable timeline of a traced run (Bokeh; matplotlib for print)",
+    "report": "a PDF/HTML report and an executed, editable notebook of one run, or a comparison of several",
 }
 
 Arg = tuple[tuple[str, ...], dict[str, Any]]
@@ -94,6 +95,15 @@ ARGUMENTS: dict[str, list[Arg]] = {
         (("--framework",), {"default": None, "help": "only this framework's trace"}),
         (("--plot",), {"default": "bokeh", "choices": ["bokeh", "matplotlib"], "help": "figure backend"}),
         HTML,
+    ],
+    "report": [
+        (("runs",), {"nargs": "+", "metavar": "RUN", "help": "history ids, evaluation ids, saved .json files or "
+                                                               "notebook variables; several give a comparison"}),
+        (("--pdf",), {"metavar": "PATH", "default": None, "help": "write the PDF here (Chromium prints it)"}),
+        (("--html",), {"metavar": "PATH", "default": None, "help": "write the report as one HTML page here"}),
+        (("--notebook",), {"metavar": "PATH", "default": None, "help": "keep the executed, editable notebook here"}),
+        (("--paper",), {"default": "A4", "choices": ["A4", "Letter"], "help": "paper size of the PDF"}),
+        JSON_FLAG,
     ],
     "convert": [
         (("model",), {"help": "model name with a PyTorch manifest"}),
@@ -302,10 +312,18 @@ def run_timeline(args: argparse.Namespace) -> Output:
     return _with_figure(out, lambda backend: api.timeline(trace, backend), args)
 
 
+def run_report(args: argparse.Namespace) -> Output:
+    from mlms_nb.reporting.run import build_report, resolve_notebook_names
+
+    result = build_report(resolve_notebook_names(args.runs), pdf=args.pdf, html=args.html, notebook=args.notebook,
+                          paper=args.paper)
+    return Output(result, result.to_text(), result._repr_html_(), result.to_dict())
+
+
 RUNNERS: dict[str, Callable[[argparse.Namespace], Output]] = {
     "models": run_models, "eval": run_eval, "history": run_history, "convert": run_convert,
     "layers": run_layers, "roofline": run_roofline, "compare": run_compare, "diverge": run_diverge,
-    "timeline": run_timeline,
+    "timeline": run_timeline, "report": run_report,
 }
 
 
