@@ -64,8 +64,9 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     return codes.astype(np.int64), [str(u) for u in uniq]
 
 
-def _nesting_depth(spans: pd.DataFrame, base: np.ndarray) -> np.ndarray:
-    """Per span: how many of its ancestors (by ``parent_id``) lie on the same base track."""
+def parent_rows(spans: pd.DataFrame) -> np.ndarray:
+    """Per span: the row (position) of its parent in ``spans`` (same ``trace_id``, ``span_id == parent_id``), or
+    -1 for a root or a parent that is not in the frame."""
     n = len(spans)
     tcode, _ = _codes(spans["trace_id"])
     key = (tcode << 40) | spans["span_id"].to_numpy(np.int64)
@@ -75,8 +76,13 @@ def _nesting_depth(spans: pd.DataFrame, base: np.ndarray) -> np.ndarray:
     pkey = (tcode << 40) | pid
     pos = np.minimum(np.searchsorted(skey, pkey), max(n - 1, 0))
     found = (pid != 0) & (skey[pos] == pkey) if n else np.zeros(0, bool)
-    parent = np.where(found, order[pos], -1)
-    depth = np.zeros(n, np.int64)
+    return np.where(found, order[pos], -1)
+
+
+def _nesting_depth(spans: pd.DataFrame, base: np.ndarray) -> np.ndarray:
+    """Per span: how many of its ancestors (by ``parent_id``) lie on the same base track."""
+    parent = parent_rows(spans)
+    depth = np.zeros(len(spans), np.int64)
     anc = parent.copy()
     for _ in range(256):  # a tree deeper than 256 (or a cycle) stops here
         idx = np.flatnonzero(anc >= 0)
@@ -227,7 +233,7 @@ def view(tl: pd.DataFrame, start_ms: float | None = None, end_ms: float | None =
     return out
 
 
-def _palette(tl: pd.DataFrame, top: int = len(PALETTE)) -> dict[str, str]:
+def palette(tl: pd.DataFrame, top: int = len(PALETTE)) -> dict[str, str]:
     """Colour of each colour key: the ``top`` keys with the most busy time get the palette, others grey."""
     spans = tl[tl["row_kind"] == "span"]
     busy = spans.groupby("colour_key", observed=True)["busy_ns"].sum().sort_values(ascending=False)
@@ -260,7 +266,7 @@ def plot(spans, backend: str = "bokeh", *, start_ms: float | None = None, end_ms
     from ._timeline_bokeh import figure_of
 
     main, sub = _title(tl, title, measured_by)
-    return figure_of(tl, view(tl, start_ms, end_ms), colours=_palette(tl), title=main, subtitle=sub)
+    return figure_of(tl, view(tl, start_ms, end_ms), colours=palette(tl), title=main, subtitle=sub)
 
 
 def _fmt_time(ms: float) -> str:
@@ -285,13 +291,13 @@ def _matplotlib(tl, start_ms, end_ms, title, measured_by):
     n_tracks = max(len(tracks), 1)
     dpi = 100
     width_px = int(tl.attrs["width_px"])
-    height_in = max(2.2 + 0.28 * n_tracks, 0.75 + 0.15 * (len(_palette(tl)) + 2))
+    height_in = max(2.2 + 0.28 * n_tracks, 0.75 + 0.15 * (len(palette(tl)) + 2))
     fig = Figure(figsize=(width_px / dpi + 3.2, min(height_in, 30)), dpi=dpi, layout="constrained")
     ax = fig.add_subplot()
     rows = view(tl, start_ms, end_ms, width_px)
     x0, x1 = rows.attrs["window_ms"]
     px = (x1 - x0) / width_px
-    colours = _palette(tl)
+    colours = palette(tl)
     s = rows["start_ns"].to_numpy() / 1e6
     e = np.maximum(rows["end_ns"].to_numpy() / 1e6, s + px)
     y = rows["track"].to_numpy(float)

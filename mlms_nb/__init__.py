@@ -19,6 +19,11 @@ from .api import convert, evaluate, history, load_evaluation, load_trace, models
 from .manifest import find_manifest, load_manifest  # noqa: E402
 
 
+def _jupyter_server_extension_points():
+    """The Jupyter server extension (the REST API of the JupyterLab sidebar) lives in ``mlms_nb.server``."""
+    return [{"module": "mlms_nb.server"}]
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext mlms_nb`` registers ``%mlms``."""
     from .magics import load_ipython_extension as _load
