@@ -153,7 +153,8 @@ def compute(spans, *, width_px: int = 1200, factor: float = 2.0, merge_ratio: fl
     kept while its blocks are at most this fraction of the spans they replace. ``df.attrs``: ``origin_ns``
     (trace start on the trace's clock), ``extent_ns``, ``resolution_ns`` (ns per pixel per level),
     ``raw_level``, ``width_px``, ``tracks`` (a frame: track, level, device, thread, stream, depth, label),
-    ``n_spans``.
+    ``n_spans``, ``focus_ns`` (start, end of the spans below APPLICATION level -- an evaluation's traced pass --
+    or of the whole trace).
     """
     spans = _spans_of(spans)
     if int(width_px) < 10:
@@ -195,7 +196,10 @@ def compute(spans, *, width_px: int = 1200, factor: float = 2.0, merge_ratio: fl
     out["flops"] = spans["flops"].to_numpy(np.float64)[span_row]
     out["colour_key"] = pd.Categorical.from_codes(colour[span_row], colour_cats)
     out["span_row"] = span_row
-    out.attrs.update(analysis="timeline", origin_ns=origin, extent_ns=int(pyr.extent_ns),
+    traced = (spans["level"] != "APPLICATION").to_numpy()
+    focus = ((int(rel[traced].min()), int((rel + dur)[traced].max())) if traced.any() and not traced.all()
+             else (0, int(pyr.extent_ns)))
+    out.attrs.update(analysis="timeline", origin_ns=origin, extent_ns=int(pyr.extent_ns), focus_ns=focus,
                      resolution_ns=[float(r) for r in pyr.resolution_ns], raw_level=raw, width_px=int(width_px),
                      factor=float(factor), tracks=tracks, n_spans=n)
     return out
@@ -261,12 +265,31 @@ def plot(spans, backend: str = "bokeh", *, start_ms: float | None = None, end_ms
     """
     backend = check_backend(backend)
     tl = _timeline(spans, width_px=width_px, **compute_kw)
+    if start_ms is None and end_ms is None:
+        start_ms, end_ms = focus_window(tl)
     if backend == "matplotlib":
         return _matplotlib(tl, start_ms, end_ms, title, measured_by)
     from ._timeline_bokeh import figure_of
 
     main, sub = _title(tl, title, measured_by)
     return figure_of(tl, view(tl, start_ms, end_ms), colours=palette(tl), title=main, subtitle=sub)
+
+
+def focus_window(tl: pd.DataFrame, pad: float = 0.02) -> tuple[float, float]:
+    """The x window (ms) a timeline opens on: its traced pass (``attrs["focus_ns"]``) with ``pad`` of it either
+    side, within the trace."""
+    s, e = (v / 1e6 for v in tl.attrs.get("focus_ns", (0, tl.attrs["extent_ns"])))
+    d = max(e - s, 1e-6) * pad
+    return max(s - d, 0.0), min(e + d, tl.attrs["extent_ns"] / 1e6) if e + d > s else s + 1e-6
+
+
+def tick_label(ms: float, step_ms: float) -> str:
+    """An x tick for ``ms`` on an axis whose ticks are ``step_ms`` apart, in s, ms, µs or ns as the step reads
+    best (the same rule as the Bokeh figure's tick formatter)."""
+    scale, unit = ((1e3, "s") if step_ms >= 1e3 else (1.0, "ms") if step_ms >= 1 else
+                   (1e-3, "µs") if step_ms >= 1e-3 else (1e-6, "ns"))
+    decimals = int(min(6, max(0, -np.floor(np.log10(step_ms / scale) + 1e-9)))) if step_ms > 0 else 0
+    return f"{ms / scale:,.{decimals}f} {unit}"
 
 
 def _fmt_time(ms: float) -> str:
@@ -309,6 +332,11 @@ def _matplotlib(tl, start_ms, end_ms, title, measured_by):
         coll.set_alpha(np.where(block, 0.45, 0.9))  # merged blocks pale, as in the browser
     ax.add_collection(coll)
     ax.set_xlim(x0, x1)
+    from matplotlib.ticker import FuncFormatter
+
+    ticks = ax.get_xticks()
+    step = float(np.diff(ticks).min()) if len(ticks) > 1 else max(x1 - x0, 1e-6)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: tick_label(v, step)))
     ax.set_ylim(n_tracks - 0.5, -0.5)
     ax.set_yticks(range(len(tracks)), list(tracks["track_label"]), fontsize=7)
     ax.set_xlabel(X_LABEL)

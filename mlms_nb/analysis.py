@@ -34,7 +34,9 @@ class Analysis:
         """The figure: a Bokeh layout (``backend="bokeh"``) or a matplotlib Figure (``"matplotlib"``)."""
         if self.draw is None:
             raise MlmsError(f"the {self.name} analysis has nothing to plot")
-        return self.draw(self.table, backend, **kwargs)
+        from analyses import Displayable
+
+        return Displayable(self.draw(self.table, backend, **kwargs))  # shows itself as a cell's last value
 
     def show(self, backend: str = "bokeh", **kwargs) -> None:
         """Display the figure in a notebook (Bokeh with INLINE resources: works offline)."""
@@ -198,7 +200,8 @@ def kernels(run) -> Analysis:
 
 
 def timeline(run, backend: str = "bokeh", **kwargs):
-    """The zoomable timeline figure of a trace (tracks per level / thread / device)."""
-    from analyses import timeline as mod
+    """The zoomable timeline figure of a trace (tracks per level / thread / device), opening on the traced pass;
+    it displays itself as a cell's last value (``.figure``: the Bokeh layout or matplotlib Figure)."""
+    from analyses import Displayable, timeline as mod
 
-    return mod.plot(_spans(run), backend, **kwargs)
+    return Displayable(mod.plot(_spans(run), backend, **kwargs))

@@ -94,6 +94,8 @@ ARGUMENTS: dict[str, list[Arg]] = {
         (("--framework",), {"default": None, "help": "only this framework's trace"}),
         (("--plot",), {"default": "bokeh", "choices": ["bokeh", "matplotlib"], "help": "figure backend"}),
         HTML,
+        (("--panel",), {"action": "store_true",
+                        "help": "open the run in the JupyterLab timeline panel instead of drawing it in the cell"}),
     ],
     "convert": [
         (("model",), {"help": "model name with a PyTorch manifest"}),
@@ -299,6 +301,11 @@ def run_timeline(args: argparse.Namespace) -> Output:
     from . import analysis
 
     run = analysis.resolve_run(args.run)
+    if getattr(args, "panel", False):
+        from .server.panel import open_in_panel
+
+        text, html_text = open_in_panel(run, args.framework)
+        return Output(run, text, html_text, {"panel": text})
     if args.framework:
         if not hasattr(run, "traces") or args.framework not in run.traces:
             raise MlmsError(f"timeline: no trace of framework {args.framework!r} in this run")

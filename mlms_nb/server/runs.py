@@ -208,9 +208,9 @@ def spans_key(folder: Path) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
-def evaluation_id_of(run) -> str:
+def evaluation_id_of(run, framework: str | None = None) -> str:
     """The history-store evaluation id of an ``Evaluation`` (for ``%mlms timeline RUN --panel``), or an error
-    saying why the panel cannot show it."""
+    saying why the panel cannot show it (or its ``framework`` trace)."""
     from mlms_nb.errors import MlmsError
 
     if not hasattr(run, "history_ids"):
@@ -221,6 +221,9 @@ def evaluation_id_of(run) -> str:
     if not run.history_ids:
         raise MlmsError("this evaluation is not in the history store (it was run with history=False), so the "
                         "panel cannot read its trace; run it again with history=True")
+    if framework is not None and framework not in run.traces:
+        raise MlmsError(f"timeline: no trace of framework {framework!r} in this run; it has "
+                        f"{', '.join(run.traces)}")
     return str(run.id)
 
 
@@ -229,3 +232,10 @@ def timeline_module():
     from analyses import timeline
 
     return timeline
+
+
+def panel_link_html(evaluation_id: str, framework: str | None = None) -> str:
+    """The output link that opens a run in the timeline panel (the same one the Evaluation's HTML carries)."""
+    from mlms_nb.evaluation.result import panel_link_html as link
+
+    return link(evaluation_id, framework)
