@@ -123,6 +123,32 @@ export class TimelineWidget extends Widget {
     return this.view ? { ...this.view } : null;
   }
 
+  /** The marks of the current tiles inside the view, in client coordinates (for tests and the benchmark). */
+  visibleMarks(): { band: number; x: number; y: number; w: number; n: number; name: string }[] {
+    if (!this.view) {
+      return [];
+    }
+    const g = this.geometry();
+    const rect = this.canvas.getBoundingClientRect();
+    const out: { band: number; x: number; y: number; w: number; n: number; name: string }[] = [];
+    this.bands.forEach((band, b) => {
+      const t = band.tile;
+      for (let i = 0; t && i < t.start.length; i++) {
+        const xa = Math.max(this.xOf(band.rel(t.start[i]), g), g.gutter);
+        const xb = Math.min(this.xOf(band.rel(t.end[i]), g), g.gutter + g.plotW);
+        if (xb >= xa) {
+          const name = band.meta.names[band.meta.sigs.name[t.sig[i]]];
+          out.push({ band: b, x: rect.left + (xa + xb) / 2, y: rect.top + band.trackY(t.track[i]), w: xb - xa, n: t.n[i], name });
+        }
+      }
+    });
+    return out;
+  }
+
+  bandCount(): number {
+    return this.bands.length;
+  }
+
   resetView(): void {
     const extent = Math.max(...this.bands.map(b => (b.meta.focus_ns[1] - b.meta.focus_ns[0]) / 1e6), 1e-6);
     this.setView(-extent * 0.01, extent * 1.01);
