@@ -51,12 +51,13 @@ def get_json(lab, path):
 def test_installed_extensions_are_enabled():
     """`pip install -e .` put the prebuilt lab extension and the server extension's config in place."""
     jupyter = [sys.executable, "-m", "jupyter"]
-    labext = subprocess.run(jupyter + ["labextension", "list"], capture_output=True, text=True, timeout=60)
-    line = next((ln for ln in (labext.stdout + labext.stderr).splitlines() if "mlms-nb-lab" in ln), "")
-    assert "enabled" in line and "OK" in line, labext.stdout + labext.stderr
-    server = subprocess.run(jupyter + ["server", "extension", "list"], capture_output=True, text=True, timeout=60)
-    text = server.stdout + server.stderr
-    assert re.search(r"mlms_nb\s.*enabled", text) and re.search(r"mlms_nb .*OK", text), text
+    commands = (["labextension", "list"], ["server", "extension", "list"])
+    listing = [subprocess.Popen(jupyter + c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for c in commands]  # side by side: each starts a Python that imports Jupyter
+    labext, server = (p.communicate(timeout=120)[0] for p in listing)
+    line = next((ln for ln in labext.splitlines() if "mlms-nb-lab" in ln), "")
+    assert "enabled" in line and "OK" in line, labext
+    assert re.search(r"mlms_nb\s.*enabled", server) and re.search(r"mlms_nb .*OK", server), server
 
 
 # ------------------------------------------------------------------------------------------ REST
@@ -111,6 +112,7 @@ def test_ids_and_paths_cannot_leave_the_store(lab):
 def test_runs_trace_tiles_and_tables_match_the_trace(lab):
     server, ev = lab
     listed = get_json(server, "runs")
+    assert get_json(server, f"runs?since={listed['version']}") == {"version": listed["version"], "unchanged": True}
     run = next(r for r in listed["runs"] if r["evaluation_id"] == ev.id)
     assert run["model"] == "efficientnet_lite0" and run["frameworks"] == ["torch"] and run["batch_sizes"] == [1]
     assert run["complete"] and run["trace_levels"] == ["FRAMEWORK"]
@@ -340,8 +342,8 @@ def test_sidebar_and_timeline_in_chromium(lab):
 
             # the in-cell figure renders; saved, the notebook carries BokehJS once; reopened, it renders again
             figure = ".jp-NotebookPanel-notebook .mlms-bokeh canvas"
+            page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="run.ipynb").click()
             page.locator(figure).first.wait_for(state="attached", timeout=30_000)
-            page.locator(".jp-NotebookPanel-notebook").first.click(position={"x": 5, "y": 5})
             page.keyboard.press("Control+s")
             page.wait_for_function("!document.querySelector('.jp-mod-dirty')", timeout=20_000)
             outputs = [o for c in json.loads((server.root / "run.ipynb").read_text())["cells"] for o in c["outputs"]]

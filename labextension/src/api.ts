@@ -27,6 +27,7 @@ export interface IRunsReply {
   runs: IRun[];
   version: string;
   store: string;
+  unchanged?: boolean;
 }
 
 export interface ITrack {

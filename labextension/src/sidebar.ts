@@ -72,14 +72,17 @@ export class RunsSidebar extends Widget {
 
   async refresh(force = false): Promise<void> {
     try {
-      const reply = await requestAPI<IRunsReply>('runs');
-      this.store = reply.store;
-      if (force || reply.version !== this.version) {
+      const reply = await requestAPI<IRunsReply>('runs', force || !this.version ? {} : { since: this.version });
+      const failed = !!this.error;
+      this.error = '';
+      if (!reply.unchanged) {
+        this.store = reply.store;
         this.version = reply.version;
         this.runs = reply.runs;
         this.render();
+      } else if (failed) {
+        this.render();
       }
-      this.error = '';
     } catch (err) {
       this.error = `could not read the runs: ${(err as Error).message}`;
       this.render();

@@ -2,8 +2,9 @@
 ``@tornado.web.authenticated`` and ``@authorized``: without Jupyter's token or login cookie a request gets 403.
 
 =================================================================  ================================================
-``GET runs``                                                       the stored runs, newest first; ``version``
-                                                                   changes when a run or trace lands
+``GET runs[?since=VERSION]``                                       the stored runs, newest first; ``version``
+                                                                   changes when a run or trace lands (``since``:
+                                                                   ``{"unchanged": true}`` while it has not)
 ``GET runs/<evaluation_id>``                                       one run: options, summary, its traces
 ``GET runs/<evaluation_id>/traces/<framework>``                    the trace's index: tracks, extent, focus (the
                                                                    traced pass), names, signatures
@@ -96,20 +97,22 @@ class RunsHandler(MlmsHandler):
     @tornado.web.authenticated
     @authorized
     async def get(self):
+        since = self.get_query_argument("since", "")
+
         def work():
-            listed = runs.list_runs(limit=500)
+            version = runs.store_version()
+            if since and since == version:  # what the sidebar polls: nothing landed since it last looked
+                return {"version": version, "unchanged": True}
             cold = []
-            for run in listed:
-                for trace in run["traces"]:
-                    folder = runs.trace_folder(run["evaluation_id"], trace["framework"])
-                    if not (folder / lod.META_FILE).exists():
-                        with _warm_lock:
-                            if str(folder) not in _warming:
-                                _warming.add(str(folder))
-                                cold.append(folder)
+            for folder in runs.trace_folders():
+                if not (folder / lod.META_FILE).exists():
+                    with _warm_lock:
+                        if str(folder) not in _warming:
+                            _warming.add(str(folder))
+                            cold.append(folder)
             if cold:
                 threading.Thread(target=_warm, args=(cold,), daemon=True, name="mlms-lod-warm").start()
-            return {"runs": listed, "version": runs.store_version(), "store": runs.store_description()}
+            return {"runs": runs.list_runs(limit=500), "version": version, "store": runs.store_description()}
 
         await self.answer(work)
 

@@ -115,6 +115,11 @@ def _traces_by_evaluation(evaluation_id: str | None = None) -> dict[str, dict[st
     return out
 
 
+def trace_folders() -> list[Path]:
+    """The folders of every stored trace that lies inside the store."""
+    return [folder for fws in _traces_by_evaluation().values() for folder in fws.values()]
+
+
 def list_runs(limit: int = 500) -> list[dict[str, Any]]:
     """The stored evaluations, newest first, one entry per evaluation (its frameworks gathered)."""
     from mlms_nb.history import HistoryStore
