@@ -550,7 +550,8 @@ export class TimelineWidget extends Widget {
     ctx.lineWidth = 2;
     for (const r of sel.links.related) {
       const b = box(r);
-      ctx.strokeStyle = r.relation?.startsWith('correlated') ? '#d62728' : r.relation === 'child' ? '#2ca02c' : '#9467bd';
+      const linked = r.relation?.startsWith('correlated') || r.relation?.startsWith('same external id');
+      ctx.strokeStyle = linked ? '#d62728' : r.relation === 'child' ? '#2ca02c' : '#9467bd';
       ctx.strokeRect(b.xa, b.yy - 6, b.xb - b.xa, 12);
       ctx.beginPath();
       ctx.moveTo((me.xa + me.xb) / 2, me.yy);

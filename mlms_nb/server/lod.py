@@ -30,7 +30,7 @@ import pandas as pd
 from . import runs
 
 FORMAT = "mlms-nb/timeline-lod"
-VERSION = 1
+VERSION = 2
 BASE_WIDTH_PX = 1200
 META_FILE, ROWS_FILE, SPANS_FILE = "timeline_lod.json", "timeline_lod.rows.arrow", "timeline_lod.spans.arrow"
 MAX_LINKS = 200
@@ -67,8 +67,8 @@ def build(folder: Path) -> tuple[dict, dict[str, np.ndarray], dict[str, np.ndarr
     child_ns = np.bincount(parent[has], weights=dur[has], minlength=n)
     self_ns = np.maximum(dur - child_ns, 0).astype(np.int64)
     name_code, names = _codes(spans["name"])
-    corr = (spans["correlation"].to_numpy(np.int64) if "correlation" in spans.columns
-            else np.full(n, -1, np.int64))
+    corr, ext = (spans[c].to_numpy(np.int64) if c in spans.columns else np.full(n, -1, np.int64)
+                 for c in ("correlation", "external_id"))
 
     # signatures: what hover shows of a row (its span, or a block's longest span), with its colour
     colours = timeline.palette(tl)
@@ -107,7 +107,7 @@ def build(folder: Path) -> tuple[dict, dict[str, np.ndarray], dict[str, np.ndarr
     sorted_spans = {"start": start[order], "end": start[order] + dur[order], "track": track_of_span[order],
                     "name": name_code[order].astype(np.int32), "self": self_ns[order],
                     "parent": np.where(parent[order] >= 0, rank[np.maximum(parent[order], 0)], -1),
-                    "corr": corr[order], "sig": span_sig[order].astype(np.int32)}
+                    "corr": corr[order], "ext": ext[order], "sig": span_sig[order].astype(np.int32)}
 
     levels = spans["level"].astype(str).to_numpy()
     traced = levels != "APPLICATION"
@@ -125,7 +125,7 @@ def build(folder: Path) -> tuple[dict, dict[str, np.ndarray], dict[str, np.ndarr
                                                          tracks["device"], tracks["thread"], tracks["stream"],
                                                          tracks["depth"])],
         "names": names, "sigs": sigs, "group_offsets": [int(v) for v in off], "group_lookback_ns": look,
-        "has_correlation": bool((corr >= 0).any()),
+        "has_correlation": bool((corr >= 0).any() or (ext >= 0).any()),
     }
     return meta, pyramid, sorted_spans
 
@@ -200,6 +200,7 @@ class LodIndex:
         self.resolution = np.asarray(meta["resolution_ns"], float)
         self._name_stats = None
         self._counters = None
+        self._sorted_ids: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     # --------------------------------------------------------------- what the panel draws
     def level_for(self, ns_per_px: float) -> int:
@@ -277,13 +278,24 @@ class LodIndex:
             out["relation"] = relation
         return out
 
+    def _same_id(self, column: str, value: int) -> np.ndarray:
+        """Rows whose ``column`` (``corr`` or ``ext``) equals ``value``, by binary search in a sorted copy made
+        on first use."""
+        if column not in self._sorted_ids:
+            ids = self.spans[column]
+            order = np.argsort(ids, kind="stable")
+            self._sorted_ids[column] = (ids[order], order)
+        values, order = self._sorted_ids[column]
+        return order[np.searchsorted(values, value, "left"):np.searchsorted(values, value, "right")]
+
     def links(self, ref: int) -> dict:
         """The span ``ref`` and its related spans: ancestors, direct children, and spans sharing its correlation
-        id (with theirs and their ancestors, so a kernel leads to its launch call, op and layer)."""
+        id (a kernel and the runtime call that launched it) or its external id (an op and the device work it
+        launched), with their ancestors: a kernel leads to its launch call, op and layer, and back."""
         n = len(self.spans["start"])
         if not 0 <= ref < n:
             raise runs.BadRequest(f"ref {ref} is not a span of this trace (0..{n - 1})")
-        parent, corr = self.spans["parent"], self.spans["corr"]
+        parent = self.spans["parent"]
         related: dict[int, str] = {}
 
         def ancestors(i: int, label: str) -> None:
@@ -296,12 +308,15 @@ class LodIndex:
         children = np.flatnonzero(parent == ref)[:MAX_LINKS // 2]
         for c in children:
             related.setdefault(int(c), "child")
-        for i in [ref, *children.tolist()]:
-            if corr[i] >= 0:
-                for j in np.flatnonzero(corr == corr[i])[:16]:
+        for column, label in (("corr", "correlated (kernel / launch)"), ("ext", "same external id (op / device work)")):
+            ids = self.spans[column]
+            for i in [ref, *children.tolist()]:
+                if ids[i] < 0:
+                    continue
+                for j in self._same_id(column, int(ids[i]))[:16]:
                     if int(j) != ref and int(j) not in related:
-                        related[int(j)] = "correlated (kernel / launch)"
-                        ancestors(int(j), "parent of correlated")
+                        related[int(j)] = label
+                        ancestors(int(j), "parent of linked")
         return {"span": self._span(ref), "related": [self._span(i, rel) for i, rel in related.items()]}
 
     # --------------------------------------------------------------- counters
