@@ -340,7 +340,9 @@ class Displayable:
         self.figure = figure.figure if isinstance(figure, Displayable) else figure
 
     def __getattr__(self, name):
-        return getattr(self.__dict__["figure"], name)
+        if name == "figure":  # not set yet (a copy being unpickled)
+            raise AttributeError(name)
+        return getattr(self.figure, name)
 
     def __repr__(self) -> str:
         return f"{type(self.figure).__name__} figure ({'Bokeh' if _is_bokeh(self.figure) else 'matplotlib'})"

@@ -9,18 +9,9 @@
  */
 import { Widget } from '@lumino/widgets';
 
-import {
-  ICounters,
-  ILinks,
-  ISearch,
-  ISpanRef,
-  ISummary,
-  ITile,
-  ITraceMeta,
-  requestAPI,
-  tracePath
-} from './api';
-import { fmtFlops, fmtNs, fmtTick, niceStep } from './format';
+import { ICounters, ILinks, ISearch, ISpanRef, ISummary, ITile, ITraceMeta, requestAPI, tracePath } from './api';
+import { fmtNs, fmtTick, niceStep } from './format';
+import { renderDetails, tooltipRows } from './details';
 import { Band, Geometry } from './band';
 
 const GUTTER = 230;
@@ -403,27 +394,7 @@ export class TimelineWidget extends Widget {
       return;
     }
     const { band, tile, i } = hit;
-    const sigs = band.meta.sigs;
-    const s = tile.sig[i];
-    const name = band.meta.names[sigs.name[s]];
-    const n = tile.n[i];
-    const dur = tile.end[i] - tile.start[i];
-    const rows: [string, string][] = n > 1
-      ? [
-          ['spans merged', `${n.toLocaleString()} (narrower than a pixel here)`],
-          ['longest', name],
-          ['busy time', `${fmtNs(tile.busy[i])} (${((100 * tile.busy[i]) / Math.max(dur, 1)).toFixed(1)} % of the block)`],
-          ['block extent', fmtNs(dur)]
-        ]
-      : [
-          ['name', name],
-          ['duration', fmtNs(dur)],
-          ['shape', sigs.shape[s] || 'unknown'],
-          ['FLOPs', fmtFlops(sigs.flops[s])],
-          ['layer type', `${sigs.layer_type[s] || 'none'} (${sigs.kind[s]}, ${sigs.level[s]})`]
-        ];
-    rows.push(['start', `${fmtNs(tile.start[i] - band.meta.focus_ns[0])} from the traced pass`]);
-    rows.push(['track', band.meta.tracks[tile.track[i]]?.label || '']);
+    const rows = tooltipRows(band, tile, i);
     this.tooltip.replaceChildren(
       ...rows.map(([k, v]) => {
         const row = document.createElement('div');
@@ -579,53 +550,7 @@ export class TimelineWidget extends Widget {
   }
 
   private renderDetails(): void {
-    const parts: HTMLElement[] = [];
-    if (this.selection) {
-      const { band, links } = this.selection;
-      const box = document.createElement('div');
-      box.className = 'mlms-tl-links';
-      const h = box.appendChild(document.createElement('h4'));
-      h.textContent = `${links.span.name} (${fmtNs(links.span.end_ns - links.span.start_ns)}) in ${band.label}: linked spans`;
-      const ul = box.appendChild(document.createElement('ul'));
-      if (!links.related.length) {
-        ul.appendChild(document.createElement('li')).textContent = 'no parent, child or correlated span recorded';
-      }
-      for (const r of links.related) {
-        const li = ul.appendChild(document.createElement('li'));
-        const a = li.appendChild(document.createElement('a'));
-        a.textContent = `${r.relation}: ${r.name} (${fmtNs(r.end_ns - r.start_ns)}; ${band.meta.tracks[r.track]?.label})`;
-        a.onclick = () => this.zoomTo(band, r);
-      }
-      parts.push(box);
-    }
-    if (this.summaries.length) {
-      for (const [band, sum] of this.summaries) {
-        const box = document.createElement('div');
-        box.className = 'mlms-tl-summary';
-        const h = box.appendChild(document.createElement('h4'));
-        h.textContent =
-          `${band.label}: ${sum.spans.toLocaleString()} spans start in ${fmtNs(band.rel(sum.start_ns) * 1e6)} .. ` +
-          `${fmtNs(band.rel(sum.end_ns) * 1e6)} (${fmtNs(sum.end_ns - sum.start_ns)}), ${sum.names} names`;
-        const table = box.appendChild(document.createElement('table'));
-        table.className = 'mlms-tl-table';
-        const head = table.appendChild(document.createElement('tr'));
-        for (const c of ['name', 'count', 'total (ms)', 'self (ms)']) {
-          head.appendChild(document.createElement('th')).textContent = c;
-        }
-        for (const r of sum.rows) {
-          const tr = table.appendChild(document.createElement('tr'));
-          tr.appendChild(document.createElement('td')).textContent = r.name;
-          for (const v of [r.count.toLocaleString(), (r.total_ns / 1e6).toFixed(3), (r.self_ns / 1e6).toFixed(3)]) {
-            const td = tr.appendChild(document.createElement('td'));
-            td.textContent = v;
-            td.className = 'mlms-num';
-          }
-        }
-        box.appendChild(document.createElement('small')).textContent = sum.note;
-        parts.push(box);
-      }
-    }
-    this.details.replaceChildren(...parts);
+    this.details.replaceChildren(...renderDetails(this.selection, this.summaries, (band, span) => this.zoomTo(band, span)));
   }
 
   private bands: Band[] = [];
