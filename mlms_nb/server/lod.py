@@ -30,7 +30,7 @@ import pandas as pd
 from . import runs
 
 FORMAT = "mlms-nb/timeline-lod"
-VERSION = 2
+VERSION = 3
 BASE_WIDTH_PX = 1200
 META_FILE, ROWS_FILE, SPANS_FILE = "timeline_lod.json", "timeline_lod.rows.arrow", "timeline_lod.spans.arrow"
 MAX_LINKS = 200
@@ -98,10 +98,11 @@ def build(folder: Path) -> tuple[dict, dict[str, np.ndarray], dict[str, np.ndarr
     off = np.searchsorted(g, np.arange(n_groups + 1))
     rdur = tl["duration_ns"].to_numpy(np.int64)[rorder]
     look = [int(rdur[off[i]:off[i + 1]].max()) if off[i + 1] > off[i] else 0 for i in range(n_groups)]
+    ref_type = np.int32 if n < 2 ** 31 else np.int64
     pyramid = {"start": rstart[rorder], "end": tl["end_ns"].to_numpy(np.int64)[rorder],
                "track": tl["track"].to_numpy(np.int32)[rorder], "sig": sig[rorder].astype(np.int32),
-               "n": tl["span_count"].to_numpy(np.int64)[rorder], "busy": tl["busy_ns"].to_numpy(np.int64)[rorder],
-               "ref": rank[tl["span_row"].to_numpy(np.int64)][rorder]}
+               "n": tl["span_count"].to_numpy(ref_type)[rorder], "busy": tl["busy_ns"].to_numpy(np.int64)[rorder],
+               "ref": rank[tl["span_row"].to_numpy(np.int64)][rorder].astype(ref_type)}
     track_of_span = np.empty(n, np.int32)
     track_of_span[tl["span_row"].to_numpy()[is_span]] = tl["track"].to_numpy(np.int32)[is_span]
     sorted_spans = {"start": start[order], "end": start[order] + dur[order], "track": track_of_span[order],
@@ -131,13 +132,15 @@ def build(folder: Path) -> tuple[dict, dict[str, np.ndarray], dict[str, np.ndarr
 
 
 def _write(folder: Path, meta: dict, pyramid: dict, spans: dict) -> None:
-    """Write the index beside the trace: Arrow files first, the meta (which names the key) last, atomically."""
+    """Write the index beside the trace: Arrow files first, the meta (which names the key) last, atomically. The
+    pyramid rows are stored plain, so a reopen memory-maps them and a tile reads only the pages it touches; the
+    spans table (brush, search, links) is LZ4-compressed and read on first use."""
     import pyarrow as pa
 
-    for name, table in ((ROWS_FILE, pyramid), (SPANS_FILE, spans)):
+    for name, table, compression in ((ROWS_FILE, pyramid, None), (SPANS_FILE, spans, "lz4")):
         tmp = folder / f"{name}.{os.getpid()}.part"
         batch = pa.record_batch({k: pa.array(v) for k, v in table.items()})
-        options = pa.ipc.IpcWriteOptions(compression="lz4")
+        options = pa.ipc.IpcWriteOptions(compression=compression)
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema, options=options) as writer:
             writer.write_batch(batch)
         os.replace(tmp, folder / name)
@@ -146,20 +149,25 @@ def _write(folder: Path, meta: dict, pyramid: dict, spans: dict) -> None:
     os.replace(tmp, folder / META_FILE)
 
 
+def _arrays(path: Path) -> dict[str, np.ndarray]:
+    """The columns of an Arrow IPC file as numpy arrays (memory-mapped when the file is not compressed)."""
+    import pyarrow as pa
+
+    table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()  # the map lives as long as the arrays
+    return {c: table.column(c).chunk(0).to_numpy(zero_copy_only=True) for c in table.column_names}
+
+
 def _read(folder: Path, key: str):
-    """The index written beside the trace, if it is there and matches ``key``; else None."""
+    """The meta and pyramid rows written beside the trace, if they are there and match ``key``; else None."""
     import pyarrow as pa
 
     try:
         meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
         if meta.get("format") != FORMAT or meta.get("version") != VERSION or meta.get("key") != key:
             return None
-        tables = []
-        for name in (ROWS_FILE, SPANS_FILE):
-            with pa.memory_map(str(folder / name)) as source:
-                table = pa.ipc.open_file(source).read_all()
-            tables.append({c: table.column(c).chunk(0).to_numpy(zero_copy_only=True) for c in table.column_names})
-        return meta, tables[0], tables[1]
+        if not (folder / SPANS_FILE).is_file():
+            return None
+        return meta, _arrays(folder / ROWS_FILE), None
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return None
 
@@ -195,12 +203,23 @@ def _merge_subpixel(rows: dict[str, np.ndarray], origin_ns: int, ns_per_px: floa
 class LodIndex:
     """An opened index (see the module docstring); thread-safe to query."""
 
-    def __init__(self, folder: Path, meta: dict, pyramid: dict, spans: dict):
-        self.folder, self.meta, self.rows, self.spans = folder, meta, pyramid, spans
+    def __init__(self, folder: Path, meta: dict, pyramid: dict, spans: dict | None):
+        self.folder, self.meta, self.rows, self._spans = folder, meta, pyramid, spans
+        self._lock = threading.Lock()
         self.resolution = np.asarray(meta["resolution_ns"], float)
         self._name_stats = None
         self._counters = None
         self._sorted_ids: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    @property
+    def spans(self) -> dict[str, np.ndarray]:
+        """The spans in start order (``start, end, track, name, self, parent, corr, ext, sig``), read from beside
+        the trace on first use."""
+        if self._spans is None:
+            with self._lock:
+                if self._spans is None:
+                    self._spans = _arrays(self.folder / SPANS_FILE)
+        return self._spans
 
     # --------------------------------------------------------------- what the panel draws
     def level_for(self, ns_per_px: float) -> int:
