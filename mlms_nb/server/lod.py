@@ -174,11 +174,33 @@ def _read(folder: Path, key: str):
 
 # ------------------------------------------------------------------------------------------ the index
 
-def _merge_subpixel(rows: dict[str, np.ndarray], origin_ns: int, ns_per_px: float) -> dict[str, np.ndarray]:
-    """Rows narrower than a pixel of this view merged per track and pixel column (count and busy time summed,
-    signature and ref of the longest); wider rows kept as they are. Bounds the marks of a tile by about
-    tracks x width even at the raw level, where the pyramid draws every span."""
-    narrow = (rows["end"] - rows["start"]) < ns_per_px
+MERGE_PX = 2
+"""Rows narrower than this many pixels of the view are merged (a 1-2 px sliver shows no more than its block)."""
+RUN_PX = 64
+"""Touching merged marks of one colour join into runs of at most this many pixels (as the pyramid's blocks do)."""
+
+
+def _reduce_blocks(rows: dict[str, np.ndarray], new: np.ndarray) -> dict[str, np.ndarray]:
+    """Rows (sorted) merged into the row before wherever ``new`` is False: extent, count and busy time summed,
+    signature and ref of the longest row."""
+    first = np.flatnonzero(new)
+    block = np.cumsum(new) - 1
+    dur = rows["end"] - rows["start"]
+    top = np.maximum.reduceat(dur, first)
+    is_top = np.flatnonzero(dur == top[block])
+    pick = is_top[np.r_[True, block[is_top][1:] != block[is_top][:-1]]]  # first longest row of each block
+    return {"start": rows["start"][first], "end": np.maximum.reduceat(rows["end"], first),
+            "track": rows["track"][first], "sig": rows["sig"][pick], "n": np.add.reduceat(rows["n"], first),
+            "busy": np.add.reduceat(rows["busy"], first), "ref": rows["ref"][pick]}
+
+
+def _merge_subpixel(rows: dict[str, np.ndarray], origin_ns: int, ns_per_px: float,
+                    colour: np.ndarray) -> dict[str, np.ndarray]:
+    """Rows narrower than :data:`MERGE_PX` pixels of this view merged per track and pixel column, then touching marks of
+    one colour (``colour[sig]``) joined into runs of up to :data:`RUN_PX` pixels; wider rows kept as they are.
+    Bounds the marks of a tile by about tracks x width even at the raw level, where the pyramid draws every
+    span, and keeps dense stretches to a few marks."""
+    narrow = (rows["end"] - rows["start"]) < MERGE_PX * ns_per_px
     if narrow.sum() < 2:
         return rows
     wide = {c: v[~narrow] for c, v in rows.items()}
@@ -187,16 +209,13 @@ def _merge_subpixel(rows: dict[str, np.ndarray], origin_ns: int, ns_per_px: floa
     order = np.lexsort((nr["start"], col, nr["track"]))
     nr = {c: v[order] for c, v in nr.items()}
     col = col[order]
-    new = np.r_[True, (nr["track"][1:] != nr["track"][:-1]) | (col[1:] != col[:-1])]
-    first = np.flatnonzero(new)
-    block = np.cumsum(new) - 1
-    dur = nr["end"] - nr["start"]
-    top = np.maximum.reduceat(dur, first)
-    is_top = np.flatnonzero(dur == top[block])
-    pick = is_top[np.r_[True, block[is_top][1:] != block[is_top][:-1]]]  # first longest row of each block
-    merged = {"start": nr["start"][first], "end": np.maximum.reduceat(nr["end"], first), "track": nr["track"][first],
-              "sig": nr["sig"][pick], "n": np.add.reduceat(nr["n"], first), "busy": np.add.reduceat(nr["busy"], first),
-              "ref": nr["ref"][pick]}
+    merged = _reduce_blocks(nr, np.r_[True, (nr["track"][1:] != nr["track"][:-1]) | (col[1:] != col[:-1])])
+    if len(merged["start"]) > 1:
+        key = colour[merged["sig"]]
+        run = np.floor((merged["start"] - origin_ns) / (ns_per_px * RUN_PX)).astype(np.int64)
+        merged = _reduce_blocks(merged, np.r_[True, (merged["track"][1:] != merged["track"][:-1])
+                                              | (key[1:] != key[:-1]) | (run[1:] != run[:-1])
+                                              | (merged["start"][1:] - merged["end"][:-1] >= ns_per_px)])
     return {c: np.concatenate([wide[c], merged[c]]) for c in rows}
 
 
@@ -206,6 +225,7 @@ class LodIndex:
     def __init__(self, folder: Path, meta: dict, pyramid: dict, spans: dict | None):
         self.folder, self.meta, self.rows, self._spans = folder, meta, pyramid, spans
         self._lock = threading.Lock()
+        self.colour_key = np.unique(meta["sigs"]["colour"], return_inverse=True)[1].reshape(-1)
         self.resolution = np.asarray(meta["resolution_ns"], float)
         self._name_stats = None
         self._counters = None
@@ -246,7 +266,7 @@ class LodIndex:
                 parts.append(idx[self.rows["end"][a:b] >= start_ns])
         idx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         out = _merge_subpixel({c: self.rows[c][idx] for c in ("start", "end", "track", "sig", "n", "busy", "ref")},
-                              start_ns, (end_ns - start_ns) / width_px)
+                              start_ns, (end_ns - start_ns) / width_px, self.colour_key)
         out.update(level=level, raw_level=raw, ns_per_px=(end_ns - start_ns) / width_px,
                    level_ns_per_px=float(self.resolution[level]) if level < raw else None,
                    count=int(len(out["start"])), rows_read=int(len(idx)))
