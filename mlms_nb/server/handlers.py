@@ -36,6 +36,8 @@ from . import lod, runs
 AUTH_RESOURCE = "mlms"
 _pool = ThreadPoolExecutor(2, thread_name_prefix="mlms-api")
 _warming: set[str] = set()
+WARM_NEWEST = 5
+"""Listing the runs builds the missing indexes of the newest traces this many, in the background."""
 _warm_lock = threading.Lock()
 
 
@@ -104,7 +106,7 @@ class RunsHandler(MlmsHandler):
             if since and since == version:  # what the sidebar polls: nothing landed since it last looked
                 return {"version": version, "unchanged": True}
             cold = []
-            for folder in runs.trace_folders():
+            for folder in runs.trace_folders()[:WARM_NEWEST]:
                 if not (folder / lod.META_FILE).exists():
                     with _warm_lock:
                         if str(folder) not in _warming:

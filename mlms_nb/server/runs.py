@@ -116,7 +116,7 @@ def _traces_by_evaluation(evaluation_id: str | None = None) -> dict[str, dict[st
 
 
 def trace_folders() -> list[Path]:
-    """The folders of every stored trace that lies inside the store."""
+    """The folders of every stored trace that lies inside the store, newest first."""
     return [folder for fws in _traces_by_evaluation().values() for folder in fws.values()]
 
 
