@@ -82,7 +82,7 @@ function draw() {
   const p = (x1 - x0) / W;                       // ms per pixel
   const res = layout.resolution_ms, raw = layout.raw_level;
   let k = raw;
-  for (let j = 0; j < res.length; j++) { if (res[j] <= p * (1 + 1e-9)) { k = j; break; } }
+  for (let j = 0; j < res.length; j++) { if (res[j] <= p * layout.level_slack * (1 + 1e-9)) { k = j; break; } }
   const key = k + ":" + x0 + ":" + x1 + ":" + W;
   if (st.drawn === key) return;
   st.drawn = key;
@@ -264,7 +264,10 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     extent_ms = max(tl.attrs["extent_ns"] / 1e6, 1e-6)
     sig, sig_table = signatures(tl, colours)
     data, layout = payload(tl, sig)
-    layout.update(width_px=width_px, resolution_ms=[r / 1e6 for r in tl.attrs["resolution_ns"]])
+    from ._lod import LEVEL_SLACK
+
+    layout.update(width_px=width_px, resolution_ms=[r / 1e6 for r in tl.attrs["resolution_ns"]],
+                  level_slack=LEVEL_SLACK)
     visible = ColumnDataSource(visible_columns(rows, sig[tl.index.get_indexer(rows.index)], sig_table["c"]),
                                name="timeline_visible")
     sig_src = ColumnDataSource(sig_table, name="timeline_signatures")

@@ -33,6 +33,8 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 OTHER_COLOR = "#c7c7c7"
 NAMED_KINDS = ("op", "kernel", "memcpy", "memset", "runtime")
 """Kinds coloured by their own name when they carry no layer type (``aten::conv2d``, a CUDA kernel)."""
+LEVEL_SLACK = _lod.LEVEL_SLACK
+"""A zoom level is drawn while its pixel is at most this many view pixels wide."""
 X_LABEL = "time since trace start (ms)"
 Y_LABEL = "track (level · device · thread [depth])"
 _EXTRA = "pip install 'mlms-nb[analysis]'"
@@ -212,9 +214,10 @@ def _timeline(data, **kw) -> pd.DataFrame:
 
 
 def level_for(tl: pd.DataFrame, ms_per_px: float) -> int:
-    """The zoom level drawn when one pixel is ``ms_per_px`` ms: the coarsest whose pixel is not wider."""
+    """The zoom level drawn when one pixel is ``ms_per_px`` ms: the coarsest whose pixel is at most
+    :data:`LEVEL_SLACK` view pixels wide."""
     res = np.asarray(tl.attrs["resolution_ns"], float)
-    finer = np.flatnonzero(res <= ms_per_px * 1e6 * (1 + 1e-9))
+    finer = np.flatnonzero(res <= ms_per_px * 1e6 * LEVEL_SLACK * (1 + 1e-9))
     return int(finer[0]) if len(finer) else int(tl.attrs["raw_level"])
 
 

@@ -30,7 +30,7 @@ import pandas as pd
 from . import runs
 
 FORMAT = "mlms-nb/timeline-lod"
-VERSION = 3
+VERSION = 4
 BASE_WIDTH_PX = 1200
 META_FILE, ROWS_FILE, SPANS_FILE = "timeline_lod.json", "timeline_lod.rows.arrow", "timeline_lod.spans.arrow"
 MAX_LINKS = 200
@@ -126,6 +126,7 @@ def build(folder: Path) -> tuple[dict, dict[str, np.ndarray], dict[str, np.ndarr
                                                          tracks["device"], tracks["thread"], tracks["stream"],
                                                          tracks["depth"])],
         "names": names, "sigs": sigs, "group_offsets": [int(v) for v in off], "group_lookback_ns": look,
+        "level_slack": float(timeline.LEVEL_SLACK),
         "has_correlation": bool((corr >= 0).any() or (ext >= 0).any()),
     }
     return meta, pyramid, sorted_spans
@@ -243,8 +244,9 @@ class LodIndex:
 
     # --------------------------------------------------------------- what the panel draws
     def level_for(self, ns_per_px: float) -> int:
-        """The coarsest level whose pixel is not wider than ``ns_per_px`` (the raw level when none)."""
-        finer = np.flatnonzero(self.resolution <= ns_per_px * (1 + 1e-9))
+        """The coarsest level whose pixel is at most ``level_slack`` times ``ns_per_px`` (the raw level when
+        none): the rule of ``analyses.timeline.level_for``."""
+        finer = np.flatnonzero(self.resolution <= ns_per_px * self.meta.get("level_slack", 1.0) * (1 + 1e-9))
         return int(finer[0]) if len(finer) else int(self.meta["raw_level"])
 
     def tiles(self, start_ns: int, end_ns: int, width_px: int) -> dict:
