@@ -12,4 +12,4 @@
 Every ``plot`` takes ``backend="bokeh"`` or ``"matplotlib"``; :func:`show` displays a figure in a notebook
 (Bokeh with INLINE resources), :func:`to_html` writes a standalone page.
 """
-from ._plot import show, to_html  # noqa: F401
+from ._plot import Displayable, show, to_html  # noqa: F401

@@ -29,6 +29,11 @@ def report(runs, pdf=None, html=None, notebook=None, paper: str = "A4", **kwargs
     return build_report(runs, pdf=pdf, html=html, notebook=notebook, paper=paper, **kwargs)
 
 
+def _jupyter_server_extension_points():
+    """The Jupyter server extension (the REST API of the JupyterLab sidebar) lives in ``mlms_nb.server``."""
+    return [{"module": "mlms_nb.server"}]
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext mlms_nb`` registers ``%mlms``."""
     from mlms_nb.magics import load_ipython_extension as _load

@@ -22,6 +22,7 @@ from mlms_nb.analyses import kernels as _kernels
 from mlms_nb.analyses import layers as _layers
 from mlms_nb.analyses import roofline as _roofline
 from mlms_nb.analyses import timeline as _timeline
+from mlms_nb.analyses import Displayable
 from mlms_nb.analyses.result import Analysis
 from mlms_nb.divergence import Divergence
 from mlms_nb.divergence.run import diverge as _diverge
@@ -358,9 +359,10 @@ def kernels(run) -> Analysis:
                     extra={"kernel_table": _kernels.kernel_table(trace_of_run)})
 
 
-def timeline(run, backend: str = "bokeh", **kwargs):
-    """The zoomable timeline figure of a trace (tracks per level / thread / device)."""
-    return _timeline.plot(_spans(run), backend, **kwargs)
+def timeline(run, backend: str = "bokeh", **kwargs) -> Displayable:
+    """The zoomable timeline figure of a trace (tracks per level / thread / device), opening on the traced pass;
+    it displays itself as a cell's last value (``.figure``: the Bokeh layout or matplotlib Figure)."""
+    return Displayable(_timeline.plot(_spans(run), backend, **kwargs))
 
 
 def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: str = "imagenet-samples",

@@ -95,6 +95,8 @@ ARGUMENTS: dict[str, list[Arg]] = {
         (("--framework",), {"default": None, "help": "only this framework's trace"}),
         (("--plot",), {"default": "bokeh", "choices": ["bokeh", "matplotlib"], "help": "figure backend"}),
         HTML,
+        (("--panel",), {"action": "store_true",
+                        "help": "open the run in the JupyterLab timeline panel instead of drawing it in the cell"}),
     ],
     "report": [
         (("runs",), {"nargs": "+", "metavar": "RUN", "help": "history ids, evaluation ids, saved .json files or "
@@ -302,6 +304,11 @@ def run_diverge(args: argparse.Namespace) -> Output:
 
 def run_timeline(args: argparse.Namespace) -> Output:
     run = api.resolve_run(args.run)
+    if getattr(args, "panel", False):
+        from mlms_nb.server.panel import open_in_panel
+
+        text, html_text = open_in_panel(run, args.framework)
+        return Output(run, text, html_text, {"panel": text})
     if args.framework:
         if not hasattr(run, "traces") or args.framework not in run.traces:
             raise MlmsError(f"timeline: no trace of framework {args.framework!r} in this run")

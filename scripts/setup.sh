@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
+# The install below also builds the JupyterLab extension (labextension/, with jlpm from the npm registry; skipped
+# while labextension/build is newer than its sources): that needs Node.js >= 20.19 here (a wheel's users need none).
+command -v node >/dev/null 2>&1 || echo "note: Node.js is not installed; building the JupyterLab extension needs \
+Node.js >= 20.19 (Debian: apt-get install nodejs npm)" >&2
 # torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out.
 .venv/bin/python -m pip install -q -e '.[all,dev]'
 # foolbox only carries the 20 labeled ImageNet photos (imagenet-samples); its dependencies are not needed.

@@ -410,8 +410,12 @@ def test_04_roofline_and_layers_notebook(shared_home):
     code = [c for c in nb.cells if c.cell_type == "code"]
     occurrence = text_of(code[1])
     assert "Conv2dStaticSamePadding" in occurrence and "every predict call ran the same number of layers" in occurrence
-    bokeh = [c for c in code if any("application/vnd.bokehjs_exec.v0+json" in o.get("data", {}) for o in c.outputs)]
+    from mlms_nb.analyses._plot import BOKEHJS_MARK, FIGURE_MARK
+
+    html = [[o.get("data", {}).get("text/html", "") for o in c.outputs] for c in code]
+    bokeh = [c for c in html if any(FIGURE_MARK in h for h in c)]
     assert len(bokeh) == 4  # occurrence, per-layer latency, roofline per layer, batch scaling
+    assert sum(h.count(BOKEHJS_MARK) for c in html for h in c) == 1  # BokehJS travels once per notebook
     assert any(o.get("data", {}).get("image/png") for o in code[4].outputs)  # matplotlib per-type latency
     ceilings = text_of(code[7])
     assert "ridge = peak / bandwidth" in ceilings and "FLOP/byte" in ceilings

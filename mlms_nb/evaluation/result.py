@@ -494,8 +494,25 @@ class Evaluation:
         if self.warnings:
             parts.append('<div style="color:#a60"><b>Warnings:</b><ul>'
                          + "".join(f"<li>{esc(w)}</li>" for w in self.warnings) + "</ul></div>")
+        if self.traces and self.history_ids:
+            parts.append(panel_link_html(self.id))
         parts.append("</div>")
         return "\n".join(parts)
+
+
+PANEL_LINK_PREFIX = "#mlms-timeline/"
+"""An output link to ``#mlms-timeline/<evaluation_id>[/<framework>]`` opens that stored run in the JupyterLab
+timeline panel (the mlms-nb lab extension catches the click; elsewhere the link does nothing)."""
+
+
+def panel_link_html(evaluation_id: str, framework: str | None = None) -> str:
+    """A button-like link that opens a stored, traced run in the JupyterLab timeline panel."""
+    target = PANEL_LINK_PREFIX + evaluation_id + (f"/{framework}" if framework else "")
+    what = f"the {framework} trace" if framework else "the timeline"
+    return (f'<div class="mlms-panel-link" style="margin:4px 0"><a href="{html.escape(target)}" '
+            f'title="opens in the mlms-nb JupyterLab extension (JupyterLab only)" style="display:inline-block;'
+            f'padding:2px 8px;border:1px solid #1f77b4;border-radius:3px;text-decoration:none">'
+            f'Open {html.escape(what)} in the JupyterLab panel</a></div>')
 
 
 # ---------------------------------------------------------------- helpers: display
