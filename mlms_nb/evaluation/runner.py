@@ -25,6 +25,7 @@ from mlms_nb.evaluation.scenarios import SCENARIOS, TimingConfig, run_scenario
 from mlms_nb.stack import detect_stack
 from mlms_nb.evaluation.stats import latency_stats, stability_warning
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
+from mlms_nb.schema.evaluation import SampleKey
 from mlms_nb.schema.levels import TraceLevel
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,7 @@ class EvaluationRunner:
         stats = latency_stats(samples, batch_size, wall_ns=None if scenario == "single-stream" else wall_ns)
         row = {"framework": fw, "batch_size": int(batch_size), "scenario": scenario, **stats,
                "warmup_calls": int(warmup_calls), **extra}
-        evaluation.samples[(fw, int(batch_size), scenario)] = np.asarray(samples, dtype=np.int64)
+        evaluation.samples[SampleKey(fw, int(batch_size), scenario)] = np.asarray(samples, dtype=np.int64)
         warning = stability_warning(row)
         if warning:
             evaluation.warnings.append(warning)

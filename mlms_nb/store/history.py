@@ -37,6 +37,7 @@ from mlms_nb._clock import now_utc
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
+from mlms_nb.schema.evaluation import HISTORY
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +115,8 @@ CEILING_FIGURES = (("peak_flops_per_s", "FLOP/s"), ("bandwidth_bytes_per_s", "by
                    ("ridge_flop_per_byte", "FLOP/byte"))
 """The figures of a ``ceilings`` row that are also written to ``machine_ceilings`` (metric ``<device>/<name>``)."""
 
-QUERY_COLUMNS = ("id", "evaluation_id", "model", "model_version", "framework", "framework_version", "stack_hash",
-                 "created_at", "complete", "dataset", "batch_sizes", "top1", "top5", "median_ms")
-"""Columns of :meth:`HistoryStore.query` (everything but the payload)."""
+QUERY_COLUMNS = HISTORY.names
+"""Columns of :meth:`HistoryStore.query` (everything but the payload; see :data:`mlms_nb.schema.evaluation.HISTORY`)."""
 
 
 class HistoryError(MlmsError):
@@ -395,8 +395,7 @@ class HistoryStore:
 
         rows = self._transaction(work, False, "query")
         frame = pd.DataFrame(rows, columns=list(QUERY_COLUMNS))
-        frame = frame.astype({"id": "int64", "complete": "bool", "top1": "float64", "top5": "float64",
-                              "median_ms": "float64"})
+        frame = frame.astype({c.name: c.dtype for c in HISTORY.columns if c.dtype in ("int64", "float64", "bool")})
         frame["batch_sizes"] = [json.loads(b) if b else [] for b in frame["batch_sizes"]]
         frame.attrs["note"] = ("one row per evaluation and framework, newest first; top1/top5: fractions of the "
                                "dataset's inputs; median_ms: median latency at the smallest batch size; "
