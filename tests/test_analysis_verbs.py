@@ -99,6 +99,6 @@ def test_bad_runs_are_sentences(runs, shared_home, capsys):
     assert main(["roofline", "no-such-run", "--plot", "none"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mlms roofline: ") and "no-such-run" in err and "Traceback" not in err
-    with pytest.raises(mlms_nb.errors.MlmsError, match="per must be layer or model"):
+    with pytest.raises(mlms_nb.errors.MlmsError, match="per='tensor': expected 'layer' or 'model'"):
         mlms_nb.roofline(plain, per="tensor")
     assert np.isfinite(plain.latency["median_ms"]).all()  # nothing measured was lost

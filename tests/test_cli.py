@@ -31,9 +31,11 @@ def test_models_json(shared_home):
 
 @pytest.mark.parametrize("args, message", [
     (["eval", "efficientnet_lite9"], "unknown model 'efficientnet_lite9'; did you mean efficientnet_lite"),
-    (["eval", "efficientnet_lite0", "--batch-sizes", "1,zero"], "batch sizes: 'zero' is not an integer"),
-    (["eval", "efficientnet_lite0", "--batch-sizes", "0"], "batch sizes: 0 is not a positive integer"),
-    (["eval", "efficientnet_lite0", "--framework", "caffe"], "unknown framework 'caffe'"),
+    (["eval", "efficientnet_lite0", "--batch-sizes", "1,zero"], "--batch-sizes 1,zero: 'zero' is not an integer"),
+    (["eval", "efficientnet_lite0", "--batch-sizes", "0"], "--batch-sizes 0: 0 is not a positive integer"),
+    (["eval", "efficientnet_lite0", "--framework", "caffe"], "--framework caffe: unknown framework 'caffe'"),
+    (["eval", "efficientnet_lite0", "--min-time", "-1"], "--min-time -1: expected at least 0 s"),
+    (["eval", "efficientnet_lite0", "--scenario", "server"], "the server scenario needs a target rate: --qps"),
     (["eval", "efficientnet_lite0", "--dataset", "/no/such/folder"], "dataset"),
     (["eval", "resnet50", "--dataset", "imagenet-samples"], "random weights: only performance runs accept it"),
 ])

@@ -14,6 +14,7 @@ import numpy as np
 from mlms_nb._bootstrap import CI_LEVEL, median_ci
 from mlms_nb._bootstrap import RESAMPLES as BOOTSTRAP_RESAMPLES
 from mlms_nb.errors import MlmsError
+from mlms_nb.options import spell
 UNSTABLE_IQR_OVER_MEDIAN = 0.1
 
 
@@ -126,7 +127,7 @@ def stability_warning(row: Mapping[str, Any]) -> str | None:
     if not _missing(samples):
         detail += f" over {int(samples)} calls"
     return (f"{prefix}latency is unstable: {detail}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} threshold; "
-            "close other programs, fix the thread count (threads=...) or time longer (min_time_s=...) "
+            f"close other programs, fix the thread count ({spell('threads')}) or time longer ({spell('min_time_s')}) "
             "before comparing these numbers")
 
 
