@@ -6,17 +6,61 @@ here), and what each verb returns (:class:`Output`: a value, what to show, the J
 from __future__ import annotations
 
 import argparse
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, NamedTuple
 
 from mlms_nb import api, display
 from mlms_nb.analyses import figure_page
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import (
-    Argument, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions, arguments, given,
+    DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, Options, RooflineOptions, fields, python_default,
     spelling,
 )
+
+# ---------------------------------------------------------------------------------------------- from the options
+
+class Argument(NamedTuple):
+    """One argparse argument: its flags (or positional name) and ``add_argument`` keywords."""
+    flags: tuple[str, ...]
+    kwargs: dict
+
+
+def arguments(cls: type[Options]) -> list[Argument]:
+    """The flags of ``cls``'s options (those whose field names a ``cli`` flag), help and default from the field.
+    Values arrive as text and the model validates them, so the CLI, the magic and Python give the same errors; an
+    option not given is not set (the model's default applies), which :func:`given` reads back."""
+    out = []
+    for name, info in fields(cls):
+        extra = info.json_schema_extra or {}
+        if not extra.get("cli"):
+            continue
+        default = extra.get("cli_default", python_default(info))
+        kwargs: dict[str, Any] = {"dest": name, "default": extra.get("cli_default", argparse.SUPPRESS)}
+        if isinstance(info.default, bool):
+            kwargs["action"] = "store_false" if info.default else "store_true"
+            help_text = extra.get("cli_help", info.description)
+        else:
+            if typing.get_origin(info.annotation) is Literal:
+                kwargs["choices"] = list(typing.get_args(info.annotation))
+            else:
+                kwargs["metavar"] = extra.get("metavar") or _METAVARS.get(extra.get("unit", ""),
+                                                                          extra["cli"].lstrip("-").upper())
+            shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+            unit = f" {extra['unit']}" if extra.get("unit") and isinstance(default, (int, float)) else ""
+            help_text = f"{info.description} (default: {shown}{unit})" if default is not None else info.description
+        out.append(Argument((extra["cli"],), {**kwargs, "help": help_text}))
+    return out
+
+
+_METAVARS = {"s": "SECONDS", "ms": "MS", "calls": "N", "inputs": "N", "rows": "N", "queries/s": "QPS"}
+
+
+def given(cls: type[Options], namespace: argparse.Namespace) -> dict[str, Any]:
+    """The options of ``cls`` that an argparse ``namespace`` holds (what the user typed, or a CLI default)."""
+    return {name: getattr(namespace, name) for name, _ in fields(cls) if hasattr(namespace, name)}
+
 
 VERBS: dict[str, str] = {
     "models": "list the models mlms-nb can run (built-in manifests and MLMS_MANIFEST_PATH)",

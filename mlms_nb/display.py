@@ -56,12 +56,9 @@ def fmt_num(value: Any) -> str:
 
 
 def fmt_int(value: Any) -> str:
-    if is_missing(value):
-        return "-"
-    try:
-        return str(int(value))
-    except (TypeError, ValueError):
-        return str(value)
+    if is_missing(value) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
+        return "-" if is_missing(value) else str(value)
+    return str(int(value))
 
 
 def fmt_pct(fraction: Any) -> str:
@@ -107,21 +104,19 @@ class Page:
 
 # ---------------------------------------------------------------------------------------------- dispatch
 
+_PARTS = (("frame", pd.DataFrame), ("table", Table), ("notes", Notes), ("section", Section), ("page", Page),
+          ("str", str))
+_RESULTS = (("evaluation", ("samples", "latency", "measurement_note")), ("divergence", ("first_divergent_layer", "pairs")),
+            ("analysis", ("table", "title")), ("trace", ("spans", "counters")))
+"""How a result is recognised: by the public attributes it has (display imports none of their classes)."""
+
+
 def _kind(obj: Any) -> str:
-    """What sort of result ``obj`` is, from its public attributes."""
-    for kind, cls in (("frame", pd.DataFrame), ("table", Table), ("notes", Notes), ("section", Section),
-                      ("page", Page), ("str", str)):
-        if isinstance(obj, cls):
-            return kind
-    if hasattr(obj, "samples") and hasattr(obj, "latency") and hasattr(obj, "measurement_note"):
-        return "evaluation"
-    if hasattr(obj, "first_divergent_layer") and hasattr(obj, "pairs"):
-        return "divergence"
-    if hasattr(obj, "table") and hasattr(obj, "title"):
-        return "analysis"
-    if hasattr(obj, "spans") and hasattr(obj, "counters"):
-        return "trace"
-    raise TypeError(f"mlms_nb.display cannot render a {type(obj).__name__}")
+    kind = next((k for k, cls in _PARTS if isinstance(obj, cls)), None) or next(
+        (k for k, attrs in _RESULTS if all(hasattr(obj, a) for a in attrs)), None)
+    if kind is None:
+        raise TypeError(f"mlms_nb.display cannot render a {type(obj).__name__}")
+    return kind
 
 
 def render_text(obj: Any) -> str:
@@ -145,16 +140,9 @@ def mimebundle(obj: Any) -> dict[str, str]:
 
 
 def dumps(data: Any) -> str:
-    """JSON text of :func:`render_json` data (numpy values become Python ones)."""
-    return json.dumps(data, indent=2, default=_json_default)
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    return str(obj)
+    """JSON text of :func:`render_json` data (numpy values become Python ones, anything else its str)."""
+    return json.dumps(data, indent=2, default=lambda o: o.item() if hasattr(o, "item") else (
+        o.tolist() if hasattr(o, "tolist") else str(o)))
 
 
 def records(frame: pd.DataFrame) -> list[dict]:
@@ -163,13 +151,10 @@ def records(frame: pd.DataFrame) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------- tables and pages
 
-def _frame_text(frame: pd.DataFrame, max_rows: int = MAX_ROWS) -> str:
-    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
-        return frame.to_string(index=False, max_rows=max_rows)
-
-
 def _table_text(t: Table) -> str:
-    return "\n".join(filter(None, [t.title, t.empty if t.frame.empty else _frame_text(t.frame), t.note]))
+    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
+        body = t.empty if t.frame.empty else t.frame.to_string(index=False, max_rows=MAX_ROWS)
+    return "\n".join(filter(None, [t.title, body, t.note]))
 
 
 def _table_html(t: Table) -> str:

@@ -3,7 +3,8 @@
 Each option is one field: its name (the Python keyword), type, default, bounds, a ``description`` (the help text)
 and ``json_schema_extra={"cli": "--min-time", "unit": "s"}`` (the flag of ``mlms`` and ``%mlms``). From these
 come the validation of the Python call (:func:`takes` gives a facade function its signature and validates its
-keywords), the argparse table of the CLI and the magic (:func:`arguments`), and their help texts. A sub-model
+keywords), the argparse table of the CLI and the magic and their help texts (:func:`mlms_nb.commands.arguments`
+reads :func:`fields`). A sub-model
 groups options (:class:`Timing`, :class:`Tracing`); the Python signature lists them flat, in field order.
 
 Errors and advice name an option the way the caller spells it: ``min_time_s=`` in Python, ``--min-time`` on the
@@ -11,14 +12,12 @@ command line and in the magic (:func:`spelling` switches; :func:`spell` writes a
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import contextvars
 import difflib
 import functools
 import inspect
-import typing
-from typing import Any, Callable, Iterable, Literal, NamedTuple
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -337,7 +336,8 @@ def _sentence(err: ValidationError, cls: type[Options]) -> str:
 
 # ---------------------------------------------------------------------------------------------- Python signatures
 
-def _python_default(info) -> Any:
+def python_default(info) -> Any:
+    """The default a Python caller sees (a tuple where the model keeps a list; the string 'torch')."""
     extra = info.json_schema_extra or {}
     return extra["python_default"] if "python_default" in extra else info.get_default(call_default_factory=True)
 
@@ -348,7 +348,7 @@ def takes(cls: type[Options], *leading: str) -> Callable:
     def decorate(function: Callable) -> Callable:
         own = inspect.signature(function)
         params = [own.parameters[name] for name in leading]
-        params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=_python_default(info),
+        params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=python_default(info),
                                      annotation=(info.json_schema_extra or {}).get("python_type", info.annotation))
                    for name, info in fields(cls)]
         signature = inspect.Signature(params, return_annotation=own.return_annotation)
@@ -379,55 +379,5 @@ def doc(cls: type[Options]) -> str:
         extra = info.json_schema_extra or {}
         unit = f", {extra['unit']}" if extra.get("unit") else ""
         flag = f" [{extra['cli']}]" if extra.get("cli") else ""
-        lines.append(f"    ``{name}`` (default {_python_default(info)!r}{unit}){flag}: {info.description}")
+        lines.append(f"    ``{name}`` (default {python_default(info)!r}{unit}){flag}: {info.description}")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------- argparse
-
-class Argument(NamedTuple):
-    """One argparse argument: its flags (or positional name) and ``add_argument`` keywords."""
-    flags: tuple[str, ...]
-    kwargs: dict
-
-
-def arguments(cls: type[Options], skip: Iterable[str] = ()) -> list[Argument]:
-    """The flags of ``cls``'s options (those with a ``cli`` flag). Values arrive as text and are validated by
-    the model, so the CLI, the magic and Python give the same errors; an option not given is not set (its
-    default is the model's), which ``given`` reads back."""
-    out = []
-    for name, info in fields(cls):
-        extra = info.json_schema_extra or {}
-        if not extra.get("cli") or name in skip:
-            continue
-        default = extra.get("cli_default", _python_default(info))
-        kwargs: dict[str, Any] = {"dest": name, "default": extra.get("cli_default", argparse.SUPPRESS)}
-        if isinstance(info.default, bool):
-            kwargs["action"] = "store_false" if info.default else "store_true"
-            help_text = extra.get("cli_help", info.description)
-        else:
-            choices = _choices(info.annotation)
-            if choices:
-                kwargs["choices"] = choices
-            else:
-                kwargs["metavar"] = extra.get("metavar") or _METAVARS.get(extra.get("unit", ""),
-                                                                          extra["cli"].lstrip("-").upper())
-            shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
-            unit = f" {extra['unit']}" if extra.get("unit") and isinstance(default, (int, float)) else ""
-            help_text = f"{info.description} (default: {shown}{unit})" if default is not None else info.description
-        out.append(Argument((extra["cli"],), {**kwargs, "help": help_text}))
-    return out
-
-
-_METAVARS = {"s": "SECONDS", "ms": "MS", "calls": "N", "inputs": "N", "rows": "N", "queries/s": "QPS"}
-
-
-def _choices(annotation: Any) -> list[str] | None:
-    if typing.get_origin(annotation) is Literal:
-        return list(typing.get_args(annotation))
-    return None
-
-
-def given(cls: type[Options], namespace: argparse.Namespace) -> dict[str, Any]:
-    """The options of ``cls`` that an argparse ``namespace`` holds (what the user typed, or a CLI default)."""
-    return {name: getattr(namespace, name) for name, _ in fields(cls) if hasattr(namespace, name)}

@@ -11,6 +11,7 @@ import pytest
 import mlms_nb
 from mlms_nb.api import Analysis
 from mlms_nb.cli import main
+from mlms_nb.schema.evaluation import TRACE_OVERHEAD
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,7 @@ def test_object_methods_return_analyses(runs):
     occurrence = traced.layers("occurrence").table
     assert occurrence.set_index("layer_type").loc["Conv2dStaticSamePadding", "count"] == 49
     assert traced.trace.layers("memory").table["memory_bytes"].notna().any()
+    assert TRACE_OVERHEAD.problems(traced.trace_overhead) == [] and len(traced.trace_overhead) == 2
     bundle = traced.batch_scaling()._repr_mimebundle_()
     assert "saturation" in bundle["text/plain"] and "<table" in bundle["text/html"]
 

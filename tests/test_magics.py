@@ -4,6 +4,11 @@ failing with the cell's own error after keeping the trace; and a real kernel run
 failed %mlms."""
 from __future__ import annotations
 
+import logging
+import os
+import signal
+import threading
+
 import nbformat
 import pandas as pd
 import pytest
@@ -12,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from mlms_nb.evaluation.result import Evaluation
+from mlms_nb.schema.evaluation import FRAMES, SUMMARY
 from mlms_nb.tracing.trace import Trace
 
 
@@ -75,18 +81,53 @@ def test_models_returns_frame_and_saves(ip):
 
 def test_eval_displays_the_evaluation_and_saves_it(ip, shared_home):
     with capture_output() as captured:
-        ip.run_line_magic("mlms", "eval resnet50 --framework onnxruntime --dataset synthetic:2 --batch-sizes 2 "
-                                  "--min-repeats 3 --min-time 0 --warmup 1 --no-history --save ev")
+        ip.run_line_magic("mlms", "eval efficientnet_lite0 --framework onnxruntime --dataset imagenet-samples "
+                                  "--limit 4 --batch-sizes 2 --min-repeats 3 --min-time 0 --warmup 1 --no-history "
+                                  "--save ev")
     ev = ip.user_ns["ev"]
-    assert isinstance(ev, Evaluation) and ev.model == "resnet50" and ev.complete
+    assert isinstance(ev, Evaluation) and ev.model == "efficientnet_lite0" and ev.complete
     row = ev.latency.iloc[0]
     assert row["batch_size"] == 2 and row["samples"] >= 3
-    assert ev.accuracy.empty  # synthetic data is unlabeled: no accuracy claimed
+    assert ev.accuracy["n"].tolist() == [4] and len(ev.predictions) == 4
     assert ev.options["min_time_s"] == 0 and ev.options["warmup"] == 1
+    for name, schema in FRAMES.items():  # what the runner fills in is what the schema says
+        assert schema.problems(getattr(ev, name)) == [], name
+    assert SUMMARY.problems(ev.summary) == []
     [shown] = [o.data for o in captured.outputs]
-    for needle in ("median (ms)", "95% CI of median (ms)", "IQR/median (%)", "Measured:"):
+    for needle in ("median (ms)", "95% CI of median (ms)", "IQR/median (%)", "top-1 (%)", "Measured:"):
         assert needle in shown["text/plain"] and needle in shown["text/html"]
     assert "<table" in shown["text/html"] and "onnxruntime" in shown["text/plain"]
+
+
+def test_ctrl_c_shows_what_was_measured_then_fails_the_cell(ip, shared_home):
+    """Ctrl-C (a real SIGINT) one second into the timed loop: the magic shows the partial evaluation, keeps it under
+    --save, and fails the cell with a UsageError, so Run All stops there."""
+    timers: list[threading.Timer] = []
+
+    class InterruptOnceTimed(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("timing ") and not timers:
+                timers.append(threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)))
+                timers[0].start()
+
+    runner_log = logging.getLogger("mlms_nb.evaluation.runner")
+    handler, level = InterruptOnceTimed(), runner_log.level
+    runner_log.addHandler(handler)
+    runner_log.setLevel(logging.INFO)
+    try:
+        with capture_output() as captured:
+            result = ip.run_cell("%mlms eval efficientnet_lite0 --framework onnxruntime --dataset synthetic:2 "
+                                 "--min-time 60 --warmup 1 --no-history --save partial")
+    finally:
+        runner_log.removeHandler(handler)
+        runner_log.setLevel(level)
+        for timer in timers:
+            timer.cancel()
+    assert not result.success and isinstance(result.error_in_exec, UsageError)
+    assert "interrupted (Ctrl-C)" in str(result.error_in_exec) and "`partial`" in str(result.error_in_exec)
+    partial = ip.user_ns["partial"]
+    assert not partial.complete and partial.latency["samples"].iloc[0] > 0
+    assert "Incomplete:" in captured.outputs[0].data["text/plain"]
 
 
 def test_trace_cell_keeps_the_trace_then_fails_with_the_cells_error(ip, tmp_path):

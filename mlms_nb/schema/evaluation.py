@@ -74,6 +74,28 @@ class FrameSchema:
     def units(self) -> dict[str, str]:
         return {c.name: c.unit for c in self.columns if c.unit}
 
+    def problems(self, frame) -> list[str]:
+        """How ``frame`` departs from the schema: unknown or missing columns (those present always), wrong
+        dtypes, columns out of order. Empty when it conforms (an empty frame with no columns conforms)."""
+        if len(frame.columns) == 0:
+            return []
+        known = {c.name: c for c in self.columns}
+        out = [f"{self.name}: unknown column {name!r}" for name in frame.columns if name not in known]
+        out += [f"{self.name}: missing column {c.name!r}" for c in self.columns
+                if not c.when and c.name not in frame.columns]
+        for name in frame.columns:
+            if name in known and str(frame[name].dtype) not in _DTYPES[known[name].dtype]:
+                out.append(f"{self.name}: column {name!r} is {frame[name].dtype}, expected {known[name].dtype}")
+        present = [n for n in self.names if n in frame.columns]
+        if [n for n in frame.columns if n in known] != present:
+            out.append(f"{self.name}: columns out of order; expected {present}")
+        return out
+
+
+_DTYPES = {"str": ("str", "object", "string"), "object": ("object",), "int64": ("int64",), "float64": ("float64",),
+           "bool": ("bool",)}
+"""The pandas dtypes each schema dtype accepts (text columns are ``str`` in pandas 3, ``object`` before)."""
+
 
 class SampleKey(NamedTuple):
     """The key of ``Evaluation.samples``: one timed loop. Equal to the plain tuple it replaces."""
@@ -135,9 +157,9 @@ PREDICTIONS = FrameSchema("predictions", (
     _FRAMEWORK,
     Column("input_id", "str", "", "the input's id (file name, or index)"),
     Column("label", "int64", "class", "the true class index; -1 when unknown"),
-    Column("label_name", "object", "", "the true class name; None when the manifest has no labels"),
+    Column("label_name", "str", "", "the true class name; missing when the manifest has no labels"),
     Column("top1", "int64", "class", "predicted class index"),
-    Column("top1_name", "object", "", "predicted class name; None when the manifest has no labels"),
+    Column("top1_name", "str", "", "predicted class name; missing when the manifest has no labels"),
     Column("top1_prob", "float64", "probability", "the top-1 class's probability"),
     Column("top5", "object", "class", "list of the 5 most probable class indices"),
     Column("top5_probs", "object", "probability", "list of their probabilities"),
