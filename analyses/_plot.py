@@ -420,40 +420,7 @@ def to_html(fig, title: str = "mlms-nb analysis") -> str:
             f"<body><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'></body></html>")
 
 
-def axis_labels(fig) -> list[str]:
-    """Every axis label of ``fig`` (either backend): what the tests check for units."""
-    if _is_bokeh(fig):
-        from bokeh.models import Axis
-
-        return [a.axis_label for a in fig.select({"type": Axis}) if a.axis_label]
-    return [lab for ax in fig.axes for lab in (ax.get_xlabel(), ax.get_ylabel()) if lab]
-
-
-def titles(fig) -> list[str]:
-    if _is_bokeh(fig):
-        from bokeh.models import Title
-
-        return [t.text for t in fig.select({"type": Title}) if t.text]
-    out = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    if fig._suptitle is not None:
-        out.append(fig._suptitle.get_text())
-    return out
-
-
 def _is_bokeh(fig) -> bool:
     if isinstance(fig, Displayable):
         fig = fig.figure
     return type(fig).__module__.startswith("bokeh.")
-
-
-# ------------------------------------------------------------------------------------------ small table helpers
-
-def spread(values: np.ndarray) -> dict[str, float]:
-    """Median, p25, p75, IQR, mean, min, max of ``values`` (any unit; keys get the caller's suffix)."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return dict(median=np.nan, p25=np.nan, p75=np.nan, iqr=np.nan, mean=np.nan, min=np.nan, max=np.nan)
-    p25, med, p75 = np.percentile(v, [25, 50, 75])
-    return dict(median=float(med), p25=float(p25), p75=float(p75), iqr=float(p75 - p25), mean=float(v.mean()),
-                min=float(v.min()), max=float(v.max()))

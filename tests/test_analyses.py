@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlms_nb.analyses import _plot, batch_scaling, compare, kernels, layers, normalized, roofline
+from mlms_nb.analyses import batch_scaling, compare, figure_page, kernels, layers, normalized, roofline
 from mlms_nb.analyses._plot import AnalysisError
 from mlms_nb.errors import MlmsError
+from tests.helpers import axis_labels, titles
 from mlms_nb.tracing import TraceLevel, Tracer
 from tests.conftest import SESSION_HOME
 
@@ -71,12 +72,12 @@ def module_calls(model):
 
 def check_plot(fig, *units):
     """Rendered without error, titled, every numeric axis label has a unit in parentheses, ``units`` among them."""
-    labels = [lab for lab in _plot.axis_labels(fig) if lab not in CATEGORICAL_AXES]
+    labels = [lab for lab in axis_labels(fig) if lab not in CATEGORICAL_AXES]
     assert labels and all("(" in lab and lab.endswith(")") for lab in labels), labels
     for unit in units:
         assert any(unit in lab for lab in labels), (unit, labels)
-    assert _plot.titles(fig) and all(len(t) > 20 for t in _plot.titles(fig))
-    assert "<html" in _plot.to_html(fig).lower()  # Bokeh: INLINE resources; matplotlib: an embedded PNG
+    assert titles(fig) and all(len(t) > 20 for t in titles(fig))
+    assert "<html" in figure_page(fig).lower()  # Bokeh: INLINE resources; matplotlib: an embedded PNG
 
 
 # ------------------------------------------------------------------------------------------ layers

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlms_nb.analyses import _plot
 from mlms_nb.analyses import divergence as A
 from mlms_nb.divergence import diverge
 from mlms_nb.divergence.align import Point, attribute_latency, onnx_key
 from mlms_nb.errors import MlmsError
+from tests.helpers import axis_labels, titles
 
 FP32_PAIRS = ("torch~onnxruntime", "torch~tensorflow", "onnxruntime~tensorflow")
 INT8_PAIR = "torch~onnxruntime-int8"
@@ -121,10 +121,10 @@ def test_layer_latency_beside_error(lite0):
 @pytest.mark.parametrize("backend", ["bokeh", "matplotlib"])
 def test_plot_has_units_and_tolerance(lite0, backend):
     fig = lite0.plot(backend=backend)
-    labels = _plot.axis_labels(fig)
+    labels = axis_labels(fig)
     assert any("latency (ms)" in lab for lab in labels)
     assert any("max_rel_error" in lab for lab in labels)
-    assert any("tolerance" in t for t in _plot.titles(fig))
+    assert any("tolerance" in t for t in titles(fig))
 
 
 # ------------------------------------------------------------------------------------------ bad input

@@ -241,6 +241,6 @@ def timeline_module():
 
 def panel_link_html(evaluation_id: str, framework: str | None = None) -> str:
     """The output link that opens a run in the timeline panel (the same one the Evaluation's HTML carries)."""
-    from mlms_nb.evaluation.result import panel_link_html as link
+    from mlms_nb.display import panel_link_html as link
 
     return link(evaluation_id, framework)

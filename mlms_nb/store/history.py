@@ -21,6 +21,7 @@ from mlms_nb._clock import now_utc
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
 from mlms_nb.store.db import HistoryError, engine_for, is_sqlite, retry_while_locked, tables_ready
+from mlms_nb.schema.evaluation import HISTORY
 from mlms_nb.store.tables import CEILING_FIGURES, QUERY_COLUMNS, ceilings, evaluations, metadata, traces
 
 T = TypeVar("T")
@@ -205,8 +206,7 @@ class HistoryStore:
 
         rows = self._transaction(work, False, "query")
         frame = pd.DataFrame(rows, columns=list(QUERY_COLUMNS))
-        frame = frame.astype({"id": "int64", "complete": "bool", "top1": "float64", "top5": "float64",
-                              "median_ms": "float64"})
+        frame = frame.astype({c.name: c.dtype for c in HISTORY.columns if c.dtype in ("int64", "float64", "bool")})
         frame["batch_sizes"] = [json.loads(b) if b else [] for b in frame["batch_sizes"]]
         frame.attrs["note"] = ("one row per evaluation and framework, newest first; top1/top5: fractions of the "
                                "dataset's inputs; median_ms: median latency at the smallest batch size; "

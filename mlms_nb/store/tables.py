@@ -11,6 +11,8 @@ from __future__ import annotations
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 from sqlalchemy.dialects import mysql
 
+from mlms_nb.schema.evaluation import HISTORY
+
 LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
 metadata = MetaData()
@@ -67,6 +69,5 @@ Index("ix_ceilings_stack_hash_device", ceilings.c.stack_hash, ceilings.c.device)
 CEILING_FIGURES = {"peak_flops_per_s": "FLOP/s", "bandwidth_bytes_per_s": "bytes/s", "ridge_flop_per_byte": "FLOP/byte"}
 """The figures of a ``ceilings`` row and their units (:meth:`HistoryStore.ceilings` lists them one per row)."""
 
-QUERY_COLUMNS = ("id", "evaluation_id", "model", "model_version", "framework", "framework_version", "stack_hash",
-                 "created_at", "complete", "dataset", "batch_sizes", "top1", "top5", "median_ms")
-"""Columns of :meth:`HistoryStore.query` (everything but the payload)."""
+QUERY_COLUMNS = HISTORY.names
+"""Columns of :meth:`HistoryStore.query` (everything but the payload; see :data:`mlms_nb.schema.evaluation.HISTORY`)."""
