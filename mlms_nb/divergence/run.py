@@ -110,8 +110,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
         if not rows:
             raise MlmsError(f"{model}: no layer output is shared by two of {', '.join(names)}")
         pairs = list(itertools.combinations(names, 2))
-        stats = {(i, _analysis.pair_label(a, b)): _analysis.ErrorStats()
-                 for i, r in enumerate(rows) for a, b in pairs
+        stats = {(i, a, b): _analysis.ErrorStats() for i, r in enumerate(rows) for a, b in pairs
                  if r.key in captures[a].keys and r.key in captures[b].keys}
         wanted = [r.key for r in rows]
         logits = {fw: [] for fw in names}
@@ -120,9 +119,12 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
             for fw in names:
                 outs[fw], out = captures[fw].run(batch.data, wanted)
                 logits[fw].append(np.asarray(out, dtype=np.float32).reshape(len(batch), -1))
-            for (i, key), acc in stats.items():
-                a, b = key.split("~")
-                acc.update(outs[a][rows[i].key], outs[b][rows[i].key])
+            for i, row in enumerate(rows):  # each tensor made float64 once, for all the pairs it is in
+                flat = {fw: np.asarray(o[row.key], np.float64).ravel() for fw, o in outs.items() if row.key in o}
+                for a, b in pairs:
+                    if (i, a, b) in stats:
+                        stats[(i, a, b)].update(flat[a], flat[b])
+                del flat
             del outs
         logits = {fw: np.concatenate(v) for fw, v in logits.items()}
 
@@ -155,7 +157,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
         "layer_index": range(len(rows)), "layer": [r.label for r in rows], "layer_name": [r.name for r in rows],
         "call": [r.call for r in rows], "layer_type": [r.layer_type for r in rows],
         "shape": ["x".join(map(str, r.shape)) for r in rows]})
-    errors = {k: v.result() for k, v in stats.items()}
+    errors = {(i, _analysis.pair_label(a, b)): v.result() for (i, a, b), v in stats.items()}
     table = _analysis.layer_table(layers, errors, latency, pairs, names, tol)
     first = {}
     for a, b in pairs:
