@@ -75,7 +75,8 @@ class TorchPredictor(Predictor):
         return self._path if self.model is not None else ""
 
     def capture(self, module_names=(), rekey=None):
-        """Forward hooks on every submodule of the eager module (see :class:`~.capture.TorchCapture`)."""
+        """Forward hooks on every submodule of the eager module (see :class:`~.capture.TorchCapture`); its points
+        are found by one forward pass of zeros of the manifest's input shape."""
         from mlms_nb.frameworks.torch.capture import TorchCapture
 
         if self.model is None:
@@ -83,7 +84,9 @@ class TorchPredictor(Predictor):
         if self.kind != "eager":
             raise PredictorError(f"{self.manifest.key}: per-layer outputs need an eager PyTorch module (a built-in "
                                  f"architecture), not a {self.kind} model whose graph calls no module forwards")
-        return TorchCapture(self.model)
+        capture = TorchCapture(self.model)
+        capture.structure(np.zeros((1, *self.manifest.inputs[0].dimensions), np.float32))
+        return capture
 
     # ------------------------------------------------------------------------------------------ tracing
 
