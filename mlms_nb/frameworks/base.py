@@ -101,7 +101,10 @@ class Predictor(ABC):
 
     @abstractmethod
     def predict(self, batch: np.ndarray) -> np.ndarray:
-        """Run one batch (N first, manifest layout) and return the raw outputs as numpy (N first)."""
+        """Run one batch (N first, manifest layout) and return the raw outputs as numpy (N first).
+
+        A subclass's ``predict`` is replaced, when the class is created, by :func:`_traced_predict` wrapped around
+        it: callers always get the wrapper, which opens the MODEL ``predict`` span when the predictor traces."""
 
     def close(self) -> None:
         """Free the model (stopping any tracing first). Safe to call twice."""
