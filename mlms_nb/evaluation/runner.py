@@ -109,7 +109,8 @@ class EvaluationRunner:
                 f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
                 + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3]))
 
-        popts = PredictorOptions(threads=opts.threads, trust=opts.trust)
+        popts = PredictorOptions(threads=opts.threads, trust=opts.trust,
+                                 graph_optimization_level=opts.graph_optimization_level)
         _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
         t0 = time.perf_counter_ns()
         predictor = open_predictor(manifest, device=opts.device, options=popts)
