@@ -64,6 +64,38 @@ def _check(tolerance, limit, batch_size, latency_repeats) -> float:
     return tol
 
 
+def compare_captures(captures, names, rows, batches) -> tuple[dict, dict]:
+    """Run every NCHW batch through each framework's capture and accumulate the error of every aligned layer.
+
+    Returns ({(row index, framework a, framework b): ErrorStats}, {framework: logits of all inputs})."""
+    pairs = list(itertools.combinations(names, 2))
+    stats = {(i, a, b): _analysis.ErrorStats() for i, r in enumerate(rows) for a, b in pairs
+             if r.key in captures[a].keys and r.key in captures[b].keys}
+    wanted = [r.key for r in rows]
+    logits = {fw: [] for fw in names}
+    for data in batches:
+        outs = {}
+        for fw in names:
+            outs[fw], out = captures[fw].run(data, wanted)
+            logits[fw].append(np.asarray(out, dtype=np.float32).reshape(len(data), -1))
+        for i, row in enumerate(rows):  # each tensor made float64 once, for all the pairs it is in
+            flat = {fw: np.asarray(o[row.key], np.float64).ravel() for fw, o in outs.items() if row.key in o}
+            for a, b in pairs:
+                if (i, a, b) in stats:
+                    stats[(i, a, b)].update(flat[a], flat[b])
+            del flat
+        del outs
+    return stats, {fw: np.concatenate(v) for fw, v in logits.items()}
+
+
+def layer_frame(rows) -> pd.DataFrame:
+    """The aligned layers: index, label, module name, call, module type and output shape (without the batch)."""
+    return pd.DataFrame({
+        "layer_index": range(len(rows)), "layer": [r.label for r in rows], "layer_name": [r.name for r in rows],
+        "call": [r.call for r in rows], "layer_type": [r.layer_type for r in rows],
+        "shape": ["x".join(map(str, r.shape)) for r in rows]})
+
+
 def _open(model: str, framework: str) -> Predictor:
     """The opened predictor of ``model`` in ``framework`` (the INT8 copy: ONNX Runtime on its quantized graph)."""
     manifest = quantized_manifest(model) if framework == INT8 else find_manifest(model, framework=framework)
@@ -110,23 +142,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
         if not rows:
             raise MlmsError(f"{model}: no layer output is shared by two of {', '.join(names)}")
         pairs = list(itertools.combinations(names, 2))
-        stats = {(i, a, b): _analysis.ErrorStats() for i, r in enumerate(rows) for a, b in pairs
-                 if r.key in captures[a].keys and r.key in captures[b].keys}
-        wanted = [r.key for r in rows]
-        logits = {fw: [] for fw in names}
-        for batch in batches:
-            outs = {}
-            for fw in names:
-                outs[fw], out = captures[fw].run(batch.data, wanted)
-                logits[fw].append(np.asarray(out, dtype=np.float32).reshape(len(batch), -1))
-            for i, row in enumerate(rows):  # each tensor made float64 once, for all the pairs it is in
-                flat = {fw: np.asarray(o[row.key], np.float64).ravel() for fw, o in outs.items() if row.key in o}
-                for a, b in pairs:
-                    if (i, a, b) in stats:
-                        stats[(i, a, b)].update(flat[a], flat[b])
-                del flat
-            del outs
-        logits = {fw: np.concatenate(v) for fw, v in logits.items()}
+        stats, logits = compare_captures(captures, names, rows, [b.data for b in batches])
 
         latency, notes, summary, traces = {}, {"alignment": ALIGNMENT_RULE}, [], {}
         x1 = batches[0].data[:1]
@@ -153,10 +169,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
         for predictor in predictors.values():
             predictor.close()
 
-    layers = pd.DataFrame({
-        "layer_index": range(len(rows)), "layer": [r.label for r in rows], "layer_name": [r.name for r in rows],
-        "call": [r.call for r in rows], "layer_type": [r.layer_type for r in rows],
-        "shape": ["x".join(map(str, r.shape)) for r in rows]})
+    layers = layer_frame(rows)
     errors = {(i, _analysis.pair_label(a, b)): v.result() for (i, a, b), v in stats.items()}
     table = _analysis.layer_table(layers, errors, latency, pairs, names, tol)
     first = {}
