@@ -168,3 +168,39 @@ def test_dynamo_export_lines_up_like_the_legacy_one(cnn, inputs, tmp_path, monke
     assert list(result.layers["layer"]) == ["stem.1", "stem.2", "stem.3", "bn", "act", "act#1", "pool", "head"]
     assert (result.layers.filter(like="max_rel_error").to_numpy() <= 1e-4).all()
     assert (result.outputs["max_abs_logit_error"] <= 1e-4).all()
+
+
+def test_converted_manifests_open_and_trace_in_onnxruntime_and_tensorflow(cnn, inputs, copies):
+    from mlms_nb.frameworks import open_predictor
+    from mlms_nb.frameworks.converters.manifests import converted_manifest
+    from mlms_nb.manifest import parse_manifest
+    from mlms_nb.schema.levels import TraceLevel
+    from mlms_nb.tracing.tracer import Tracer
+
+    onnx_path, keras_path = copies
+    source = parse_manifest({
+        "name": "small_cnn", "version": "1.0.0", "framework": {"name": "onnxruntime"},
+        "inputs": [{"type": "image", "dimensions": [3, 32, 32]}], "outputs": [{"type": "classification"}],
+        "preprocess": [{"decode": {"color_mode": "RGB"}}, {"resize": {"size": 32}}, {"center_crop": {"size": 32}}, {"to_layout": {"layout": "NCHW"}}],
+        "model": {"graph_path": str(onnx_path)}})
+    with torch.no_grad():
+        expected = cnn(torch.from_numpy(inputs)).numpy()
+    for framework, path, batch in (("onnxruntime", onnx_path, inputs),
+                                   ("tensorflow", keras_path, np.ascontiguousarray(inputs.transpose(0, 2, 3, 1)))):
+        manifest = converted_manifest(source, framework, path)
+        assert manifest.framework.name == framework and manifest.model.sha256["graph_path"]
+        with open_predictor(manifest) as predictor:
+            np.testing.assert_allclose(predictor.predict(batch), expected, atol=1e-4)
+            tracer = Tracer(TraceLevel.FRAMEWORK)
+            predictor.start_tracing(tracer)
+            predictor.predict(batch[:2])
+            predictor.stop_tracing()
+        layers = tracer.trace().spans.query("kind == 'layer'")
+        if framework == "tensorflow":  # one span per Keras layer call, named after its PyTorch module
+            assert {"stem.0", "stem.3", "conv", "act", "head"} <= set(layers["name"])
+        else:  # nodes of the optimised graph, each naming the original nodes it stands for
+            covered = {n for a in layers["attrs"] for n in json.loads(a)["original_nodes"]}
+            import onnx
+
+            assert covered == {n.name for n in onnx.load(str(onnx_path)).graph.node}
+    assert converted_manifest(source, "tensorflow", keras_path).inputs[0].dimensions == [32, 32, 3]

@@ -174,10 +174,14 @@ class OnnxRuntimePredictor(Predictor):
         """Which nodes of the artifact each node of the session's (optimised) graph stands for."""
         from mlms_nb.frameworks.onnxruntime.graph_map import identity_map, map_optimized_graph
 
-        if self.graph_optimization_level == "disabled" or not optimized.is_file():
-            return identity_map(self.artifact, self.graph_optimization_level)
         try:
+            if self.graph_optimization_level == "disabled" or not optimized.is_file():
+                return identity_map(self.artifact, self.graph_optimization_level)
             return map_optimized_graph(self.artifact, optimized, self.graph_optimization_level)
+        except Exception as err:  # noqa: BLE001 - a graph that cannot be mapped is still traced, and says why
+            graph_map = GraphMap(self.graph_optimization_level)
+            graph_map.unmapped = [f"the whole graph: {type(err).__name__}: {str(err)[:200]}"]
+            return graph_map
         finally:
             optimized.unlink(missing_ok=True)
 
@@ -196,7 +200,7 @@ class OnnxRuntimePredictor(Predictor):
             graph_map, self._graph_map = self._graph_map, None
             return add_ort_profile(tracer, path, start_ns, profile.wall_offset_ns,
                                    [w[:3] for w in profile.windows.values()],
-                                   covers=graph_map.covers if graph_map else None)
+                                   covers=graph_map.covers if graph_map and graph_map.covers else None)
 
         profile.finish(tracer, "onnxruntime.profiler", read)
 
