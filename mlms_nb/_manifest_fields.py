@@ -295,19 +295,43 @@ class OutputSpec(_Strict):
 ASSET_FIELDS = ("graph_path", "weights_path")
 
 
+ENTRYPOINT_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
 class ModelSpec(_Strict):
-    """Where the model comes from. ``architecture`` names a built-in builder (eager PyTorch / Keras);
-    ``graph_path`` and ``weights_path`` are asset URIs; ``sha256`` maps an asset field to its digest."""
-    architecture: str | None = None
-    graph_path: str | None = None
-    weights_path: str | None = None
-    sha256: dict[str, str] = Field(default_factory=dict)
-    weights: Literal["pretrained", "random"] = "pretrained"
+    """Where the model comes from: ``architecture`` (a built-in builder), ``graph_path`` (a model file or SavedModel
+    folder, used first when given) or ``entrypoint`` (your own code building the model); ``weights_path`` holds
+    weights for an architecture or an entrypoint. Paths are asset URIs; ``sha256`` maps an asset field to its digest."""
+    architecture: str | None = Field(None, description="a built-in architecture: efficientnet_lite0, "
+                                                       "efficientnet_lite1 or resnet50")
+    graph_path: str | None = Field(None, description="a model file (asset URI): TorchScript .pt/.ts/.jit, torch.export "
+                                                     ".pt2, .onnx, .keras/.h5, or a SavedModel folder")
+    weights_path: str | None = Field(None, description="weights for an architecture or an entrypoint (asset URI): "
+                                                       ".safetensors, or a state dict torch.load reads with "
+                                                       "weights_only=True (.pth/.pt/.bin); .weights.h5 for Keras")
+    entrypoint: str | None = Field(None, description="\"package.module:callable\" returning an nn.Module (torch) or a "
+                                                     "keras.Model (tensorflow); runs only with trust")
+    entrypoint_args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the entrypoint "
+                                                                              "callable")
+    sha256: dict[str, str] = Field(default_factory=dict, description="asset field -> expected sha256 (64 hex "
+                                                                     "digits), checked before the asset is used")
+    weights: Literal["pretrained", "random"] = Field("pretrained", description="random: performance runs only "
+                                                                               "(no accuracy)")
+    instance: Any = Field(None, exclude=True, repr=False)  # a live model object (mlms_nb.evaluate(obj)); never saved
 
     @field_validator("graph_path", "weights_path", "architecture", mode="before")
     @classmethod
     def _uri(cls, value: Any) -> Any:
         return _text(value, MAX_URI, "an asset URI")
+
+    @field_validator("entrypoint", mode="before")
+    @classmethod
+    def _entrypoint(cls, value: Any) -> Any:
+        _text(value, MAX_URI, "an entrypoint")
+        if isinstance(value, str) and not ENTRYPOINT_PATTERN.match(value):
+            raise ValueError(f"expected \"package.module:callable\" (a Python import path, a colon, a callable), "
+                             f"got {value[:100]!r}")
+        return value
 
     @field_validator("sha256")
     @classmethod
@@ -321,9 +345,17 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="after")
     def _something(self) -> "ModelSpec":
-        if not (self.architecture or self.graph_path):
-            raise ValueError("expected an architecture or a graph_path")
-        if self.weights == "pretrained" and not (self.graph_path or self.weights_path):
+        given = [name for name in ("architecture", "graph_path", "entrypoint") if getattr(self, name)]
+        if self.instance is not None:
+            return self
+        if not given:
+            raise ValueError("expected one of architecture (built in), graph_path (a model file) or entrypoint "
+                             "(\"package.module:callable\")")
+        if self.entrypoint and self.architecture:
+            raise ValueError("give an entrypoint or an architecture, not both")
+        if self.entrypoint_args and not self.entrypoint:
+            raise _problems([("entrypoint_args", "needs an entrypoint")])
+        if self.architecture and not self.graph_path and self.weights == "pretrained" and not self.weights_path:
             raise _problems([("weights_path", f"architecture {self.architecture!r} with pretrained weights needs a "
                                               "weights_path (or weights: random for performance runs)")])
         return self

@@ -126,6 +126,20 @@ class Manifest(_Strict):
         data["postprocess"] = [{s.op: s.args.model_dump(mode="json")} for s in self.postprocess]
         return data
 
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write this manifest as YAML that `load_manifest` reads back to the same manifest; returns the path.
+        Relative asset paths are read relative to the file's folder, so save it where they resolve."""
+        import yaml
+
+        from mlms_nb._fs import atomic_write_text
+
+        if self.model.instance is not None:
+            raise ManifestError(f"manifest {self.key} holds a live model object, which YAML cannot keep: describe "
+                                "the model by model.entrypoint (and weights_path) or a graph_path file to save it")
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+        parse_manifest(yaml.safe_load(text), source=str(path))  # what is written must read back
+        return atomic_write_text(path, text)
+
 
 def _semver_hint(value: int | float) -> str:
     parts = str(value).split(".") if isinstance(value, float) and value == value and abs(value) < 1e15 else ["1", "0"]
