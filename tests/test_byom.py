@@ -101,14 +101,15 @@ def test_entrypoint_needs_trust_then_matches_the_model(tiny):
     np.testing.assert_allclose(pth.probabilities["torch"], ev.probabilities["torch"], atol=1e-6)
 
 
-def test_manifest_built_in_python_saves_and_reloads(tiny, tmp_path):
+def test_manifest_built_in_python_saves_and_reloads(tiny, monkeypatch):
     root, _ = tiny
+    monkeypatch.chdir(root)  # a manifest built in Python reads relative paths from the working folder
     manifest = mlms_nb.Manifest(
         name="tinycnn", framework={"name": "torch"}, inputs=[INPUT],
         outputs=[{"type": "classification", "classes": 12}],
         model={"entrypoint": "tinycnn:build", "entrypoint_args": {"classes": 12, "width": 8},
-               "weights_path": str(root / "tiny.safetensors")})
-    saved = manifest.save(tmp_path / "tiny.yaml")
+               "weights_path": "tiny.safetensors"})
+    saved = manifest.save(root / "tiny.yaml")  # ... and a saved one from its own folder
     again = mlms_nb.load_manifest(saved)
     assert again.to_dict() == manifest.to_dict()
     first = mlms_nb.evaluate(manifest, trust=True, **RUN)

@@ -134,3 +134,37 @@ def test_wrong_framework_for_a_manifest_path(tmp_path, mlms_home, capsys):
         import mlms_nb
 
         mlms_nb.evaluate(str(manifest), framework="torch,onnxruntime")
+
+
+def test_keras_entrypoint_and_live_model(tmp_path, mlms_home):
+    """A Keras model built by an entrypoint (with .weights.h5 weights) and the same model as a live object agree."""
+    pytest.importorskip("tensorflow")
+    import keras
+    import numpy as np
+
+    from mlms_nb.frameworks.live import manifest_for
+
+    (tmp_path / "tiny_keras.py").write_text(textwrap.dedent("""\
+        import keras
+
+        def build(units=3):
+            inputs = keras.Input((4, 4, 3))
+            return keras.Model(inputs, keras.layers.Dense(units)(keras.layers.Flatten()(inputs)))
+        """))
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tiny_keras_check", tmp_path / "tiny_keras.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    live = module.build(units=3)
+    live.save_weights(str(tmp_path / "tiny.weights.h5"))
+    manifest = _manifest(tmp_path, "tensorflow", "{entrypoint: 'tiny_keras:build', entrypoint_args: {units: 3}, "
+                                                 "weights_path: tiny.weights.h5}", dims=(4, 4, 3), layout="NHWC")
+    with pytest.raises(UntrustedError, match="entrypoint tiny_keras:build"):
+        _open(manifest, trust=False)
+    batch = np.random.default_rng(0).random((2, 4, 4, 3), dtype=np.float32)
+    built = _open(manifest, trust=True)
+    from_live = open_predictor(manifest_for(live, inputs=batch))
+    np.testing.assert_allclose(built.predict(batch), from_live.predict(batch), atol=1e-6)
+    assert isinstance(from_live.native_model, keras.Model)
+    built.close()
+    from_live.close()

@@ -66,7 +66,8 @@ class TorchPredictor(Predictor):
             raise PredictorError(
                 f"manifest {manifest.key}: PyTorch needs model.entrypoint, model.architecture or a model.graph_path "
                 f"(TorchScript {', '.join(TORCHSCRIPT_SUFFIXES)} or torch.export .pt2)")
-        self.model = model.to(device).eval()
+        # a torch.export program is in the mode it was exported in, and its module cannot switch (.eval() raises)
+        self.model = model if self.kind == "export" else model.to(device).eval()
         return self
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
