@@ -59,6 +59,7 @@ def _text(value: Any, limit: int, what: str) -> Any:
 # ---------------------------------------------------------------- pre/post-processing steps
 
 class DecodeArgs(_Strict):
+    """Read the image file and convert it to ``color_mode`` (the first preprocess step; added when missing)."""
     color_mode: Literal["RGB", "BGR", "GRAY"] = "RGB"
 
 
@@ -178,8 +179,10 @@ class Step(BaseModel):
 # ---------------------------------------------------------------- framework, inputs, outputs, model
 
 class FrameworkSpec(_Strict):
-    name: str
-    version: str = "*"
+    """The framework that runs the model."""
+    name: str = Field(examples=["torch"], description="torch, onnxruntime or tensorflow (aliases: pytorch, ort, "
+                                                      "onnx, tf, keras)")
+    version: str = Field("*", examples=[">=2.0"], description="npm-style range the installed version must satisfy")
 
     @field_validator("name")
     @classmethod
@@ -211,14 +214,18 @@ class FrameworkSpec(_Strict):
 class InputSpec(_Strict):
     """One model input. ``dimensions`` exclude the batch and follow ``layout`` (NCHW: [C, H, W]); an image's
     height and width are 1 to 4096 pixels, each dimension 1 to 2^20, 2^26 elements in all."""
-    name: str | None = None
-    type: Literal["image", "tensor"] = "image"
-    element_type: Literal["float32", "float16", "uint8", "int32", "int64"] = "float32"
-    layout: Literal["NCHW", "NHWC"] = "NCHW"
-    dimensions: list[int]
-    color_mode: Literal["RGB", "BGR", "GRAY"] = "RGB"
-    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0])
-    scale: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0])
+    name: str | None = Field(None, description="the input's name in the graph (informative)")
+    type: Literal["image", "tensor"] = Field("image", description="image: datasets of photos are decoded and "
+                                                                  "preprocessed; tensor: synthetic or .npz inputs")
+    element_type: Literal["float32", "float16", "uint8", "int32", "int64"] = Field("float32",
+                                                                                   description="element type fed")
+    layout: Literal["NCHW", "NHWC"] = Field("NCHW", description="axis order (NCHW: PyTorch and ONNX; NHWC: Keras)")
+    dimensions: list[int] = Field(examples=[[3, 224, 224]], description="the shape without the batch, in `layout`")
+    color_mode: Literal["RGB", "BGR", "GRAY"] = Field("RGB", description="channel order images are decoded to")
+    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0], examples=[[123.675, 116.28, 103.53]],
+                              description="subtracted per channel from pixel values 0..255 (default normalize)")
+    scale: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0], examples=[[58.395, 57.12, 57.375]],
+                               description="divides per channel after the mean (default normalize); not 0")
 
     @field_validator("name", mode="before")
     @classmethod
@@ -271,10 +278,12 @@ class InputSpec(_Strict):
 class OutputSpec(_Strict):
     """``labels``: asset URI of a text file, one label per line; ``classes``: how many the output has (1 to 10^7),
     checked against the labels file when both are known."""
-    name: str | None = None
-    type: Literal["classification", "tensor"] = "classification"
-    labels: str | None = None
-    classes: int | None = None
+    name: str | None = Field(None, description="the output's name in the graph (informative)")
+    type: Literal["classification", "tensor"] = Field("classification", description="classification: top-1/top-5 "
+                                                                                    "accuracy on labeled datasets")
+    labels: str | None = Field(None, examples=["../labels/imagenet1k.txt"], description="asset URI of a text "
+                                                                                       "file, one label per line")
+    classes: int | None = Field(None, examples=[1000], description="how many classes the output has")
 
     @field_validator("name", mode="before")
     @classmethod

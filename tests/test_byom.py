@@ -1,5 +1,6 @@
-"""Ways in for a user's own model (issue 10 item 1): an entrypoint manifest with a state dict, model files, a live
-object, a manifest built in Python; all evaluated on the suite's real photos (imagenet-samples).
+"""Ways in for a user's own model (issue 10 item 1): an entrypoint manifest with a state dict, a live object, a
+manifest built in Python; all evaluated on the suite's real photos (imagenet-samples). Model files (TorchScript,
+.pt2, ONNX, .keras, SavedModel) are evaluated by the guide's own examples (tests/test_docs.py).
 
 The model is a small real CNN of the test's own, in a package written to a temp folder put on ``sys.path``.
 """
@@ -115,41 +116,6 @@ def test_manifest_built_in_python_saves_and_reloads(tiny, monkeypatch):
     first = mlms_nb.evaluate(manifest, trust=True, **RUN)
     second = mlms_nb.evaluate(str(saved), trust=True, **RUN)
     np.testing.assert_array_equal(first.probabilities["torch"], second.probabilities["torch"])
-
-
-def test_model_files_torchscript_export_and_onnx(tiny, tmp_path):
-    root, model = tiny
-    reference = mlms_nb.evaluate(model, inputs=INPUT, outputs={"type": "classification", "classes": 12}, **RUN)
-    example = torch.zeros(1, 3, 64, 64)
-    torch.jit.trace(model, example).save(str(tmp_path / "tiny.pt"))
-    torch.export.save(torch.export.export(model, (example,)), str(tmp_path / "tiny.pt2"))
-
-    def file_manifest(framework: str, graph: str) -> Path:
-        path = tmp_path / f"{graph}.yaml"
-        path.write_text(textwrap.dedent(f"""\
-            name: tinycnn
-            framework: {{name: {framework}}}
-            inputs: [{{type: image, layout: NCHW, dimensions: [3, 64, 64], mean: {MEAN}, scale: {SCALE}}}]
-            outputs: [{{type: classification, classes: 12}}]
-            model: {{graph_path: {graph}}}
-            """))
-        return path
-
-    for graph in ("tiny.pt", "tiny.pt2"):
-        with pytest.raises(UntrustedError):
-            mlms_nb.evaluate(str(file_manifest("torch", graph)), **RUN)
-        ev = mlms_nb.evaluate(str(file_manifest("torch", graph)), trust=True, **RUN)
-        np.testing.assert_allclose(ev.probabilities["torch"], reference.probabilities["torch"], atol=1e-5)
-
-    pytest.importorskip("onnxruntime")
-    try:  # the user's own export, made outside mlms-nb
-        torch.onnx.export(model, (example,), str(tmp_path / "tiny.onnx"), input_names=["input"],
-                          output_names=["logits"], dynamic_axes={"input": {0: "n"}}, dynamo=False)
-    except Exception as err:  # noqa: BLE001
-        pytest.skip(f"torch.onnx.export is not usable here: {err}")
-    ev = mlms_nb.evaluate(str(file_manifest("onnxruntime", "tiny.onnx")), **RUN)  # a data format: no trust needed
-    np.testing.assert_allclose(ev.probabilities["onnxruntime"], reference.probabilities["torch"], atol=1e-5)
-    assert list(ev.predictions["top1"]) == list(reference.predictions["top1"])
 
 
 def test_live_object_with_an_example_batch_and_magic(tiny):
