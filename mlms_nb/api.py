@@ -34,6 +34,7 @@ from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
 from mlms_nb.frameworks.costs import model_costs
 from mlms_nb.frameworks.live import check_trust, manifest_for
+from mlms_nb.frameworks.modelfiles import file_kind
 from mlms_nb.manifest import Manifest, ManifestCatalog, canonical_framework, find_manifest
 from mlms_nb.options import (
     DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions, spell, takes,
@@ -118,6 +119,9 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
     elif any(x is not None for x in (inputs, outputs, preprocess, postprocess)):
         raise MlmsError("inputs, outputs, preprocess and postprocess describe a live model object; a model name or "
                         "manifest already describes them")
+    if isinstance(model, (str, Path)) and file_kind(model) is not None and Path(model).exists():
+        raise MlmsError(f"{model} is a model file, not a manifest: write a manifest whose model.graph_path names it "
+                        "(docs/byom.md), or pass the loaded model object with inputs=...")
     if isinstance(model, Path) or (isinstance(model, str) and (model.endswith((".yaml", ".yml")) or "/" in model)):
         model = find_manifest(model)
     if isinstance(model, Manifest):
@@ -369,7 +373,8 @@ del _name, _function
 def trust_add(path: str | Path) -> pd.DataFrame:
     """Trust the model file, SavedModel folder or manifest at ``path`` as it is now (its sha256 is pinned in the
     trust store under MLMS_HOME; a changed file is refused again). Returns the trust store (:func:`trust_list`)."""
-    _trust.add(path)
+    kind = "manifest" if str(path).endswith((".yaml", ".yml")) else (file_kind(path) or "")
+    _trust.add(path, kind)
     return trust_list()
 
 

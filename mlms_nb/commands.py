@@ -262,8 +262,7 @@ def run_trust(args: argparse.Namespace) -> Output:
         raise MlmsError(f"trust {args.action} needs a PATH (remove: or a sha256 prefix)")
     frame = {"add": api.trust_add, "remove": api.trust_remove}[args.action](args.path) if args.path and \
         args.action != "list" else api.trust_list()
-    page = display.Page([display.Table(frame, "Trusted assets", empty="nothing is trusted yet"),
-                         display.Notes("", [frame.attrs["note"]])])
+    page = display.Table(frame, "Trusted assets", empty="nothing is trusted yet")
     return Output(frame, page, {"trusted": display.records(frame), "store": frame.attrs["note"]})
 
 

@@ -148,8 +148,11 @@ def is_trusted(path: str | os.PathLike) -> bool:
         return True
     if not real.exists():
         return False
+    stored = entries()
+    if not stored and not _inside(real, artifacts_dir()):
+        return False  # nothing could match: no need to hash a large file
     digest = asset_digest(real)
-    return _self_converted(real, digest) or any(e.sha256 == digest for e in entries())
+    return _self_converted(real, digest) or any(e.sha256 == digest for e in stored)
 
 
 def trust_command(path: str | os.PathLike) -> str:

@@ -130,10 +130,13 @@ def test_wrong_framework_for_a_manifest_path(tmp_path, mlms_home, capsys):
     assert cli.main(["eval", str(manifest), "--framework", "onnxruntime", "--no-history"]) == 2
     err = capsys.readouterr().err
     assert "is for framework torch" in err and "--framework" in err
-    with pytest.raises(MlmsError, match="is for framework torch"):
-        import mlms_nb
+    import mlms_nb
 
+    with pytest.raises(MlmsError, match="is for framework torch"):
         mlms_nb.evaluate(str(manifest), framework="torch,onnxruntime")
+    (tmp_path / "model.onnx").write_bytes(GARBAGE)  # a model file where a manifest is expected
+    assert cli.main(["eval", str(tmp_path / "model.onnx")]) == 2
+    assert "is a model file, not a manifest" in capsys.readouterr().err
 
 
 def test_keras_entrypoint_and_live_model(tmp_path, mlms_home):

@@ -85,7 +85,7 @@ def check_trust(manifest: Manifest, trust: bool) -> None:
     if manifest.has_code:
         require_trust(manifest.source, "code", trust, f"{what} (code steps)")
     uri = manifest.model.graph_path
-    if uri and not trust:
+    if uri and not trust and ("://" not in uri or uri.startswith("file://")):  # local files; others at load
         base = Path(manifest.source).parent if manifest.source else None
         try:
             path = resolve_asset(uri, manifest.model.sha256.get("graph_path"), base)
