@@ -157,3 +157,23 @@ def test_code_steps_and_builtins(tmp_path, mlms_home):
     manifest.write_text(manifest.read_text() + "description: changed\n")
     with pytest.raises(UntrustedError, match="changed since"):
         check_trust(load_manifest(manifest), trust=False)
+
+
+def test_own_conversions_are_trusted_by_their_checksum(mlms_home):
+    """An artifact mlms-nb built (artifact.json beside it records its sha256) is trusted; a changed one is not."""
+    from mlms_nb.paths import artifacts_dir
+    from mlms_nb.trust import asset_digest, is_trusted
+
+    folder = artifacts_dir() / "m" / "1.0.0" / "tensorflow"
+    saved = folder / "saved_model"
+    (saved / "variables").mkdir(parents=True)
+    (saved / "saved_model.pb").write_bytes(b"graph")
+    (saved / "variables" / "variables.index").write_bytes(b"index")
+    (folder / "artifact.json").write_text(json.dumps({"file": "saved_model", "sha256": asset_digest(saved)}))
+    assert is_trusted(saved)
+    (saved / "saved_model.pb").write_bytes(b"another graph")
+    assert not is_trusted(saved)
+    elsewhere = mlms_home / "copy.pt"  # outside the artifacts folder an artifact.json proves nothing
+    elsewhere.write_bytes(b"x")
+    (mlms_home / "artifact.json").write_text(json.dumps({"sha256": asset_digest(elsewhere)}))
+    assert not is_trusted(elsewhere)

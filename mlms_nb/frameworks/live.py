@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from mlms_nb.data.assets import resolve_asset
 from mlms_nb.errors import AssetError, ManifestError
-from mlms_nb.frameworks.modelfiles import file_kind
+from mlms_nb.frameworks.modelfiles import KINDS, file_kind
 from mlms_nb.manifest import InputSpec, Manifest, OutputSpec, parse_manifest
 from mlms_nb.trust import require_trust
 
@@ -92,5 +92,6 @@ def check_trust(manifest: Manifest, trust: bool) -> None:
         except AssetError:
             return  # the predictor says what is wrong with it
         kind = file_kind(path)
-        if kind in ("torchscript", "torch.export", "savedmodel") and manifest.framework.name in ("torch", "tensorflow"):
+        # a file of another framework is the loader's to refuse (with the fix), not a trust question
+        if kind in ("torchscript", "torch.export", "savedmodel") and KINDS[kind][1] == manifest.framework.name:
             require_trust(path, kind, trust)
