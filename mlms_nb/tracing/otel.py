@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import orjson
 
 from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
-from mlms_nb.schema.trace import ID_COLUMNS, NO_ID
+from mlms_nb.schema.spans import ID_COLUMNS, NO_ID
 
 INSTALL_HINT = "pip install 'mlms-nb[otel]'"
 INSTRUMENTATION_NAME = "mlms_nb"

@@ -27,8 +27,9 @@ import orjson
 import pandas as pd
 
 from mlms_nb.errors import TraceFormatError, TraceSchemaError
-from mlms_nb.schema.trace import (LEVEL_DTYPE, canonical_categorical, counters_frame, empty_counters,
-                     empty_spans, validate_counters, validate_spans)
+from mlms_nb.schema.columns import LEVEL_DTYPE, canonical_categorical
+from mlms_nb.schema.counters import empty_counters, validate_counters
+from mlms_nb.schema.spans import empty_spans, validate_spans
 
 PARQUET_FORMAT = "mlms-nb/trace-parquet"
 PARQUET_VERSION = 2
@@ -41,8 +42,8 @@ _META_KEY = b"mlms_nb"
 class Trace:
     """Spans + counters + metadata of one trace.
 
-    ``spans`` / ``counters``: frames following :mod:`mlms_nb.schema.trace` (validated on construction;
-    a counters frame with object/str columns -- as :mod:`mlms_nb.profilers` builds them -- is converted).
+    ``spans`` / ``counters``: frames following :mod:`mlms_nb.schema.spans` and :mod:`mlms_nb.schema.counters`
+    (validated on construction; build them with ``spans_frame`` / ``counters_frame``).
     ``metadata``: a JSON-serialisable dict (``trace_id``, ``source``, ``clock``, unavailable profilers and
     why, ...).
     """
@@ -50,13 +51,7 @@ class Trace:
     def __init__(self, spans: pd.DataFrame | None = None, counters: pd.DataFrame | None = None,
                  metadata: dict[str, Any] | None = None):
         self.spans = validate_spans(spans) if spans is not None else empty_spans()
-        if counters is None:
-            counters = empty_counters()
-        elif not all(isinstance(counters[c].dtype, pd.CategoricalDtype) for c in ("source", "metric", "unit",
-                                                                                    "device")
-                     if c in counters.columns):
-            counters = counters_frame(counters)
-        self.counters = validate_counters(counters)
+        self.counters = validate_counters(counters) if counters is not None else empty_counters()
         self.metadata: dict[str, Any] = dict(metadata or {})
 
     # ------------------------------------------------------------------------------------------- views
