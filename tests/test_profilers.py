@@ -313,7 +313,18 @@ class FakePynvml:
         return type("U", (), {"gpu": 97, "memory": 40})()
 
     def nvmlDeviceGetMemoryInfo(self, h):
-        return type("M", (), {"used": 2 * 1024**3})()
+        return type("M", (), {"used": 2 * 1024**3, "total": 80 * 1024**3})()
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion_v2(self):
+        return 12040
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        if h == 1:
+            raise FakeNVMLError(self.NVML_ERROR_NOT_SUPPORTED)
+        return (9, 0)
 
     def nvmlDeviceGetClockInfo(self, h, kind):
         return 1980 if kind == self.NVML_CLOCK_SM else 2619
@@ -340,6 +351,22 @@ def test_pynvml_reader_converts_units_and_drops_unsupported(monkeypatch):
     assert got[("cuda:1", "temperature")] == (61.0, "C")
     assert len(first) == 7 + 6 and len(second) == 13
     assert fake.power_calls == 3  # GPU 1's unsupported power was tried once, then dropped
+
+
+@pytest.mark.skipif(nvml_ok, reason="a GPU is here: the real sampler is tested instead")
+def test_the_stack_lists_gpus_through_the_nvml_helpers(monkeypatch):
+    from mlms_nb import stack
+
+    fake = FakePynvml()
+    monkeypatch.setattr(nvml_mod, "import_pynvml", lambda: fake)
+    gpus, note = stack.detect_gpus()
+    assert note is None and fake.inits == fake.shutdowns == 1
+    assert gpus == [{"index": i, "name": "Fake GPU", "memory_bytes": 80 * 1024**3, "driver": "550.54.15",
+                     "cuda_driver": "12.4", "cuda_capability": "9.0" if i == 0 else None} for i in (0, 1)]
+    ok, reason = NvmlSampler.available()
+    assert ok and reason == "NVML sees 2 GPU(s): cuda:0 Fake GPU, cuda:1 Fake GPU"
+    monkeypatch.setattr(fake, "nvmlDeviceGetCount", lambda: 0)
+    assert stack.detect_gpus() == ([], "NVML found no NVIDIA GPU (the driver is loaded but no device is visible)")
 
 
 # --- psutil --------------------------------------------------------------------------------------------------
