@@ -1,0 +1,123 @@
+"""Recording costs: what one tracer span, one hook-style span and one perf-counter read cost on this machine.
+
+The speed claims of mlms_nb.tracing.tracer ("well under a microsecond a span", a disabled level costs one
+comparison) and of mlms_nb.profilers.perf_events ("about 4 µs a read for one thread") are measured here, not
+asserted in tests. Ways are interleaved round by round so drift hits all alike; each round times ``--spans``
+spans per way (``time.perf_counter_ns``, garbage collector as in normal use) and reports ns per span.
+
+- ``with span, no fields``: ``with tracer.span("layer", FRAMEWORK, "layer"): pass``
+- ``with span, 3 fields``: the same with ``layer_index=i, layer_type="Conv2d", flops=1e6``
+- ``start/end (hook style)``: ``tracer.end(tracer.start(...))``
+- ``add_span (importers)``: ``tracer.add_span(name, level, kind, t0, t1, parent_id=0)``
+- ``disabled level``: a MODEL tracer asked for a FRAMEWORK span
+- ``perf read()``: one :meth:`PerfEvents.read` on this thread (software events; skipped where perf events are
+  not available)
+
+Run: ``.venv/bin/python benchmarks/recording_costs.py [--rounds 7] [--spans 100000]``. Prints the median ns per
+span (min..max over rounds).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+
+from mlms_nb.schema.levels import TraceLevel
+from mlms_nb.tracing import Tracer
+
+L = TraceLevel
+
+
+def _with_span(n: int) -> float:
+    tr = Tracer(L.FRAMEWORK)
+    span = tr.span
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        with span("layer", L.FRAMEWORK, "layer"):
+            pass
+    return (time.perf_counter_ns() - t0) / n
+
+
+def _with_fields(n: int) -> float:
+    tr = Tracer(L.FRAMEWORK)
+    span = tr.span
+    t0 = time.perf_counter_ns()
+    for i in range(n):
+        with span("layer", L.FRAMEWORK, "layer", layer_index=i, layer_type="Conv2d", flops=1e6):
+            pass
+    return (time.perf_counter_ns() - t0) / n
+
+
+def _start_end(n: int) -> float:
+    tr = Tracer(L.FRAMEWORK)
+    start, end = tr.start, tr.end
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        end(start("layer", L.FRAMEWORK, "layer"))
+    return (time.perf_counter_ns() - t0) / n
+
+
+def _add_span(n: int) -> float:
+    tr = Tracer(L.SYSTEM_LIBRARY)
+    add = tr.add_span
+    t0 = time.perf_counter_ns()
+    for i in range(n):
+        add("kernel", L.SYSTEM_LIBRARY, "kernel", i, i + 10, parent_id=0)
+    return (time.perf_counter_ns() - t0) / n
+
+
+def _disabled(n: int) -> float:
+    span = Tracer(L.MODEL).span
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        with span("layer", L.FRAMEWORK):
+            pass
+    return (time.perf_counter_ns() - t0) / n
+
+
+WAYS = {"with span, no fields": _with_span, "with span, 3 fields": _with_fields,
+        "start/end (hook style)": _start_end, "add_span (importers)": _add_span, "disabled level": _disabled}
+
+
+def _perf_read_ns(reads: int) -> float | None:
+    from mlms_nb.profilers.perf_events import PerfEvents, PerfEventsConfig
+
+    config = PerfEventsConfig(events=("task-clock", "page-faults"), attach_existing_threads=False)
+    if not PerfEvents.available(config)[0]:
+        return None
+    p = PerfEvents(config).start()
+    try:
+        t0 = time.perf_counter_ns()
+        for _ in range(reads):
+            p.read()
+        return (time.perf_counter_ns() - t0) / reads
+    finally:
+        p.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--spans", type=int, default=100_000)
+    args = ap.parse_args()
+    results: dict[str, list[float]] = {name: [] for name in WAYS}
+    results["perf read()"] = []
+    for _ in range(args.rounds):
+        for name, way in WAYS.items():
+            gc.collect()
+            results[name].append(way(args.spans))
+        per_read = _perf_read_ns(max(args.spans // 50, 100))
+        if per_read is not None:
+            results["perf read()"].append(per_read)
+    print(f"{args.rounds} interleaved rounds x {args.spans:,} spans per way; ns per span (per read for perf), "
+          f"median (min..max) over rounds")
+    for name, values in results.items():
+        if not values:
+            print(f"{name:<26} not measured: perf events are not available here")
+            continue
+        print(f"{name:<26} {statistics.median(values):>8.0f} ns  ({min(values):.0f}..{max(values):.0f})")
+
+
+if __name__ == "__main__":
+    main()
