@@ -18,7 +18,7 @@ from mlms_nb.profilers import cupti as cu
 from mlms_nb.profilers.cupti import CuptiActivity, CuptiConfig, clock_anchor
 from mlms_nb.profilers.cupti_convert import KindMap, convert_activity
 from mlms_nb.tracing import TraceLevel, Tracer
-from mlms_nb.tracing.attribution import innermost_enclosing
+from mlms_nb.tracing.attribution import innermost_enclosing, launching_calls
 from mlms_nb.tracing.cuda_activity import RECORD_FIELDS, add_to_tracer, attribute_records, records_frame
 from tests.helpers import innermost_enclosing_reference
 
@@ -274,6 +274,29 @@ def test_innermost_matches_a_brute_force_search(layers, queries):
     got = innermost_enclosing(np.zeros(len(ls), np.int64), ls, le, np.zeros(len(qs), np.int64), qs, qe)
     want = innermost_enclosing_reference(ls, le, qs, qe)
     assert [(ls[i], le[i]) if i >= 0 else None for i in got] == [(ls[i], le[i]) if i >= 0 else None for i in want]
+
+
+def test_launching_calls_prefer_the_runtime_call_over_the_driver_call_beneath_it():
+    assert list(launching_calls([5, 7, 7, 9], [7, 9, 8, 5], call_rank=[0, 1, 0, 0])) == [2, 3, -1, 0]
+    assert list(launching_calls([7, 7], [7])) == [0] and list(launching_calls([], [7])) == [-1]
+    # cudaLaunchKernel in layer "a" calls cuLaunchKernel, which ran while the inner layer "b" was open; CUPTI
+    # gives both the kernel's correlation id. The kernel belongs to the runtime call's layer and span.
+    tracer = Tracer(TraceLevel.SYSTEM_LIBRARY)
+    a = tracer.add_span("a", TraceLevel.FRAMEWORK, "layer", 0, 100, parent_id=0, thread=1)
+    b = tracer.add_span("b", TraceLevel.FRAMEWORK, "layer", 40, 60, parent_id=a, thread=1)
+    base = dict.fromkeys(RECORD_FIELDS)
+    recs = [{**base, "kind": "driver", "name": "cuLaunchKernel", "start_ns": 45, "end_ns": 55, "correlation_id": 7,
+             "thread": 1},
+            {**base, "kind": "runtime", "name": "cudaLaunchKernel", "start_ns": 30, "end_ns": 70, "correlation_id": 7,
+             "thread": 1},
+            {**base, "kind": "kernel", "name": "k", "start_ns": 80, "end_ns": 200, "correlation_id": 7,
+             "device": "cuda:0", "stream": 7}]
+    spans = tracer.trace().spans
+    att = attribute_records(recs, spans[spans["kind"] == "layer"])
+    assert list(att["layer_span_id"]) == [b, a, a] and list(att["attribution"]) == ["cpu", "cpu", "correlation"]
+    ids = add_to_tracer(tracer, att)
+    parents = tracer.trace().spans.set_index("span_id")["parent_id"]
+    assert parents[ids[2]] == ids[1]  # the kernel hangs under cudaLaunchKernel, not cuLaunchKernel
 
 
 # --------------------------------------------------------------------------------------------- tracer output
