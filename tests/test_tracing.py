@@ -483,13 +483,13 @@ def test_stream_parses_what_a_plain_json_parse_does_at_any_block_size(events, to
             "spaced": lambda d: json.dumps(d, separators=(" ,  ", " : "), ensure_ascii=False),
             "ascii": lambda d: json.dumps(d)}[style](doc)
     raw = text.encode()
-    block = data.draw(st.integers(1, 16) | st.integers(1, len(raw) + 1), label="block_size")
+    block = data.draw(st.integers(1, 16) | st.integers(1, len(raw) + 1), label="block_bytes")
     plain = orjson.loads(raw)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "s.json")
         with open(path, "wb") as f:
             f.write(raw)
-        stream = EventStream(path, block_size=block)
+        stream = EventStream(path, block_bytes=block)
         got = [e for chunk in stream for e in chunk]
     assert got == (plain if top == "array" else plain["traceEvents"])
     assert stream.skeleton == ([] if top == "array" else {**plain, "traceEvents": []})

@@ -20,7 +20,7 @@ from mlms_nb.tracing.trace import Trace, load_trace
 from mlms_nb.tracing.tracer import NO_SPAN, NULL_TRACER, Tracer, current_tracer, use_tracer
 
 __all__ = [
-    "COUNTER_COLUMNS", "ID_COLUMNS", "KINDS", "LEVEL_DTYPE", "NO_ID", "NO_SPAN", "NULL_TRACER", "ROOT", "SPAN_COLUMNS", "Trace",
-    "TraceFormatError", "TraceLevel", "TraceSchemaError", "Tracer", "attrs_dict", "current_tracer",
+    "COUNTER_COLUMNS", "ID_COLUMNS", "KINDS", "LEVEL_DTYPE", "NO_ID", "NO_SPAN", "NULL_TRACER", "ROOT", "SPAN_COLUMNS",
+    "Trace", "TraceFormatError", "TraceLevel", "TraceSchemaError", "Tracer", "attrs_dict", "current_tracer",
     "empty_counters", "empty_spans", "load_trace", "use_tracer", "validate_counters", "validate_spans",
 ]

@@ -59,11 +59,12 @@ class EventStream:
     """``for events in EventStream(path): ...`` yields lists of parsed events (whatever JSON values the
     event array holds), in file order. ``header`` (the top-level object's keys before the event array, a
     dict; ``{}`` for a top-level array) is set before the first chunk is yielded; ``skeleton`` (the whole
-    top-level value with an empty event array) and ``top`` (``"object"`` / ``"array"``) after the last."""
+    top-level value with an empty event array) and ``top`` (``"object"`` / ``"array"``) after the last.
+    ``block_bytes``: how much of the file is read at a time."""
 
-    def __init__(self, path, *, block_size: int = 8 << 20):
+    def __init__(self, path, *, block_bytes: int = 8 << 20):
         self.path = os.fspath(path)
-        self.block_size = block_size
+        self.block_bytes = block_bytes
         self.header: dict = {}
         self.skeleton = None
         self.top: str | None = None
@@ -199,7 +200,7 @@ class EventStream:
             f.close()
 
     def _run(self, f) -> Iterator[list]:
-        bs = self.block_size
+        bs = self.block_bytes
         buf = bytearray()
         base = 0  # absolute offset of buf[0]
         in_str, bs_carry, depth = False, 0, 0

@@ -182,7 +182,7 @@ def export_trace(trace, tracer_provider=None, exporter=None, *, parent: Any = "a
         if wall_offset_ns is None:
             raise MlmsError("cannot export to OpenTelemetry: the trace's clock has no known wall-clock offset "
                             "(metadata['clock']['wall_offset_ns'] is not set); pass wall_offset_ns=")
-    offset = int(wall_offset_ns)
+    offset_ns = int(wall_offset_ns)
     if parent == "auto":
         parent = meta.get("otel_parent")
 
@@ -208,13 +208,14 @@ def export_trace(trace, tracer_provider=None, exporter=None, *, parent: Any = "a
     from opentelemetry import context as ocontext  # noqa: PLC0415
 
     try:
-        return _replay(otrace, ocontext, otracer, spans, meta, offset, parent)
+        return _replay(otrace, ocontext, otracer, spans, meta, offset_ns, parent)
     finally:
         if own is not None:
             own.force_flush()
 
 
-def _replay(otrace, ocontext, otracer, spans, meta: dict, offset: int, parent) -> dict:
+def _replay(otrace, ocontext, otracer, spans, meta: dict, offset_ns: int, parent) -> dict:
+    """Start and end one OTel span per row, parents first; ``offset_ns``: trace clock -> ns since the epoch."""
     n = len(spans)
     sid = [int(v) for v in _columns(spans, "span_id", 0)]
     pid = [int(v) for v in _columns(spans, "parent_id", 0)]
@@ -256,7 +257,7 @@ def _replay(otrace, ocontext, otracer, spans, meta: dict, offset: int, parent) -
 
     synthetic = None
     if not parent and len(roots) > 1:
-        synthetic = otracer.start_span(SYNTHETIC_ROOT, context=base, start_time=min(start) + offset,
+        synthetic = otracer.start_span(SYNTHETIC_ROOT, context=base, start_time=min(start) + offset_ns,
                                        attributes={"mlms.trace_id": trace_id, "mlms.kind": "application",
                                                    "mlms.synthetic": True})
         base = otrace.set_span_in_context(synthetic, base)
@@ -305,10 +306,10 @@ def _replay(otrace, ocontext, otracer, spans, meta: dict, offset: int, parent) -
                 val = _attr_value(v)
                 if val is not None:
                     a[f"mlms.attrs.{k}"] = val
-        span = otracer.start_span(names[i], context=pctx, start_time=start[i] + offset, attributes=a)
+        span = otracer.start_span(names[i], context=pctx, start_time=start[i] + offset_ns, attributes=a)
         if err is not None:
             span.set_status(Status(StatusCode.ERROR, err))
-        span.end(end_time=max(end[i], start[i]) + offset)
+        span.end(end_time=max(end[i], start[i]) + offset_ns)
         sc = span.get_span_context()
         out_ids[sid[i]] = otrace.format_span_id(sc.span_id)
         if not otel_trace_id:
@@ -319,7 +320,7 @@ def _replay(otrace, ocontext, otracer, spans, meta: dict, offset: int, parent) -
             cctx = otrace.set_span_in_context(span, ocontext.Context())
             stack.extend((c, cctx) for c in sorted(kids, key=key, reverse=True))
     if synthetic is not None:
-        synthetic.end(end_time=max(end) + offset)
+        synthetic.end(end_time=max(end) + offset_ns)
         count += 1
     return {"spans": count, "trace_id": otel_trace_id, "span_ids": out_ids}
 

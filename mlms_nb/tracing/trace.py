@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from mlms_nb._fs import temp_path_beside
 from mlms_nb.errors import TraceFormatError, TraceSchemaError
 from mlms_nb.schema.columns import LEVEL_DTYPE, canonical_categorical
 from mlms_nb.schema.counters import empty_counters, validate_counters
@@ -93,13 +94,13 @@ class Trace:
         meta = orjson.dumps({"format": PARQUET_FORMAT, "version": PARQUET_VERSION, "metadata": self.metadata},
                             default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
         for name, df, extra in ((SPANS_FILE, self.spans, {_META_KEY: meta}), (COUNTERS_FILE, self.counters, {})):
-            tmp = root / (name + ".part")
             cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
             ints = {c: "DELTA_BINARY_PACKED" for c in df.columns if df[c].dtype == np.int64}
             lz4 = {c: "lz4" if df[c].dtype == np.float64 else "none" for c in df.columns}
-            pq.write_table(_arrow_table(df, extra), tmp, compression=lz4, row_group_size=max(len(df), 1),
-                           use_dictionary=cats, column_encoding=ints, write_statistics=False)
-            os.replace(tmp, root / name)
+            with temp_path_beside(root / name, suffix=".parquet") as tmp:  # a reader never sees half a file
+                pq.write_table(_arrow_table(df, extra), tmp, compression=lz4, row_group_size=max(len(df), 1),
+                               use_dictionary=cats, column_encoding=ints, write_statistics=False)
+                os.replace(tmp, root / name)
         return root
 
     @classmethod
