@@ -34,8 +34,8 @@ from mlms_nb.errors import MlmsError
 from mlms_nb.profilers._base import Profiler, Row
 from mlms_nb.profilers.perf_abi import (DEFAULT_HARDWARE, DEFAULT_SOFTWARE, EVENTS, PARANOID_PATH,
                                         PERF_EVENT_IOC_DISABLE, PERF_EVENT_IOC_ENABLE, PERF_EVENT_IOC_RESET,
-                                        PERF_IOC_FLAG_GROUP, EventSpec, explain_failure, ioctl, perf_event_open, probe_event,
-                                        read_paranoid, summarise_failures, syscall_number)
+                                        PERF_IOC_FLAG_GROUP, EventSpec, explain_failure, ioctl, perf_event_open,
+                                        probe_event, read_paranoid, summarise_failures, syscall_number)
 
 
 @dataclass
