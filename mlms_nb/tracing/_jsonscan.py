@@ -12,7 +12,9 @@ byte before the run becomes ``[``, the separator after it ``]``; no copy):
 - otherwise (no candidate, a failed parse, the end of the array or of the file) the scanner finds the exact
   event ends and the array's end.
 
-The bytes outside the event array are parsed at the end as the file's *skeleton* (``{"schemaVersion": 1,
+The in-place parse (no copy of each run of events) and the vectorised scanner are what
+``benchmarks/trace_ingest.py`` needs to import a 1M-event Kineto trace >= 3x faster than HTA with a peak RAM <= 2x
+the file size. The bytes outside the event array are parsed at the end as the file's *skeleton* (``{"schemaVersion": 1,
 ..., "traceEvents": []}``). Anything malformed raises :class:`~mlms_nb.errors.TraceFormatError` naming
 the file and the byte offset.
 """

@@ -11,7 +11,8 @@ one Arrow buffer that numpy and pandas use without a copy, and the reader decode
 Categorical columns are stored dictionary-encoded with their categories, int64 columns delta-encoded (times,
 ids and counts that mostly grow: 10-1000x smaller than plain, and about 4x faster to decode than plain + LZ4
 here). NaN is stored as a float value, not a null. Only float columns are LZ4-compressed: delta and dictionary
-pages leave LZ4 little to gain and only cost it time to decode. Files are read memory-mapped.
+pages leave LZ4 little to gain and only cost it time to decode. Files are read memory-mapped. This layout is what
+``benchmarks/trace_ingest.py``'s reopen target (>= 10M source events/s) rests on.
 :meth:`Trace.to_chrome` / :meth:`Trace.from_chrome` read and write Chrome trace JSON (Perfetto,
 chrome://tracing), including PyTorch Kineto and ONNX Runtime profiles (see :mod:`mlms_nb.tracing.chrome`).
 """
