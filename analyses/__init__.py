@@ -10,6 +10,8 @@
 - ``divergence``: where two frameworks' layer outputs diverge
 
 Every ``plot`` takes ``backend="bokeh"`` or ``"matplotlib"``; :func:`show` displays a figure in a notebook
-(Bokeh with INLINE resources), :func:`to_html` writes a standalone page.
+(Bokeh with INLINE resources), :func:`figure_page` gives the text of a standalone HTML page (``timeline.to_html``
+writes the timeline's page to a file).
 """
-from ._plot import show, to_html  # noqa: F401
+from ._plot import BOKEHJS_MARK, FIGURE_MARK, Displayable, show  # noqa: F401
+from ._plot import to_html as figure_page  # noqa: F401

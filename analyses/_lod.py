@@ -130,10 +130,16 @@ def build(lane: np.ndarray, start_ns: np.ndarray, duration_ns: np.ndarray, *, ke
     return Pyramid(extent, int(width_px), float(factor), np.asarray(resolutions, float), lod_from, *cols)
 
 
+LEVEL_SLACK = 1.25
+"""A level is drawn while its pixel is at most this many view pixels wide: a plot that stretches a little wider
+than the width the pyramid was built for keeps its merged level instead of dropping to every span."""
+
+
 def level_for(pyramid: Pyramid, ns_per_px: float) -> int:
-    """The level to draw when one pixel is ``ns_per_px``: the coarsest whose pixel is not wider than it."""
+    """The level to draw when one pixel is ``ns_per_px``: the coarsest whose pixel is at most
+    :data:`LEVEL_SLACK` of it."""
     res = pyramid.resolution_ns
     if len(res) == 0:
         return 0
-    finer = np.flatnonzero(res <= ns_per_px * (1 + 1e-9))
+    finer = np.flatnonzero(res <= ns_per_px * LEVEL_SLACK * (1 + 1e-9))
     return int(finer[0]) if len(finer) else pyramid.raw_level

@@ -112,14 +112,16 @@ class Chart:
             width = int(ax.figure.get_figwidth() * 100 / len(ax.figure.axes))
         self.backend = check_backend(backend)
         self.title, self.x_label, self.y_label = title, x_label, y_label
-        title = "\n".join(textwrap.wrap(title, max(40, width // 8)))
+        # wrapped for the narrowest width the figure may be drawn at (it stretches to the output area)
+        title = "\n".join(textwrap.wrap(title, max(40, min(width, 640) // 9)))
         self.categories = [str(c) for c in categories] if categories is not None else None
         self._legend = False
         if self.backend == "bokeh":
             plotting = _bokeh()
             kwargs: dict[str, Any] = dict(title=title, x_axis_label=x_label, y_axis_label=y_label, width=width,
                                           height=height, tools="pan,wheel_zoom,box_zoom,reset,save,hover",
-                                          x_axis_type="log" if x_log else "linear")
+                                          x_axis_type="log" if x_log else "linear", toolbar_location="above",
+                                          sizing_mode="stretch_width", max_width=width, min_width=320)
             if self.categories is not None:
                 kwargs["y_range"] = list(reversed(self.categories))
             else:
@@ -129,7 +131,10 @@ class Chart:
             if x_ticks is not None:
                 from bokeh.models import FixedTicker
 
+                from bokeh.models import NumeralTickFormatter
+
                 self.native.xaxis.ticker = FixedTicker(ticks=[float(t) for t in x_ticks])
+                self.native.xaxis.formatter = NumeralTickFormatter(format="0,0.[00]")  # 1, 4, not 10^0
         else:
             self.native = ax
             ax.set_title(title, fontsize=10)
@@ -298,7 +303,7 @@ def combine(panels: Sequence[Chart], title: str | None = None):
             return panels[0].native
         from bokeh.layouts import row
 
-        return row(*[p.native for p in panels])
+        return row(*[p.native for p in panels], sizing_mode="stretch_width")
     fig = panels[0].native.figure
     if title:
         fig.suptitle(title, fontsize=11)
@@ -311,28 +316,94 @@ def color(i: int) -> str:
 
 # ------------------------------------------------------------------------------------------ output
 
-_NOTEBOOK_READY = False
+_BOKEHJS_SENT = False
+BOKEHJS_MARK = "<!-- mlms-nb: BokehJS, inline, once per kernel session -->"
+FIGURE_MARK = 'class="mlms-bokeh"'
+"""What a notebook output holding BokehJS / a Bokeh figure contains (for tests and tools reading notebooks)."""
+BOKEH_WAIT_MS = 20_000
+"""How long a figure's loader waits for BokehJS (loaded by the first figure shown in the kernel session)."""
+
+
+class Displayable:
+    """A figure that displays itself in a notebook: ``_repr_mimebundle_`` gives one ``text/html`` output (Bokeh:
+    the figure as JSON plus a loader that embeds it once BokehJS is on the page; BokehJS itself travels, inline,
+    with the first figure of a kernel session only) or a PNG (matplotlib). The output needs no JupyterLab
+    extension and re-renders when a saved, trusted notebook is reopened or exported to HTML. Attributes
+    (``select``, ``children``, ``savefig``...) are the wrapped figure's (``.figure``)."""
+
+    def __init__(self, figure):
+        self.figure = figure.figure if isinstance(figure, Displayable) else figure
+
+    def __getattr__(self, name):
+        if name == "figure":  # not set yet (a copy being unpickled)
+            raise AttributeError(name)
+        return getattr(self.figure, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self.figure).__name__} figure ({'Bokeh' if _is_bokeh(self.figure) else 'matplotlib'})"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        if _is_bokeh(self.figure):
+            return {"text/html": notebook_html(self.figure), "text/plain": repr(self)}
+        import base64
+        import io
+
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", dpi=100)
+        return {"image/png": base64.b64encode(buf.getvalue()).decode("ascii"), "text/plain": repr(self)}
+
+
+def bokehjs_html() -> str:
+    """BokehJS (INLINE, offline) as a script that loads it once per page."""
+    from bokeh.resources import INLINE
+
+    code = "\n".join(INLINE.js_raw).replace("</script", "<\\/script")
+    return (BOKEHJS_MARK + '<script type="text/javascript">if (!window.Bokeh || !window.Bokeh.embed) {\n' + code
+            + '\n}</script>')
+
+
+def notebook_html(fig) -> str:
+    """One ``text/html`` output embedding a Bokeh figure; BokehJS inline only the first time per kernel session."""
+    global _BOKEHJS_SENT
+    import json
+    import uuid
+
+    from bokeh.embed import json_item
+
+    target = f"mlms-bk-{uuid.uuid4().hex}"
+    item = json.dumps(json_item(fig, target)).replace("</", "<\\/")
+    head = ""
+    if not _BOKEHJS_SENT:
+        head, _BOKEHJS_SENT = bokehjs_html(), True
+    loader = f"""<script type="text/javascript">(function () {{
+  const el = document.getElementById("{target}"), t0 = Date.now();
+  function go() {{
+    if (!el || el.dataset.embedded) return;
+    if (window.Bokeh && window.Bokeh.embed) {{
+      el.dataset.embedded = "1"; el.replaceChildren();
+      window.Bokeh.embed.embed_item(JSON.parse(document.getElementById("{target}-json").textContent), "{target}");
+    }} else if (Date.now() - t0 < {BOKEH_WAIT_MS}) setTimeout(go, 50);
+    else el.textContent = "BokehJS is not on this page: re-run the cell (the first figure of a kernel session carries BokehJS).";
+  }}
+  go();
+}})();</script>"""
+    note = ("interactive Bokeh figure: it renders when the notebook is trusted (JupyterLab: File > Trust Notebook)")
+    return (f'{head}<div id="{target}" {FIGURE_MARK} style="width:100%"><small>{note}</small></div>'
+            f'<script type="application/json" id="{target}-json">{item}</script>{loader}')
 
 
 def show(fig) -> None:
-    """Display ``fig`` in a notebook: Bokeh with INLINE resources (loaded once per kernel), matplotlib as PNG."""
-    global _NOTEBOOK_READY
-    if _is_bokeh(fig):
-        from bokeh.io import output_notebook, show as bokeh_show
-        from bokeh.resources import INLINE
-
-        if not _NOTEBOOK_READY:
-            output_notebook(resources=INLINE, hide_banner=True)
-            _NOTEBOOK_READY = True
-        bokeh_show(fig)
-        return
+    """Display ``fig`` in a notebook (see :class:`Displayable`: Bokeh with INLINE BokehJS once per kernel
+    session, matplotlib as PNG)."""
     from IPython.display import display
 
-    display(fig)
+    display(Displayable(fig))
 
 
 def to_html(fig, title: str = "mlms-nb analysis") -> str:
     """A standalone HTML page of ``fig`` (Bokeh: BokehJS inlined; matplotlib: an embedded PNG)."""
+    if isinstance(fig, Displayable):
+        fig = fig.figure
     if _is_bokeh(fig):
         from bokeh.embed import file_html
         from bokeh.resources import INLINE
@@ -349,38 +420,7 @@ def to_html(fig, title: str = "mlms-nb analysis") -> str:
             f"<body><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'></body></html>")
 
 
-def axis_labels(fig) -> list[str]:
-    """Every axis label of ``fig`` (either backend): what the tests check for units."""
-    if _is_bokeh(fig):
-        from bokeh.models import Axis
-
-        return [a.axis_label for a in fig.select({"type": Axis}) if a.axis_label]
-    return [lab for ax in fig.axes for lab in (ax.get_xlabel(), ax.get_ylabel()) if lab]
-
-
-def titles(fig) -> list[str]:
-    if _is_bokeh(fig):
-        from bokeh.models import Title
-
-        return [t.text for t in fig.select({"type": Title}) if t.text]
-    out = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    if fig._suptitle is not None:
-        out.append(fig._suptitle.get_text())
-    return out
-
-
 def _is_bokeh(fig) -> bool:
+    if isinstance(fig, Displayable):
+        fig = fig.figure
     return type(fig).__module__.startswith("bokeh.")
-
-
-# ------------------------------------------------------------------------------------------ small table helpers
-
-def spread(values: np.ndarray) -> dict[str, float]:
-    """Median, p25, p75, IQR, mean, min, max of ``values`` (any unit; keys get the caller's suffix)."""
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return dict(median=np.nan, p25=np.nan, p75=np.nan, iqr=np.nan, mean=np.nan, min=np.nan, max=np.nan)
-    p25, med, p75 = np.percentile(v, [25, 50, 75])
-    return dict(median=float(med), p25=float(p25), p75=float(p75), iqr=float(p75 - p25), mean=float(v.mean()),
-                min=float(v.min()), max=float(v.max()))

@@ -82,7 +82,7 @@ function draw() {
   const p = (x1 - x0) / W;                       // ms per pixel
   const res = layout.resolution_ms, raw = layout.raw_level;
   let k = raw;
-  for (let j = 0; j < res.length; j++) { if (res[j] <= p * (1 + 1e-9)) { k = j; break; } }
+  for (let j = 0; j < res.length; j++) { if (res[j] <= p * layout.level_slack * (1 + 1e-9)) { k = j; break; } }
   const key = k + ":" + x0 + ":" + x1 + ":" + W;
   if (st.drawn === key) return;
   st.drawn = key;
@@ -144,6 +144,15 @@ switch (format) {
 }
 return "";
 """
+
+_TICK_JS = """
+const step = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) : Math.max(Math.abs(tick), 1e-6);
+const [scale, unit] = step >= 1e3 ? [1e3, "s"] : step >= 1 ? [1, "ms"] : step >= 1e-3 ? [1e-3, "µs"] : [1e-6, "ns"];
+const d = Math.max(0, Math.min(6, -Math.floor(Math.log10(step / scale) + 1e-9)));
+return (tick / scale).toLocaleString("en-US", {minimumFractionDigits: d, maximumFractionDigits: d}) + " " + unit;
+"""
+"""x ticks in s, ms, µs or ns as their spacing reads best (``analyses.timeline.tick_label`` in Python)."""
+LEGEND_COLUMNS = 4
 
 HOVER_FIELDS = ("name", "duration", "shape", "FLOPs", "layer type", "spans merged", "busy time", "start")
 """Labels of the hover tooltip, in order."""
@@ -242,8 +251,8 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     """The Bokeh layout (figure + a line saying the zoom level) of timeline ``tl``, first showing ``rows``."""
     try:
         from bokeh.layouts import column
-        from bokeh.models import (ColumnDataSource, CustomJS, CustomJSHover, Div, FixedTicker, HoverTool, Legend,
-                                  LegendItem, LinearColorMapper, Range1d, Title)
+        from bokeh.models import (ColumnDataSource, CustomJS, CustomJSHover, CustomJSTickFormatter, Div,
+                                  FixedTicker, HoverTool, Legend, LegendItem, LinearColorMapper, Range1d, Title)
         from bokeh.plotting import figure
     except ImportError:
         raise MissingDependency(f"plot backend 'bokeh' needs Bokeh, which is not installed: {_EXTRA}") from None
@@ -255,13 +264,19 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     extent_ms = max(tl.attrs["extent_ns"] / 1e6, 1e-6)
     sig, sig_table = signatures(tl, colours)
     data, layout = payload(tl, sig)
-    layout.update(width_px=width_px, resolution_ms=[r / 1e6 for r in tl.attrs["resolution_ns"]])
+    from ._lod import LEVEL_SLACK
+
+    layout.update(width_px=width_px, resolution_ms=[r / 1e6 for r in tl.attrs["resolution_ns"]],
+                  level_slack=LEVEL_SLACK)
     visible = ColumnDataSource(visible_columns(rows, sig[tl.index.get_indexer(rows.index)], sig_table["c"]),
                                name="timeline_visible")
     sig_src = ColumnDataSource(sig_table, name="timeline_signatures")
     x0, x1 = rows.attrs["window_ms"]
-    fig = figure(name="timeline", title=title, frame_width=width_px,
-                 height=int(min(max(150 + 22 * n_tracks, 360), 1400)),
+    legend_rows = -(-(len(colours) + 1) // LEGEND_COLUMNS)
+    # stretches to the output area (the range callback draws for the plot's actual inner width)
+    fig = figure(name="timeline", title=title, width=width_px, sizing_mode="stretch_width",
+                 max_width=width_px + 300, min_width=480,
+                 height=int(min(max(150 + 22 * n_tracks, 360), 1400)) + 16 * legend_rows,
                  x_range=Range1d(x0, x1, bounds=(-0.02 * extent_ms, extent_ms * 1.02), min_interval=1e-6),
                  y_range=Range1d(n_tracks - 0.5, -0.5), tools="xpan,xwheel_zoom,xbox_zoom,reset,save",
                  active_scroll="xwheel_zoom", x_axis_label=X_LABEL, y_axis_label=Y_LABEL, toolbar_location="above")
@@ -273,6 +288,7 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     fig.yaxis.ticker = FixedTicker(ticks=list(range(len(tracks))))
     fig.yaxis.major_label_overrides = {i: lab for i, lab in enumerate(tracks["track_label"])}
     fig.yaxis.major_label_text_font_size = "8pt"
+    fig.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
     fig.ygrid.grid_line_color = None
     fmt = CustomJSHover(args=dict(src=visible, sig=sig_src), code=_HOVER_JS)
     fig.add_tools(HoverTool(renderers=[bars], formatters={"@ref": fmt},
@@ -282,7 +298,8 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
                         color=list(colours.values()) + [OTHER_COLOR])  # off-range: drawn only in the legend
     fig.add_layout(Legend(items=[LegendItem(label=nm, renderers=[swatches], index=i) for i, nm in enumerate(names)],
                           title="colour: layer type", label_text_font_size="8pt", title_text_font_size="8pt",
-                          glyph_height=10, spacing=0, padding=4), "right")
+                          glyph_height=10, spacing=0, padding=4, orientation="horizontal",
+                          ncols=LEGEND_COLUMNS), "below")
     level = rows.attrs["level"]
     lod = Div(text=f"zoom level {level}{' (raw: every span)' if level >= tl.attrs['raw_level'] else ''}: "
                    f"{_fmt_time((x1 - x0) / width_px)} per pixel, {len(rows):,} bars drawn",
@@ -293,4 +310,4 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     fig.x_range.js_on_change("end", on_range)
     # the plot's first layout sets inner_width: the moment to inflate the payload, right after the first paint
     fig.js_on_change("inner_width", CustomJS(args=dict(cb=on_range, xr=fig.x_range), code=_READY_JS))
-    return column(fig, lod, name="timeline_layout")
+    return column(fig, lod, name="timeline_layout", sizing_mode="stretch_width")

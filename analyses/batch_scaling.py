@@ -13,11 +13,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mlms_nb.schema.evaluation import LATENCY
+
 from . import _plot
 from ._plot import AnalysisError
 
 DEFAULT_THRESHOLD = 0.9
-REQUIRED = ("framework", "batch_size", "median_ms", "throughput_per_s")
+REQUIRED = LATENCY.pick("framework", "batch_size", "median_ms", "throughput_per_s")
+OPTIONAL = LATENCY.pick("scenario", "samples", "median_ci_low_ms", "median_ci_high_ms", "p90_ms", "iqr_ms")
+"""The latency columns read (names from :mod:`mlms_nb.schema.evaluation`); the optional ones may be missing."""
 
 
 def _latency_frame(latency) -> pd.DataFrame:

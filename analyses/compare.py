@@ -4,7 +4,8 @@
 else the normal approximation) on the raw per-call latency samples of A and B: it asks whether one side's
 calls tend to take longer than the other's, without assuming any distribution. ``significant``: ``p_value <
 alpha`` (default 0.05). The median delta's 95% interval is a seeded percentile bootstrap (2000 resamples of
-each side's median, drawn as order statistics).
+each side's median, drawn as order statistics: :mod:`mlms_nb._bootstrap`, the same bootstrap as the
+evaluation's CI of the median).
 
 Deltas are B - A (positive: B is slower / has more), percentages relative to A.
 
@@ -19,12 +20,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mlms_nb._bootstrap import RESAMPLES, bootstrap_medians
+from mlms_nb.schema.evaluation import LATENCY, SampleKey
+
 from . import _plot
 from . import layers as _layers
 from ._plot import AnalysisError
 
 ALPHA = 0.05
-RESAMPLES = 2000
+KEY = LATENCY.key
+REQUIRED = LATENCY.pick("framework", "batch_size", "median_ms")
+OPTIONAL = LATENCY.pick("scenario", "p90_ms", "throughput_per_s")
+"""The latency columns read (names from :mod:`mlms_nb.schema.evaluation`); the optional ones may be missing."""
 TEST = "two-sided Mann-Whitney U test on the raw per-call latency samples (scipy.stats.mannwhitneyu)"
 
 
@@ -37,22 +44,11 @@ def _parts(ev, side: str) -> tuple[pd.DataFrame, dict]:
     if not isinstance(latency, pd.DataFrame):
         raise AnalysisError(f"compare: {side} must be an Evaluation or a (latency frame, samples) pair, "
                             f"got {type(ev).__name__}")
-    _plot.require_columns(latency, ("framework", "batch_size", "median_ms"), f"{side}'s latency frame")
+    _plot.require_columns(latency, REQUIRED, f"{side}'s latency frame")
     latency = latency.copy()
     if "scenario" not in latency:
         latency["scenario"] = "single-stream"
     return latency, dict(samples or {})
-
-
-def bootstrap_medians(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """Medians of ``resamples`` bootstrap resamples of ``x``: the median of ``n`` draws with replacement is
-    the ``k``-th order statistic, ``k = (n + 1) // 2``, drawn as ``x_sorted[floor(n * Beta(k, n - k + 1))]``
-    (exact for odd ``n``, the lower middle for even ``n``), in O(resamples) whatever ``n``."""
-    x = np.sort(np.asarray(x, dtype=float))
-    n = x.size
-    k = (n + 1) // 2
-    u = rng.beta(k, n - k + 1, size=resamples)
-    return x[np.minimum((u * n).astype(np.int64), n - 1)]
 
 
 def _test(a_ns: np.ndarray | None, b_ns: np.ndarray | None, seed: int) -> dict:
@@ -78,8 +74,7 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
     """
     lat_a, samples_a = _parts(a, labels[0])
     lat_b, samples_b = _parts(b, labels[1])
-    keys = ["framework", "batch_size", "scenario"]
-    merged = lat_a.merge(lat_b, on=keys, suffixes=("_a", "_b"))
+    merged = lat_a.merge(lat_b, on=list(KEY), suffixes=("_a", "_b"))
     by_framework = True
     if merged.empty and lat_a["framework"].nunique() == 1 and lat_b["framework"].nunique() == 1:
         by_framework = False
@@ -94,8 +89,8 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
     for i, r in enumerate(merged.to_dict("records")):
         fa = r["framework"] if by_framework else r["framework_a"]
         fb = r["framework"] if by_framework else r["framework_b"]
-        sa = samples_a.get((fa, int(r["batch_size"]), r["scenario"]))
-        sb = samples_b.get((fb, int(r["batch_size"]), r["scenario"]))
+        sa = samples_a.get(SampleKey(fa, int(r["batch_size"]), r["scenario"]))
+        sb = samples_b.get(SampleKey(fb, int(r["batch_size"]), r["scenario"]))
         test = _test(sa, sb, seed + i)
         med_a, med_b = float(r["median_ms_a"]), float(r["median_ms_b"])
         tp_a, tp_b = r.get("throughput_per_s_a", np.nan), r.get("throughput_per_s_b", np.nan)

@@ -21,20 +21,11 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from mlms_nb.schema.divergence import METRICS, column, pair_label  # noqa: F401 (the names of the layer table)
+
 from . import _plot
 
-METRICS = ("max_abs_error", "max_rel_error", "cosine_similarity")
 ANALYSIS = "divergence.layers"
-
-
-def pair_label(a: str, b: str) -> str:
-    """``torch~onnxruntime``: how a framework pair is written in column names."""
-    return f"{a}~{b}"
-
-
-def column(metric: str, key: str) -> str:
-    """``max_rel_error[torch~onnxruntime]``, ``latency_ms[torch]``."""
-    return f"{metric}[{key}]"
 
 
 # ------------------------------------------------------------------------------------------ tensors

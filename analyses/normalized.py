@@ -21,8 +21,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from mlms_nb.schema.evaluation import LATENCY
+
 from . import _plot
 from ._plot import AnalysisError
+
+REQUIRED = LATENCY.pick("batch_size", "median_ms")
+OPTIONAL = LATENCY.pick("framework", "scenario", "median_ci_low_ms", "median_ci_high_ms")
+"""The latency columns read (names from :mod:`mlms_nb.schema.evaluation`); the optional ones may be missing."""
 
 
 def _system_label(ev: Any) -> str:
@@ -37,7 +43,7 @@ def _system_label(ev: Any) -> str:
 def _frames(data, by: str) -> tuple[pd.DataFrame, str]:
     """-> one frame with a ``group`` column, and the name of what the groups are."""
     if isinstance(data, pd.DataFrame):
-        _plot.require_columns(data, (by, "batch_size", "median_ms"), "latency frame")
+        _plot.require_columns(data, (by, *REQUIRED), "latency frame")
         return data.assign(group=data[by].astype(str)), by
     if isinstance(data, Mapping):
         parts = [getattr(v, "latency", v).assign(group=str(k)) for k, v in data.items()]
@@ -61,7 +67,7 @@ def compute(data, baseline: str | None = None, by: str = "framework") -> pd.Data
     Rows of a group with no baseline row to match are left out (the note counts them).
     """
     frame, what = _frames(data, by)
-    _plot.require_columns(frame, ("batch_size", "median_ms"), "latency frame")
+    _plot.require_columns(frame, REQUIRED, "latency frame")
     if frame.empty:
         raise AnalysisError("nothing to normalise: the latency frame is empty")
     frame = frame.copy()

@@ -1,12 +1,13 @@
-"""`Analysis`: what every analysis verb returns -- its table, a title, and how to draw it."""
+"""`Analysis`: what every analysis verb returns -- its table, a title, and how to draw it (shown by
+:mod:`mlms_nb.display`)."""
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pandas as pd
 
+from mlms_nb import display
 from mlms_nb.errors import AnalysisError
 
 
@@ -29,7 +30,9 @@ class Analysis:
         """The figure: a Bokeh layout (``backend="bokeh"``) or a matplotlib Figure (``"matplotlib"``)."""
         if self.draw is None:
             raise AnalysisError(f"the {self.name} analysis has nothing to plot")
-        return self.draw(self.table, backend, **kwargs)
+        from ._plot import Displayable
+
+        return Displayable(self.draw(self.table, backend, **kwargs))  # shows itself as a cell's last value
 
     def show(self, backend: str = "bokeh", **kwargs) -> None:
         """Display the figure in a notebook (Bokeh with INLINE resources: works offline)."""
@@ -37,19 +40,11 @@ class Analysis:
 
         show(self.plot(backend, **kwargs))
 
-    def to_text(self, max_rows: int = 40) -> str:
-        with pd.option_context("display.max_colwidth", 50, "display.width", 200, "display.max_rows", max_rows):
-            body = self.table.to_string(index=False, max_rows=max_rows) if not self.table.empty else "(no rows)"
-        return "\n".join(filter(None, [self.title, body, self.note]))
-
-    def _repr_html_(self) -> str:
-        body = (self.table.to_html(index=False, border=0, na_rep="", max_rows=60) if not self.table.empty
-                else "<p>(no rows)</p>")
-        note = f"<p><small>{html.escape(self.note)}</small></p>" if self.note else ""
-        return f"<h4>{html.escape(self.title)}</h4>{body}{note}"
+    def to_text(self) -> str:
+        return display.render_text(self)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return {"text/plain": self.to_text(), "text/html": self._repr_html_()}
+        return display.mimebundle(self)
 
     def __repr__(self) -> str:
-        return self.to_text()
+        return display.render_text(self)

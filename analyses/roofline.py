@@ -21,8 +21,13 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from mlms_nb.schema.evaluation import LATENCY
+
 from . import _plot
 from ._plot import AnalysisError
+
+MODEL_LATENCY = LATENCY.pick("framework", "batch_size", "median_ms", "median_ci_low_ms", "median_ci_high_ms")
+"""The latency columns :func:`compute_model` reads (the CI bounds may be missing)."""
 
 COST_COLUMNS = ("layer_name", "flops", "bytes")
 
@@ -161,14 +166,14 @@ def compute_model(model_costs, latency, peak_flops_per_s: float, bandwidth_bytes
                                      "bytes": float(pd.DataFrame(f)["bytes"].sum())} for bs, f in model_costs.items()])
     _plot.require_columns(model_costs, ("batch_size", "flops", "bytes"), "model costs frame")
     lat = getattr(latency, "latency", latency)
-    _plot.require_columns(lat, ("framework", "batch_size", "median_ms"), "latency frame")
+    _plot.require_columns(lat, MODEL_LATENCY[:3], "latency frame")
     lat = lat.copy()
     for col in ("median_ci_low_ms", "median_ci_high_ms"):
         if col not in lat:
             lat[col] = np.nan
     if "scenario" in lat and lat["scenario"].nunique() > 1:
         lat = lat[lat["scenario"] == lat["scenario"].iloc[0]]
-    merged = lat[["framework", "batch_size", "median_ms", "median_ci_low_ms", "median_ci_high_ms"]].merge(
+    merged = lat[list(MODEL_LATENCY)].merge(
         model_costs[["batch_size", "flops", "bytes"]], on="batch_size", how="inner")
     if merged.empty:
         raise AnalysisError(f"no batch size is in both the costs ({sorted(model_costs['batch_size'])}) and the "

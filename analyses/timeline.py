@@ -33,6 +33,8 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 OTHER_COLOR = "#c7c7c7"
 NAMED_KINDS = ("op", "kernel", "memcpy", "memset", "runtime")
 """Kinds coloured by their own name when they carry no layer type (``aten::conv2d``, a CUDA kernel)."""
+LEVEL_SLACK = _lod.LEVEL_SLACK
+"""A zoom level is drawn while its pixel is at most this many view pixels wide."""
 X_LABEL = "time since trace start (ms)"
 Y_LABEL = "track (level · device · thread [depth])"
 _EXTRA = "pip install 'mlms-nb[analysis]'"
@@ -64,8 +66,9 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     return codes.astype(np.int64), [str(u) for u in uniq]
 
 
-def _nesting_depth(spans: pd.DataFrame, base: np.ndarray) -> np.ndarray:
-    """Per span: how many of its ancestors (by ``parent_id``) lie on the same base track."""
+def parent_rows(spans: pd.DataFrame) -> np.ndarray:
+    """Per span: the row (position) of its parent in ``spans`` (same ``trace_id``, ``span_id == parent_id``), or
+    -1 for a root or a parent that is not in the frame."""
     n = len(spans)
     tcode, _ = _codes(spans["trace_id"])
     key = (tcode << 40) | spans["span_id"].to_numpy(np.int64)
@@ -75,8 +78,13 @@ def _nesting_depth(spans: pd.DataFrame, base: np.ndarray) -> np.ndarray:
     pkey = (tcode << 40) | pid
     pos = np.minimum(np.searchsorted(skey, pkey), max(n - 1, 0))
     found = (pid != 0) & (skey[pos] == pkey) if n else np.zeros(0, bool)
-    parent = np.where(found, order[pos], -1)
-    depth = np.zeros(n, np.int64)
+    return np.where(found, order[pos], -1)
+
+
+def _nesting_depth(spans: pd.DataFrame, base: np.ndarray) -> np.ndarray:
+    """Per span: how many of its ancestors (by ``parent_id``) lie on the same base track."""
+    parent = parent_rows(spans)
+    depth = np.zeros(len(spans), np.int64)
     anc = parent.copy()
     for _ in range(256):  # a tree deeper than 256 (or a cycle) stops here
         idx = np.flatnonzero(anc >= 0)
@@ -147,7 +155,8 @@ def compute(spans, *, width_px: int = 1200, factor: float = 2.0, merge_ratio: fl
     kept while its blocks are at most this fraction of the spans they replace. ``df.attrs``: ``origin_ns``
     (trace start on the trace's clock), ``extent_ns``, ``resolution_ns`` (ns per pixel per level),
     ``raw_level``, ``width_px``, ``tracks`` (a frame: track, level, device, thread, stream, depth, label),
-    ``n_spans``.
+    ``n_spans``, ``focus_ns`` (start, end of the spans below APPLICATION level -- an evaluation's traced pass --
+    or of the whole trace).
     """
     spans = _spans_of(spans)
     if int(width_px) < 10:
@@ -189,7 +198,10 @@ def compute(spans, *, width_px: int = 1200, factor: float = 2.0, merge_ratio: fl
     out["flops"] = spans["flops"].to_numpy(np.float64)[span_row]
     out["colour_key"] = pd.Categorical.from_codes(colour[span_row], colour_cats)
     out["span_row"] = span_row
-    out.attrs.update(analysis="timeline", origin_ns=origin, extent_ns=int(pyr.extent_ns),
+    traced = (spans["level"] != "APPLICATION").to_numpy()
+    focus = ((int(rel[traced].min()), int((rel + dur)[traced].max())) if traced.any() and not traced.all()
+             else (0, int(pyr.extent_ns)))
+    out.attrs.update(analysis="timeline", origin_ns=origin, extent_ns=int(pyr.extent_ns), focus_ns=focus,
                      resolution_ns=[float(r) for r in pyr.resolution_ns], raw_level=raw, width_px=int(width_px),
                      factor=float(factor), tracks=tracks, n_spans=n)
     return out
@@ -202,9 +214,10 @@ def _timeline(data, **kw) -> pd.DataFrame:
 
 
 def level_for(tl: pd.DataFrame, ms_per_px: float) -> int:
-    """The zoom level drawn when one pixel is ``ms_per_px`` ms: the coarsest whose pixel is not wider."""
+    """The zoom level drawn when one pixel is ``ms_per_px`` ms: the coarsest whose pixel is at most
+    :data:`LEVEL_SLACK` view pixels wide."""
     res = np.asarray(tl.attrs["resolution_ns"], float)
-    finer = np.flatnonzero(res <= ms_per_px * 1e6 * (1 + 1e-9))
+    finer = np.flatnonzero(res <= ms_per_px * 1e6 * LEVEL_SLACK * (1 + 1e-9))
     return int(finer[0]) if len(finer) else int(tl.attrs["raw_level"])
 
 
@@ -227,7 +240,7 @@ def view(tl: pd.DataFrame, start_ms: float | None = None, end_ms: float | None =
     return out
 
 
-def _palette(tl: pd.DataFrame, top: int = len(PALETTE)) -> dict[str, str]:
+def palette(tl: pd.DataFrame, top: int = len(PALETTE)) -> dict[str, str]:
     """Colour of each colour key: the ``top`` keys with the most busy time get the palette, others grey."""
     spans = tl[tl["row_kind"] == "span"]
     busy = spans.groupby("colour_key", observed=True)["busy_ns"].sum().sort_values(ascending=False)
@@ -255,12 +268,31 @@ def plot(spans, backend: str = "bokeh", *, start_ms: float | None = None, end_ms
     """
     backend = check_backend(backend)
     tl = _timeline(spans, width_px=width_px, **compute_kw)
+    if start_ms is None and end_ms is None:
+        start_ms, end_ms = focus_window(tl)
     if backend == "matplotlib":
         return _matplotlib(tl, start_ms, end_ms, title, measured_by)
     from ._timeline_bokeh import figure_of
 
     main, sub = _title(tl, title, measured_by)
-    return figure_of(tl, view(tl, start_ms, end_ms), colours=_palette(tl), title=main, subtitle=sub)
+    return figure_of(tl, view(tl, start_ms, end_ms), colours=palette(tl), title=main, subtitle=sub)
+
+
+def focus_window(tl: pd.DataFrame, pad: float = 0.02) -> tuple[float, float]:
+    """The x window (ms) a timeline opens on: its traced pass (``attrs["focus_ns"]``) with ``pad`` of it either
+    side, within the trace."""
+    s, e = (v / 1e6 for v in tl.attrs.get("focus_ns", (0, tl.attrs["extent_ns"])))
+    d = max(e - s, 1e-6) * pad
+    return max(s - d, 0.0), min(e + d, tl.attrs["extent_ns"] / 1e6) if e + d > s else s + 1e-6
+
+
+def tick_label(ms: float, step_ms: float) -> str:
+    """An x tick for ``ms`` on an axis whose ticks are ``step_ms`` apart, in s, ms, µs or ns as the step reads
+    best (the same rule as the Bokeh figure's tick formatter)."""
+    scale, unit = ((1e3, "s") if step_ms >= 1e3 else (1.0, "ms") if step_ms >= 1 else
+                   (1e-3, "µs") if step_ms >= 1e-3 else (1e-6, "ns"))
+    decimals = int(min(6, max(0, -np.floor(np.log10(step_ms / scale) + 1e-9)))) if step_ms > 0 else 0
+    return f"{ms / scale:,.{decimals}f} {unit}"
 
 
 def _fmt_time(ms: float) -> str:
@@ -285,13 +317,13 @@ def _matplotlib(tl, start_ms, end_ms, title, measured_by):
     n_tracks = max(len(tracks), 1)
     dpi = 100
     width_px = int(tl.attrs["width_px"])
-    height_in = max(2.2 + 0.28 * n_tracks, 0.75 + 0.15 * (len(_palette(tl)) + 2))
+    height_in = max(2.2 + 0.28 * n_tracks, 0.75 + 0.15 * (len(palette(tl)) + 2))
     fig = Figure(figsize=(width_px / dpi + 3.2, min(height_in, 30)), dpi=dpi, layout="constrained")
     ax = fig.add_subplot()
     rows = view(tl, start_ms, end_ms, width_px)
     x0, x1 = rows.attrs["window_ms"]
     px = (x1 - x0) / width_px
-    colours = _palette(tl)
+    colours = palette(tl)
     s = rows["start_ns"].to_numpy() / 1e6
     e = np.maximum(rows["end_ns"].to_numpy() / 1e6, s + px)
     y = rows["track"].to_numpy(float)
@@ -303,6 +335,11 @@ def _matplotlib(tl, start_ms, end_ms, title, measured_by):
         coll.set_alpha(np.where(block, 0.45, 0.9))  # merged blocks pale, as in the browser
     ax.add_collection(coll)
     ax.set_xlim(x0, x1)
+    from matplotlib.ticker import FuncFormatter
+
+    ticks = ax.get_xticks()
+    step = float(np.diff(ticks).min()) if len(ticks) > 1 else max(x1 - x0, 1e-6)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: tick_label(v, step)))
     ax.set_ylim(n_tracks - 0.5, -0.5)
     ax.set_yticks(range(len(tracks)), list(tracks["track_label"]), fontsize=7)
     ax.set_xlabel(X_LABEL)

@@ -17,7 +17,8 @@ import time
 
 import numpy as np
 
-from mlms_nb.evaluation.scenarios import TimingConfig, run_scenario
+from mlms_nb.evaluation.scenarios import run_scenario
+from mlms_nb.options import Timing
 from mlms_nb.manifest import find_manifest
 from mlms_nb.frameworks import PredictorOptions, open_predictor
 
@@ -73,7 +74,7 @@ def torch_timer_median_ns(model, batch, seconds: float) -> float:
 
 def mlms_round(predictor, batch, seconds: float) -> tuple[float, float]:
     """One mlms-nb timed loop (single-stream; no warm-up: the model is warm): (inputs/s, median ns)."""
-    cfg = TimingConfig(warmup=0, min_repeats=20, min_time_s=seconds)
+    cfg = Timing(warmup=0, min_repeats=20, min_time_s=seconds)
     result = run_scenario("offline", predictor.predict, batch, cfg)
     return len(result.samples_ns) * batch.shape[0] / (result.wall_ns / 1e9), float(np.median(result.samples_ns))
 

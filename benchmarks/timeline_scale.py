@@ -143,11 +143,11 @@ def plain_figure(tl, width_px: int):
     from bokeh.models import FixedTicker, HoverTool, Range1d
     from bokeh.plotting import figure
 
-    from mlms_nb.analyses.timeline import OTHER_COLOR, X_LABEL, Y_LABEL, _palette
+    from mlms_nb.analyses.timeline import OTHER_COLOR, X_LABEL, Y_LABEL, palette
 
     spans = tl[tl["row_kind"] == "span"]
     tracks = tl.attrs["tracks"]
-    colours = _palette(tl)
+    colours = palette(tl)
     keys = spans["colour_key"].astype(str)
     start = spans["start_ns"].to_numpy() / 1e6
     end = spans["end_ns"].to_numpy() / 1e6

@@ -19,6 +19,21 @@ from mlms_nb.api import (  # noqa: E402
 from mlms_nb.manifest import find_manifest, load_manifest  # noqa: E402
 
 
+def report(runs, pdf=None, html=None, notebook=None, paper: str = "A4", **kwargs):
+    """A report of ``runs`` (history ids, evaluation ids, saved .json paths or Evaluation objects; several give a
+    comparison): an executed, editable notebook, and a PDF and/or HTML printed from it. Reports are a face of
+    mlms-nb (like the CLI) built on the facade, so they are imported only when asked for; see
+    :func:`mlms_nb.reporting.build_report`."""
+    from mlms_nb.reporting import build_report
+
+    return build_report(runs, pdf=pdf, html=html, notebook=notebook, paper=paper, **kwargs)
+
+
+def _jupyter_server_extension_points():
+    """The Jupyter server extension (the REST API of the JupyterLab sidebar) lives in ``mlms_nb.server``."""
+    return [{"module": "mlms_nb.server"}]
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext mlms_nb`` registers ``%mlms``."""
     from mlms_nb.magics import load_ipython_extension as _load
@@ -27,5 +42,5 @@ def load_ipython_extension(ipython) -> None:
 
 
 __all__ = ["__version__", "batch_scaling", "compare", "convert", "diverge", "evaluate", "find_manifest", "history",
-           "kernels", "layers", "load_evaluation", "load_manifest", "load_trace", "models", "roofline", "timeline",
-           "trace"]
+           "kernels", "layers", "load_evaluation", "load_manifest", "load_trace", "models", "report", "roofline",
+           "timeline", "trace"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Iterable
 
 import pandas as pd
 
@@ -22,17 +21,20 @@ from mlms_nb.analyses import kernels as _kernels
 from mlms_nb.analyses import layers as _layers
 from mlms_nb.analyses import roofline as _roofline
 from mlms_nb.analyses import timeline as _timeline
+from mlms_nb.analyses import Displayable
 from mlms_nb.analyses.result import Analysis
 from mlms_nb.divergence import Divergence
 from mlms_nb.divergence.run import diverge as _diverge
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
-from mlms_nb.evaluation.runner import EvaluationRunner, RunOptions, resolve_manifests
-from mlms_nb.evaluation.scenarios import TimingConfig
+from mlms_nb.evaluation.runner import EvaluationRunner, resolve_manifests
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
 from mlms_nb.frameworks.costs import model_costs
-from mlms_nb.manifest import FRAMEWORKS, Manifest, ManifestCatalog, canonical_framework
+from mlms_nb.manifest import Manifest, ManifestCatalog, canonical_framework
+from mlms_nb.options import (
+    DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions, spell, takes,
+)
 from mlms_nb.paths import mlms_home
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.store.history import HistoryStore
@@ -50,102 +52,48 @@ __all__ = ["Analysis", "TraceSession", "batch_scaling", "compare", "convert", "d
            "models", "resolve_run", "roofline", "timeline", "trace"]
 
 
-# ---------------------------------------------------------------------------------------------- options
-
-def _as_list(value: str | Iterable | None) -> list:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return list(value)
-
-
-def parse_batch_sizes(value: str | int | Iterable[int]) -> list[int]:
-    """``"1,8"`` / ``8`` / ``[1, 8]`` -> ``[1, 8]``; anything else names the bad entry."""
-    items = [value] if isinstance(value, int) else _as_list(value)
-    sizes = []
-    for item in items:
-        try:
-            size = int(item)
-            if isinstance(item, float) and item != size:
-                raise ValueError
-        except (TypeError, ValueError):
-            raise MlmsError(f"batch sizes: {item!r} is not an integer") from None
-        if size < 1:
-            raise MlmsError(f"batch sizes: {size} is not a positive integer")
-        sizes.append(size)
-    if not sizes:
-        raise MlmsError("batch sizes: expected at least one, e.g. 1,8")
-    return sizes
-
-
 # ---------------------------------------------------------------------------------------------- models, evaluate
 
 def models(framework: str | None = None) -> pd.DataFrame:
-    """Every manifest mlms-nb can see, one row per model and framework."""
+    """Every manifest mlms-nb can see, one row per model and framework; ``origin`` says whether it is built in
+    or from ``MLMS_MANIFEST_PATH`` ("user, not the default" when a built-in of that name and framework wins)."""
     catalog = ManifestCatalog()
+    shadowed = {id(user): builtin for user, builtin in catalog.shadowed()}
     rows = []
     for m in catalog.select(framework):
+        origin = "built-in" if catalog.is_builtin(m) else ("user, not the default" if id(m) in shadowed else "user")
         rows.append({
             "model": m.name, "version": m.version, "framework": m.framework.name,
             "framework_version": m.framework.version, "input": "x".join(map(str, m.inputs[0].dimensions)),
             "layout": m.inputs[0].layout, "weights": m.model.weights,
-            "top1": m.attributes.get("top1"), "description": m.description, "source": m.source,
+            "top1": m.attributes.get("top1"), "origin": origin, "description": m.description, "source": m.source,
         })
     frame = pd.DataFrame(rows).sort_values(["model", "framework"], ignore_index=True) if rows else pd.DataFrame()
     frame.attrs["errors"] = catalog.errors
-    frame.attrs["note"] = "top1: the published ImageNet top-1 accuracy (%), from the manifest"
+    notes = ["top1: the published ImageNet top-1 accuracy (%), from the manifest"]
+    notes += [f"{user.name} {user.version} ({user.framework.name}) from {user.source} has the name of a built-in "
+              f"manifest ({builtin.version}), which is used by default: eval it by its path or as "
+              f"{user.name}@{user.version}" for user, builtin in catalog.shadowed()
+              if framework is None or user.framework.name == canonical_framework(framework)]
+    frame.attrs["note"] = "\n".join(notes)
     return frame
 
 
-def evaluate(
-    model: str | Manifest,
-    framework: str | Iterable[str] = "torch",
-    batch_sizes: str | int | Iterable[int] = (1,),
-    dataset: str | None = None,
-    scenario: str = "single-stream",
-    device: str = "cpu",
-    threads: int | None = None,
-    trace_level: str = "NONE",
-    trace_repeats: int = 5,
-    warmup: int | str = "auto",
-    min_repeats: int = 20,
-    min_time_s: float = 1.0,
-    max_time_s: float = 120.0,
-    target_qps: float | None = None,
-    latency_bound_ms: float | None = None,
-    limit: int | None = None,
-    keep_probabilities: bool = False,
-    trust: bool = False,
-    progress: bool = True,
-    history: bool | str = True,
-) -> Evaluation:
-    """Evaluate ``model`` in one or more frameworks; returns an `Evaluation`.
+@takes(EvaluateOptions, "model")
+def evaluate(model: str | Manifest, options: EvaluateOptions) -> Evaluation:
+    """Evaluate ``model`` (a name, see :func:`models`, or a `Manifest`) in one or more frameworks; returns an
+    `Evaluation`.
 
-    ``batch_sizes``: inputs per call; ``min_repeats``/``min_time_s``: the timed loop runs until both are
-    reached (LoadGen style); ``scenario``: single-stream (report p90), offline (throughput) or server
-    (Poisson arrivals at ``target_qps``; p99 against ``latency_bound_ms``). ``history``: store the result
-    in the history store (True: the default store; a string: an SQLAlchemy URL; False: don't).
-    ``trace_level``: NONE, APPLICATION, MODEL, FRAMEWORK, ML_LIBRARY, SYSTEM_LIBRARY, HARDWARE or FULL; latency
-    always comes from the untraced sweep, and a traced pass of ``trace_repeats`` calls per batch size follows it
-    (``evaluation.trace``, ``evaluation.trace_overhead``).
+    The timed loop runs until both ``min_repeats`` calls and ``min_time_s`` seconds are reached (LoadGen style);
+    ``scenario``: single-stream (report p90), offline (throughput) or server (Poisson arrivals at ``target_qps``;
+    p99 against ``latency_bound_ms``). Latency always comes from the untraced sweep; with a ``trace_level`` above
+    NONE a traced pass of ``trace_repeats`` calls per batch size follows it (``evaluation.trace``,
+    ``evaluation.trace_overhead``). ``history``: store the result (True: the default store; a string: an
+    SQLAlchemy URL; False: don't); a failing store is a warning on the result, never a lost measurement.
     """
-    frameworks = [canonical_framework(f) for f in _as_list(framework)] or ["torch"]
-    for fw in frameworks:
-        if fw not in FRAMEWORKS:
-            raise MlmsError(f"unknown framework {fw!r}; expected one of {', '.join(FRAMEWORKS)}")
-    level = TraceLevel.parse(trace_level)  # a clear error for an unknown level name
-    options = RunOptions(
-        batch_sizes=parse_batch_sizes(batch_sizes), dataset=dataset, scenario=scenario, device=device,
-        threads=threads, trace_level=level.name, trace_repeats=trace_repeats, limit=limit,
-        keep_probabilities=keep_probabilities, trust=trust, progress=progress,
-        timing=TimingConfig(warmup=warmup, min_repeats=min_repeats, min_time_s=min_time_s, max_time_s=max_time_s,
-                            target_qps=target_qps, latency_bound_ms=latency_bound_ms))
-    options.validate()
-    manifests = resolve_manifests(model, frameworks)
-    evaluation = EvaluationRunner(manifests, options).run()
-    if history:
-        _store(evaluation, None if history is True else str(history))
+    evaluation = EvaluationRunner(resolve_manifests(model, options.framework), options).run()
+    if options.history:
+        _store(evaluation, None if options.history is True else str(options.history))
     return evaluation
 
 
@@ -162,11 +110,12 @@ def _store(evaluation: Evaluation, url: str | None) -> None:
         log.warning("not saved to history: %s", err)
 
 
-def history(model: str | None = None, framework: str | None = None, version: str | None = None,
-            complete: bool | None = None, limit: int | None = None, url: str | None = None) -> pd.DataFrame:
-    """Stored evaluations, newest first (one row per evaluation and framework)."""
-    return HistoryStore(url).query(model=model, framework=canonical_framework(framework) if framework else None,
-                                   version=version, complete=complete, limit=limit)
+@takes(HistoryOptions)
+def history(options: HistoryOptions) -> pd.DataFrame:
+    """Stored evaluations, newest first (one row per evaluation and framework; columns:
+    :data:`mlms_nb.schema.evaluation.HISTORY`)."""
+    return HistoryStore(options.url).query(model=options.model, framework=options.framework, version=options.version,
+                                           complete=options.complete, limit=options.limit)
 
 
 def load_evaluation(ref: str | int, url: str | None = None) -> Evaluation:
@@ -254,17 +203,15 @@ def _traced_layers(run) -> pd.DataFrame:
     spans = _spans(run)
     if not (spans["kind"] == "layer").any():
         raise MlmsError("this trace has no layer spans: trace it at level FRAMEWORK or deeper "
-                        "(trace_level='FRAMEWORK')")
+                        f"({spell('trace_level', 'FRAMEWORK')})")
     return spans
 
 
-def layers(run, what: str = "latency", by: str = "layer") -> Analysis:
+@takes(LayersOptions, "run")
+def layers(run, options: LayersOptions) -> Analysis:
     """Layer occurrence per type (``what="occurrence"``), latency per layer or type over the traced calls
     (``"latency"``, ``by="layer" | "type"``), or memory per layer (``"memory"``)."""
-    if what not in ("occurrence", "latency", "memory"):
-        raise MlmsError(f"layers: what must be occurrence, latency or memory, not {what!r}")
-    if by not in ("layer", "type"):
-        raise MlmsError(f"layers: by must be layer or type, not {by!r}")
+    what, by = options.what, options.by
     table = _layers.compute(_traced_layers(run), what=what, by=by)
     title = {"occurrence": "Layer occurrence per type (calls in one predict call)",
              "latency": f"Layer latency per {by} (self time over the traced calls, ms)",
@@ -286,15 +233,15 @@ def machine_ceilings(device: str = "cpu", refresh: bool = False, url: str | None
     return _machine_ceilings(device, refresh=refresh, cache=HistoryStore(url))
 
 
-def roofline(run, per: str = "layer", framework: str | None = None, device: str | None = None) -> Analysis:
+@takes(RooflineOptions, "run")
+def roofline(run, options: RooflineOptions) -> Analysis:
     """The roofline: theoretical FLOPs and bytes against measured time, under this machine's measured
     ceilings (cached in the history store). ``per="layer"``: each traced layer (self time, median over the
     traced calls); ``per="model"``: the whole model per framework and batch size (the untraced median latency)."""
     evaluation = resolve_run(run)
     if not isinstance(evaluation, Evaluation):
         raise MlmsError("roofline needs an Evaluation (its model and latency), not a bare Trace")
-    if per not in ("layer", "model"):
-        raise MlmsError(f"roofline: per must be layer or model, not {per!r}")
+    per, framework, device = options.per, options.framework, options.device
     frameworks = [framework] if framework else list(evaluation.frameworks)
     device = device or str(evaluation.options.get("device") or "cpu")
     ceilings = machine_ceilings(device)
@@ -310,7 +257,7 @@ def roofline(run, per: str = "layer", framework: str | None = None, device: str 
         else:
             trace_of_fw = evaluation.traces.get(fw)
             if trace_of_fw is None:
-                raise MlmsError(f"roofline per layer needs a trace of {fw}: evaluate with trace_level='FRAMEWORK'")
+                raise MlmsError(f"roofline per layer needs a trace of {fw}: evaluate with {spell('trace_level', 'FRAMEWORK')}")
             latency = _layers.latency(_traced_layers(trace_of_fw), by="layer")
             parts.append(_roofline.compute(costs, latency, ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s,
                                            ceilings_source=source))
@@ -350,18 +297,17 @@ def kernels(run) -> Analysis:
                     extra={"kernel_table": _kernels.kernel_table(trace_of_run)})
 
 
-def timeline(run, backend: str = "bokeh", **kwargs):
-    """The zoomable timeline figure of a trace (tracks per level / thread / device)."""
-    return _timeline.plot(_spans(run), backend, **kwargs)
+def timeline(run, backend: str = "bokeh", **kwargs) -> Displayable:
+    """The zoomable timeline figure of a trace (tracks per level / thread / device), opening on the traced pass;
+    it displays itself as a cell's last value (``.figure``: the Bokeh layout or matplotlib Figure)."""
+    return Displayable(_timeline.plot(_spans(run), backend, **kwargs))
 
 
-def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: str = "imagenet-samples",
-            tolerance: float = 1e-4, limit: int | None = None, quantized: bool | str = False, batch_size: int = 4,
-            latency_repeats: int = 5) -> Divergence:
+@takes(DivergeOptions, "model")
+def diverge(model: str, options: DivergeOptions) -> Divergence:
     """Run ``model`` in each framework on the same preprocessed inputs and compare every aligned layer (see
     :func:`mlms_nb.divergence.run.diverge`); ``frameworks``' first entry is the reference."""
-    return _diverge(model, frameworks=frameworks, dataset=dataset, tolerance=tolerance, limit=limit,
-                    quantized=quantized, batch_size=batch_size, latency_repeats=latency_repeats)
+    return _diverge(model, **options.flat())
 
 
 # ---------------------------------------------------------------------------------------------- object methods

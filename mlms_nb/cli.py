@@ -1,10 +1,11 @@
-"""The ``mlms`` command: the same verbs as ``%mlms``, printing text tables or ``--json``."""
+"""The ``mlms`` command: the same verbs as ``%mlms``, printing text tables or ``--json``. Exit codes: 0 done,
+2 a usage error or an `MlmsError` (one sentence on stderr), 130 interrupted (what was measured is printed)."""
 from __future__ import annotations
 
 import logging
 import sys
 
-from mlms_nb.commands import RUNNERS, cli_parser
+from mlms_nb.commands import cli_parser, run
 from mlms_nb.errors import MlmsError
 
 
@@ -16,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        out = RUNNERS[args.verb](args)
+        out = run(args.verb, args)
     except MlmsError as err:
         print(f"mlms {args.verb}: {err}", file=sys.stderr)
         return 2

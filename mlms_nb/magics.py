@@ -1,88 +1,102 @@
-"""``%mlms VERB ...``: the IPython face of the same verbs as the CLI (see commands.py), and
-``%%mlms trace``: run a cell under the tracer (see `mlms_nb.trace`). A verb's RUN argument may name a notebook
-variable holding an Evaluation or a Trace; analyses display their table, then their figure.
+"""``%mlms VERB ...``: the IPython face of the CLI's verbs (see commands.py), and ``%%mlms trace``: run a cell
+under the tracer (see `mlms_nb.trace`). They behave like IPython's own magics:
 
-Each verb's options are parsed with IPython's ``magic_arguments`` from the one argument list in
-commands.py; results display as a mime bundle (HTML + plain text). ``-o`` returns the result object,
-``--save VAR`` stores it in the user namespace.
+- a failed ``%mlms`` raises `UsageError` (one sentence, no traceback), so "Run All", nbclient and papermill stop
+  at that cell; Ctrl-C does the same, after keeping (and showing) what was measured;
+- ``%%mlms trace`` keeps the trace (``--save``, ``--chrome``) and then fails with the cell's own error;
+- the line is taken as typed (``@no_var_expand``): a verb's RUN argument may name a notebook variable holding an
+  Evaluation or a Trace, and ``--save VAR`` names the variable to store the result in; ``-o`` returns it.
+
+Results display as a mime bundle (HTML + plain text) rendered by :mod:`mlms_nb.display`; analyses show their
+table, then their figure.
 """
 from __future__ import annotations
 
+import argparse
 import shlex
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.display import display
 
-from mlms_nb.commands import ARGUMENTS, RUNNERS, VERBS, help_text
+from mlms_nb import api
+from mlms_nb import display as render
+from mlms_nb.commands import VERBS, add_arguments, help_text, run
 from mlms_nb.errors import MlmsError
 
 
-def _verb_function(verb: str):
-    """A function carrying the verb's magic_arguments parser (``%mlms VERB -h`` prints it)."""
-    def verb_function(line):  # pragma: no cover - only its parser is used
-        return line
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises `UsageError` (shown as one line, and the cell fails) instead of exiting."""
 
-    verb_function.__doc__ = VERBS[verb]
-    func = argument("--save", metavar="VAR", default=None, help="store the result in this variable")(verb_function)
-    func = argument("-o", dest="return_value", action="store_true", help="return the result object")(func)
-    for flags, kwargs in reversed(ARGUMENTS[verb]):
-        func = argument(*flags, **kwargs)(func)
-    return magic_arguments(name=f"%mlms {verb}")(func)
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
 
 
-_VERB_FUNCTIONS = {verb: _verb_function(verb) for verb in VERBS}
+def verb_parser(verb: str) -> _Parser:
+    parser = add_arguments(_Parser(prog=f"%mlms {verb}", description=VERBS[verb], add_help=False), verb)
+    parser.add_argument("-o", dest="return_value", action="store_true", help="return the result object")
+    parser.add_argument("--save", metavar="VAR", default=None, help="store the result in this variable")
+    return parser
 
 
-@magic_arguments(name="%%mlms trace")
-@argument("--level", default="FRAMEWORK",
-          help="deepest trace level: APPLICATION, MODEL, FRAMEWORK, ML_LIBRARY, SYSTEM_LIBRARY, HARDWARE, FULL")
-@argument("--chrome", metavar="PATH", default=None, help="also write the trace as Chrome trace JSON (Perfetto)")
-@argument("-o", dest="return_value", action="store_true", help="return the Trace")
-@argument("--save", metavar="VAR", default=None, help="store the Trace in this variable")
-def _trace_cell(line):  # pragma: no cover - only its parser is used
-    """Run the cell under the tracer: an APPLICATION span for the cell, plus the spans of every predictor
-    opened in it."""
-    return line
+def trace_parser() -> _Parser:
+    parser = _Parser(prog="%%mlms trace", add_help=False, description="Run the cell under the tracer: an "
+                     "APPLICATION span for the cell, plus the spans of every predictor opened in it.")
+    parser.add_argument("--level", default="FRAMEWORK", help="deepest trace level: APPLICATION, MODEL, FRAMEWORK, "
+                        "ML_LIBRARY, SYSTEM_LIBRARY, HARDWARE, FULL (default: FRAMEWORK)")
+    parser.add_argument("--chrome", metavar="PATH", default=None, help="also write the trace as Chrome trace JSON")
+    parser.add_argument("-o", dest="return_value", action="store_true", help="return the Trace")
+    parser.add_argument("--save", metavar="VAR", default=None, help="store the Trace in this variable")
+    return parser
+
+
+def _words(line: str, prog: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as err:  # an unbalanced quote
+        raise UsageError(f"{prog}: {err}") from None
+
+
+def _wants_help(words: list[str]) -> bool:
+    return "-h" in words or "--help" in words
 
 
 @magics_class
 class MlmsMagics(Magics):
+    @no_var_expand
     @line_cell_magic
     def mlms(self, line: str = "", cell: str | None = None):
-        """MLModelScope in the notebook: ``%mlms models``, ``%mlms eval MODEL ...``, ``%mlms history``;
-        ``%%mlms trace [--level L]`` runs a cell under the tracer."""
         if cell is not None:
-            return self._cell(line, cell)
-        words = shlex.split(line)
+            return self._trace_cell(line, cell)
+        words = _words(line, "%mlms")
         if not words or words[0] in ("help", "-h", "--help"):
             print(help_text())
             return None
-        verb, rest = words[0], line.split(None, 1)[1] if len(words) > 1 else ""
+        verb = words[0]
         if verb not in VERBS:
-            print(f"%mlms: unknown verb {verb!r}\n\n{help_text()}")
-            return None
-        parser = _VERB_FUNCTIONS[verb].parser
-        if "-h" in words[1:] or "--help" in words[1:]:
+            raise UsageError(f"%mlms: unknown verb {verb!r}; the verbs are {', '.join(VERBS)} (`%mlms --help`)")
+        parser = verb_parser(verb)
+        if _wants_help(words[1:]):
             print(parser.format_help())
             return None
-        try:
-            args = parse_argstring(_VERB_FUNCTIONS[verb], rest)
-        except UsageError as err:
-            print(f"%mlms {verb}: {err}\n{parser.format_usage()}")
-            return None
+        args = parser.parse_args(words[1:])
         for name in ("run", "run_a", "run_b"):  # RUN may name a notebook variable holding an Evaluation or Trace
             ref = getattr(args, name, None)
             if isinstance(ref, str) and ref.isidentifier() and ref in self.shell.user_ns:
                 setattr(args, name, self.shell.user_ns[ref])
         try:
-            out = RUNNERS[verb](args)
+            out = run(verb, args)
         except MlmsError as err:
-            print(f"%mlms {verb}: {err}")
-            return None
+            raise UsageError(f"%mlms {verb}: {err}") from None
+        except KeyboardInterrupt:
+            raise UsageError(f"%mlms {verb}: interrupted (Ctrl-C)") from None
         if args.save:
             self.shell.user_ns[args.save] = out.value
+        if out.exit_code == 130:  # interrupted inside the sweep: show what was measured, then stop Run All
+            display(out)
+            kept = f"; it is in `{args.save}`" if args.save else ""
+            raise UsageError(f"%mlms {verb}: interrupted (Ctrl-C); the result above holds what was measured before "
+                             f"it{kept}")
         if args.return_value:
             return out.value
         display(out)
@@ -92,36 +106,52 @@ class MlmsMagics(Magics):
             show(out.figure)
         return None
 
-
-    def _cell(self, line: str, cell: str):
-        from mlms_nb.api import trace
-        from mlms_nb.commands import trace_summary
-
-        words = shlex.split(line)
+    def _trace_cell(self, line: str, cell: str):
+        words = _words(line, "%%mlms")
         if not words or words[0] != "trace":
-            print("%%mlms: the cell verb is `trace`: %%mlms trace [--level FRAMEWORK] [--save VAR] [-o]")
+            raise UsageError("%%mlms: the cell verb is `trace`: %%mlms trace [--level FRAMEWORK] [--chrome PATH] "
+                             "[--save VAR] [-o]")
+        parser = trace_parser()
+        if _wants_help(words[1:]):
+            print(parser.format_help())
             return None
-        if "-h" in words[1:] or "--help" in words[1:]:
-            print(_trace_cell.parser.format_help())
-            return None
+        args = parser.parse_args(words[1:])
         try:
-            args = parse_argstring(_trace_cell, line.split(None, 1)[1] if len(words) > 1 else "")
-            session = trace(args.level, name="%%mlms trace cell")
-        except (UsageError, MlmsError) as err:
-            print(f"%%mlms trace: {err}")
-            return None
+            session = api.trace(args.level, name="%%mlms trace cell")
+        except MlmsError as err:
+            raise UsageError(f"%%mlms trace: {err}") from None
         with session:
             result = self.shell.run_cell(cell)
         if args.chrome:
             session.trace.to_chrome(args.chrome)
         if args.save:
             self.shell.user_ns[args.save] = session.trace
-        if not result.success:
-            return None
+        error = result.error_in_exec or result.error_before_exec
+        if error is not None:  # the trace is kept; the cell fails with its own error, shown once
+            _raise_shown(self.shell, error)
         if args.return_value:
             return session.trace
-        display(trace_summary(session.trace))
+        display(render.mimebundle(session.trace), raw=True)
         return None
+
+
+MlmsMagics.mlms.__doc__ = help_text()
+
+
+def _raise_shown(shell, error: BaseException) -> None:
+    """Raise ``error`` again, so the cell fails ("Run All", nbclient and papermill stop, as pyinstrument's
+    magic stops on Ctrl-C), without printing the traceback the inner cell already printed: a one-shot handler for
+    this very exception; any other error is shown as usual."""
+    saved = shell.custom_exceptions, shell.CustomTB
+
+    def handler(self, etype, value, tb, tb_offset=None):
+        shell.custom_exceptions, shell.CustomTB = saved
+        if value is not error:
+            return self.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+        return None
+
+    shell.set_custom_exc((type(error),), handler)
+    raise error
 
 
 def load_ipython_extension(ipython) -> None:

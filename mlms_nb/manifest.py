@@ -4,233 +4,51 @@ A manifest says what a model is (name, semantic version, where its graph and wei
 sha256), which framework runs it (name and an npm-style version range such as ``^2.0`` or ``>=1.17``),
 what its inputs look like and which declarative pre/post-processing steps turn an image into its input
 tensor and its output into labels. One YAML file describes one model in one framework.
+
+Reading is bounded (`mlms_nb._manifest_yaml`: 1 MiB, UTF-8, nesting 50, 100,000 values after alias
+expansion, no duplicate keys) and so are the values (`mlms_nb._manifest_checks`: image sides up to 4096
+pixels, dimensions, finite normalize values, the softmax axis); a manifest whose preprocessing cannot give
+``inputs[0]`` is refused at load. Every failure is a `ManifestError`: one sentence naming each bad field
+path (or the line and column) and what to write instead.
+
+Discovery: `ManifestCatalog` reads the built-in folder and ``MLMS_MANIFEST_PATH``; a built-in wins over a
+user manifest of the same name and framework unless a version range (``NAME@RANGE``) asks for the other.
 """
 from __future__ import annotations
 
 import difflib
+import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any
 
 import semantic_version
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from mlms_nb import _manifest_checks as checks
+from mlms_nb._manifest_fields import (ASSET_FIELDS, FRAMEWORK_ALIASES, FRAMEWORKS, MAX_NAME, MAX_URI, NAME_PATTERN,
+                               POSTPROCESS_OPS, PREPROCESS_OPS, STEP_ARGS, CenterCropArgs, CodeArgs, DecodeArgs,
+                               FrameworkSpec, InputSpec, ModelSpec, NormalizeArgs, OutputSpec, ResizeArgs,
+                               SoftmaxArgs, Step, ToLayoutArgs, TopKArgs, _errors, _problems, _Strict, _text,
+                               canonical_framework, parse_version)
+from mlms_nb._manifest_yaml import read_manifest_yaml
 from mlms_nb.errors import ManifestError, UnknownModelError
 from mlms_nb.paths import builtin_manifest_dir
 
-FRAMEWORKS = ("torch", "onnxruntime", "tensorflow")
-FRAMEWORK_ALIASES = {"pytorch": "torch", "ort": "onnxruntime", "onnx": "onnxruntime", "tf": "tensorflow", "keras": "tensorflow"}
-
-
-def canonical_framework(name: str) -> str:
-    """``pytorch`` -> ``torch``, ``ort`` -> ``onnxruntime``, ``tf`` -> ``tensorflow``; unknown names pass through."""
-    key = name.strip().lower()
-    return FRAMEWORK_ALIASES.get(key, key)
-
-
-def parse_version(text: str) -> semantic_version.Version:
-    """A semantic version from a framework's own string (``2.13.0+cpu``, ``2.21.0``, ``1.31``)."""
-    try:
-        return semantic_version.Version(text)
-    except ValueError:
-        return semantic_version.Version.coerce(text.split("+")[0])
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
-
-
-# ---------------------------------------------------------------- pre/post-processing steps
-
-class DecodeArgs(_Strict):
-    color_mode: Literal["RGB", "BGR", "GRAY"] = "RGB"
-
-
-class ResizeArgs(_Strict):
-    """``size``: an int resizes the shorter side to it (keeping aspect); ``[h, w]`` resizes exactly."""
-    size: Union[int, tuple[int, int]]
-    interpolation: Literal["nearest", "bilinear", "bicubic", "lanczos"] = "bilinear"
-
-
-class CenterCropArgs(_Strict):
-    size: Union[int, tuple[int, int]]
-
-
-class NormalizeArgs(_Strict):
-    """``(x - mean) / scale`` per channel, on pixel values in 0..255."""
-    mean: list[float]
-    scale: list[float]
-
-
-class ToLayoutArgs(_Strict):
-    """Move channels to the given layout; by default, the manifest input's layout."""
-    layout: Literal["NCHW", "NHWC"] | None = None
-
-
-class SoftmaxArgs(_Strict):
-    axis: int = -1
-
-
-class TopKArgs(_Strict):
-    k: int = Field(5, ge=1)
-
-
-class CodeArgs(_Strict):
-    """Python source defining ``process(x)``; run only when the caller passes ``trust=True``."""
-    source: str
-
-
-STEP_ARGS: dict[str, type[_Strict]] = {
-    "decode": DecodeArgs,
-    "resize": ResizeArgs,
-    "center_crop": CenterCropArgs,
-    "normalize": NormalizeArgs,
-    "to_layout": ToLayoutArgs,
-    "softmax": SoftmaxArgs,
-    "top_k": TopKArgs,
-    "code": CodeArgs,
-}
-PREPROCESS_OPS = ("decode", "resize", "center_crop", "normalize", "to_layout", "code")
-POSTPROCESS_OPS = ("softmax", "top_k", "code")
-
-
-class Step(BaseModel):
-    """One declarative step. In YAML: ``- resize: {size: 256}`` or just ``- softmax``."""
-    model_config = ConfigDict(extra="forbid")
-    op: str
-    args: Any
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_yaml(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = {value: {}}
-        if isinstance(value, dict) and set(value) - {"op", "args"}:
-            if len(value) != 1:
-                raise ValueError(f"a step is a mapping with one key (the op), got keys {sorted(value)}")
-            op, args = next(iter(value.items()))
-            value = {"op": op, "args": args or {}}
-        if not isinstance(value, dict):
-            raise ValueError(f"a step is an op name or a one-key mapping, got {type(value).__name__}")
-        op = value.get("op")
-        if op not in STEP_ARGS:
-            raise ValueError(f"unknown step {op!r}; known steps: {', '.join(STEP_ARGS)}")
-        args = value.get("args") or {}
-        if isinstance(args, BaseModel):
-            return value
-        try:
-            return {"op": op, "args": STEP_ARGS[op].model_validate(args)}
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = str(first["loc"][0]) if first["loc"] else ""
-            raise ValueError(f"{op}.{where}: {first['msg']}" if where else f"{op}: {first['msg']}") from None
-
-    def __repr__(self) -> str:
-        return f"Step({self.op}, {self.args!r})"
-
+__all__ = [
+    "ASSET_FIELDS", "FRAMEWORKS", "FRAMEWORK_ALIASES", "MAX_NAME", "MAX_URI", "POSTPROCESS_OPS", "PREPROCESS_OPS",
+    "STEP_ARGS", "CenterCropArgs", "CodeArgs", "DecodeArgs", "FailedManifest", "FrameworkSpec", "InputSpec",
+    "Manifest", "ManifestCatalog", "ModelSpec", "NormalizeArgs", "OutputSpec", "ResizeArgs", "SoftmaxArgs", "Step",
+    "ToLayoutArgs", "TopKArgs", "canonical_framework", "find_manifest", "load_manifest", "manifest_paths",
+    "manifest_roots", "parse_manifest", "parse_version",
+]
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------- the manifest
 
-class FrameworkSpec(_Strict):
-    name: str
-    version: str = "*"
-
-    @field_validator("name")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        name = canonical_framework(value)
-        if name not in FRAMEWORKS:
-            raise ValueError(f"unknown framework {value!r}; expected one of {', '.join(FRAMEWORKS)}")
-        return name
-
-    @field_validator("version")
-    @classmethod
-    def _range(cls, value: str) -> str:
-        try:
-            semantic_version.NpmSpec(str(value))
-        except ValueError as err:
-            raise ValueError(f"not an npm-style version range ({err})") from None
-        return str(value)
-
-    def accepts(self, version: str) -> bool:
-        """Whether a framework version (``2.13.0+cpu``) satisfies this manifest's range."""
-        return parse_version(version) in semantic_version.NpmSpec(self.version)
-
-
-class InputSpec(_Strict):
-    """One model input. ``dimensions`` exclude the batch and follow ``layout`` (NCHW: [C, H, W])."""
-    type: Literal["image", "tensor"] = "image"
-    element_type: Literal["float32", "float16", "uint8", "int32", "int64"] = "float32"
-    layout: Literal["NCHW", "NHWC"] = "NCHW"
-    dimensions: list[int]
-    color_mode: Literal["RGB", "BGR", "GRAY"] = "RGB"
-    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0])
-    scale: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0])
-
-    @model_validator(mode="after")
-    def _shape(self) -> "InputSpec":
-        if self.type == "image":
-            if len(self.dimensions) != 3:
-                raise ValueError(f"dimensions: expected 3 integers, got {len(self.dimensions)}")
-            if any(d <= 0 for d in self.dimensions):
-                raise ValueError(f"dimensions: expected positive integers, got {self.dimensions}")
-            channels = self.channels
-            for field in ("mean", "scale"):
-                values = getattr(self, field)
-                if len(values) not in (1, channels):
-                    raise ValueError(f"{field}: expected 1 or {channels} values (one per channel), got {len(values)}")
-            if any(s == 0 for s in self.scale):
-                raise ValueError("scale: must not contain 0")
-        return self
-
-    @property
-    def channels(self) -> int:
-        return self.dimensions[0] if self.layout == "NCHW" else self.dimensions[-1]
-
-    @property
-    def height_width(self) -> tuple[int, int]:
-        if self.layout == "NCHW":
-            return self.dimensions[1], self.dimensions[2]
-        return self.dimensions[0], self.dimensions[1]
-
-
-class OutputSpec(_Strict):
-    type: Literal["classification", "tensor"] = "classification"
-    labels: str | None = None  # asset URI of a text file, one label per line
-
-
-ASSET_FIELDS = ("graph_path", "weights_path")
-
-
-class ModelSpec(_Strict):
-    """Where the model comes from. ``architecture`` names a built-in builder (eager PyTorch / Keras);
-    ``graph_path`` and ``weights_path`` are asset URIs; ``sha256`` maps an asset field to its digest."""
-    architecture: str | None = None
-    graph_path: str | None = None
-    weights_path: str | None = None
-    sha256: dict[str, str] = Field(default_factory=dict)
-    weights: Literal["pretrained", "random"] = "pretrained"
-
-    @field_validator("sha256")
-    @classmethod
-    def _digests(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, digest in value.items():
-            if key not in ASSET_FIELDS:
-                raise ValueError(f"key {key!r} is not an asset field; expected one of {', '.join(ASSET_FIELDS)}")
-            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest.lower()):
-                raise ValueError(f"{key}: expected 64 hex digits, got {digest!r}")
-        return {k: v.lower() for k, v in value.items()}
-
-    @model_validator(mode="after")
-    def _something(self) -> "ModelSpec":
-        if not (self.architecture or self.graph_path):
-            raise ValueError("expected an architecture or a graph_path")
-        return self
-
-
 class Manifest(_Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$")
+    name: str = Field(pattern=NAME_PATTERN.pattern, max_length=MAX_NAME)
     version: str = "1.0.0"
     description: str = ""
     license: str | None = None
@@ -244,13 +62,30 @@ class Manifest(_Strict):
     attributes: dict[str, Any] = Field(default_factory=dict)
     source: str | None = Field(default=None, exclude=True)  # the file it was read from
 
-    @field_validator("version")
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, value: Any) -> Any:
+        if isinstance(value, str) and len(value) <= MAX_NAME and not NAME_PATTERN.match(value):
+            raise ValueError(f"expected lower-case letters, digits and . _ - (starting with a letter or digit), "
+                             f"such as my_model-v2, got {value!r}")
+        return value
+
+    @field_validator("version", mode="before")
     @classmethod
     def _semver(cls, value: Any) -> str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(f"{value!r} is a YAML number; write a quoted semantic version such as \"{_semver_hint(value)}\"")
+        if not isinstance(value, str) or len(value) > 64:
+            raise ValueError(f"expected a semantic version like 1.0.0, got {str(value)[:64]!r}")
         try:
-            return str(semantic_version.Version(str(value)))
+            return str(semantic_version.Version(value))
         except ValueError:
             raise ValueError(f"expected a semantic version like 1.0.0, got {value!r}") from None
+
+    @field_validator("description", "license", mode="before")
+    @classmethod
+    def _prose(cls, value: Any) -> Any:
+        return _text(value, 100_000, "text")
 
     @field_validator("preprocess")
     @classmethod
@@ -261,6 +96,15 @@ class Manifest(_Strict):
     @classmethod
     def _post_ops(cls, steps: list[Step]) -> list[Step]:
         return _only(steps, POSTPROCESS_OPS, "postprocess")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> "Manifest":
+        """Entries that repeat one another, and preprocessing that cannot give ``inputs[0]``."""
+        problems = _duplicates("inputs", self.inputs) + _duplicates("outputs", self.outputs)
+        problems += checks.pipeline_problems(self.inputs[0], list(self.preprocess))
+        if problems:
+            raise _problems(problems)
+        return self
 
     # ------------------------------------------------------------------ conveniences
     @property
@@ -283,6 +127,29 @@ class Manifest(_Strict):
         return data
 
 
+def _semver_hint(value: int | float) -> str:
+    parts = str(value).split(".") if isinstance(value, float) and value == value and abs(value) < 1e15 else ["1", "0"]
+    parts = [p.lstrip("-") or "0" for p in parts][:3]
+    return ".".join(parts + ["0"] * (3 - len(parts)))
+
+
+def _duplicates(field_name: str, entries: list[BaseModel]) -> list[tuple[str, str]]:
+    """An entry named like an earlier one, or (unnamed) equal to one, is refused at its own index."""
+    problems = []
+    for i, entry in enumerate(entries):
+        for j in range(i):
+            other = entries[j]
+            name = getattr(entry, "name", None)
+            if name is not None and name == getattr(other, "name", None):
+                problems.append((f"{field_name}[{i}].name", f"{name!r} is also the name of {field_name}[{j}]; "
+                                                            "give each entry its own name"))
+                break
+            if entry == other:
+                problems.append((f"{field_name}[{i}]", f"repeats {field_name}[{j}]; remove the copy"))
+                break
+    return problems
+
+
 def _only(steps: list[Step], allowed: tuple[str, ...], where: str) -> list[Step]:
     for i, step in enumerate(steps):
         if step.op not in allowed:
@@ -292,43 +159,8 @@ def _only(steps: list[Step], allowed: tuple[str, ...], where: str) -> list[Step]
 
 # ---------------------------------------------------------------- parsing with field paths
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in ("op", "args") or str(part).startswith("function-"):
-            continue
-        else:
-            path += f".{part}" if path else str(part)
-    return path
-
-
-def _clean(msg: str) -> str:
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(prefix):
-            return msg[len(prefix):]
-    return msg
-
-
 def _describe(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        path = _field_path(tuple(e["loc"]))
-        msg = _clean(e["msg"])
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        # A validator's own message may already start with the sub-field it is about.
-        if ":" in msg and msg.split(":", 1)[0] and not msg.split(":", 1)[0].count(" "):
-            head, rest = msg.split(":", 1)
-            if head.startswith("["):
-                path, msg = path + head, rest.strip()
-            else:
-                path, msg = (f"{path}.{head}" if path else head), rest.strip()
-        lines.append(f"{path or '<manifest>'}: {msg}")
-    return "; ".join(lines)
+    return "; ".join(f"{path or '<manifest>'}: {msg}" for path, msg in _errors(err))
 
 
 def parse_manifest(data: Any, source: str | None = None) -> Manifest:
@@ -340,52 +172,117 @@ def parse_manifest(data: Any, source: str | None = None) -> Manifest:
         manifest = Manifest.model_validate(data)
     except ValidationError as err:
         raise ManifestError(f"{where}{_describe(err)}") from None
+    except RecursionError:  # data built in Python, not read by load_manifest (whose nesting is bounded)
+        raise ManifestError(f"{where}the manifest nests too deeply to validate") from None
     manifest.source = source
     return manifest
 
 
 def load_manifest(path: str | os.PathLike) -> Manifest:
-    """Read and validate one manifest file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ManifestError(f"{path}: cannot read the manifest ({err.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ManifestError(f"{path}: not valid YAML{at}: {getattr(err, 'problem', err)}") from None
-    return parse_manifest(data, source=str(path))
+    """Read and validate one manifest file, within the bounds of `mlms_nb._manifest_yaml` (size 1 MiB, UTF-8,
+    nesting 50, 100,000 values after alias expansion, no duplicate keys)."""
+    return parse_manifest(read_manifest_yaml(path), source=str(path))
 
 
 # ---------------------------------------------------------------- discovery
 
-def manifest_paths() -> list[Path]:
-    """Every manifest file: the built-in folder, then each entry of ``MLMS_MANIFEST_PATH`` (folders or files)."""
+def manifest_roots() -> list[Path]:
+    """Where manifests are looked for: the built-in folder, then each entry of ``MLMS_MANIFEST_PATH``."""
     roots = [builtin_manifest_dir()]
     roots += [Path(p).expanduser() for p in os.environ.get("MLMS_MANIFEST_PATH", "").split(os.pathsep) if p]
+    return roots
+
+
+def manifest_paths() -> list[Path]:
+    """Every manifest file in `manifest_roots` (folders searched recursively, without following links; files
+    named directly), each once. Unreadable folders are skipped."""
     found: list[Path] = []
-    for root in roots:
-        if root.is_file():
-            found.append(root)
-        elif root.is_dir():
-            found += sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    seen: set[str] = set()
+    for root in manifest_roots():
+        try:
+            if root.is_file():
+                files = [root]
+            elif root.is_dir():
+                files = []
+                for folder, dirs, names in os.walk(root, onerror=lambda err: None):
+                    dirs.sort()
+                    files += [Path(folder) / n for n in sorted(names) if n.endswith((".yaml", ".yml"))]
+            else:
+                files = []
+        except OSError:
+            continue
+        for path in files:
+            key = os.path.realpath(path)
+            if key not in seen:
+                seen.add(key)
+                found.append(path)
     return found
 
 
+@dataclass
+class FailedManifest:
+    """A manifest file that did not load: its path, the error, and which model(s) it may be for."""
+    path: str
+    error: str
+    names: set[str] = field(default_factory=set)  # normalised candidate names (its ``name``, else its file name)
+    framework: str | None = None  # its framework when that much could be read
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+def _failure(path: Path, err: BaseException, data: Any) -> FailedManifest:
+    message = str(err) if isinstance(err, ManifestError) else f"{path}: {type(err).__name__}: {str(err)[:300]}"
+    # NAME.yaml, or NAME/FRAMEWORK.yaml as the built-in manifests are laid out
+    framework = canonical_framework(path.stem) if canonical_framework(path.stem) in FRAMEWORKS else None
+    names = {_norm(path.parent.name if framework else path.stem)}
+    if isinstance(data, dict):
+        if isinstance(data.get("name"), str):
+            names = {_norm(data["name"])}
+        fw = data.get("framework")
+        if isinstance(fw, dict) and isinstance(fw.get("name"), str):
+            framework = canonical_framework(fw["name"])
+    return FailedManifest(str(path), message, names, framework)
+
+
 class ManifestCatalog:
-    """All manifests mlms-nb can see; broken files are kept aside with their error, not fatal."""
+    """All manifests mlms-nb can see; a file that fails to load, whatever it holds, is kept aside in ``errors``
+    (path -> sentence) and ``failed``, never fatal to the others.
+
+    Precedence: a manifest in ``MLMS_MANIFEST_PATH`` with the name and framework of a built-in one does not
+    replace it. `find` picks the built-in (and logs a warning naming the other file) unless a version range
+    is given, in which case the newest matching manifest wins (the built-in on a tie). To use the other file
+    without a version, pass its path.
+    """
 
     def __init__(self, paths: list[Path] | None = None):
         self.manifests: list[Manifest] = []
         self.errors: dict[str, str] = {}
+        self.failed: list[FailedManifest] = []
+        self._builtin_root = os.path.realpath(builtin_manifest_dir())
         for path in manifest_paths() if paths is None else paths:
+            data = None
             try:
-                self.manifests.append(load_manifest(path))
-            except ManifestError as err:
-                self.errors[str(path)] = str(err)
+                data = read_manifest_yaml(path)
+                self.manifests.append(parse_manifest(data, source=str(path)))
+            except Exception as err:  # noqa: BLE001 - a hostile file must not break the catalog
+                failure = _failure(Path(path), err, data)
+                self.failed.append(failure)
+                self.errors[failure.path] = failure.error
+
+    def is_builtin(self, manifest: Manifest) -> bool:
+        """Whether ``manifest`` is one mlms-nb ships (read from the built-in folder)."""
+        if not manifest.source:
+            return False
+        real = os.path.realpath(manifest.source)
+        return os.path.commonpath([real, self._builtin_root]) == self._builtin_root
+
+    def shadowed(self) -> list[tuple[Manifest, Manifest]]:
+        """``(user manifest, built-in manifest)`` pairs of one name and framework: the built-in is the default."""
+        builtins = {(m.name, m.framework.name): m for m in self.manifests if self.is_builtin(m)}
+        return [(m, builtins[(m.name, m.framework.name)]) for m in self.manifests
+                if not self.is_builtin(m) and (m.name, m.framework.name) in builtins]
 
     def names(self) -> list[str]:
         return sorted({m.name for m in self.manifests})
@@ -395,10 +292,14 @@ class ManifestCatalog:
         return [m for m in self.manifests if fw is None or m.framework.name == fw]
 
     def find(self, name: str, framework: str | None = None, version: str | None = None) -> Manifest:
-        """The newest manifest named ``name`` for ``framework`` whose version satisfies ``version`` (a range)."""
-        key = name.strip().lower().replace("-", "_")
-        candidates = [m for m in self.manifests if m.name.replace("-", "_") == key]
+        """The manifest named ``name`` for ``framework`` whose version satisfies ``version`` (a range): the
+        built-in one when there is one (see the class docstring), else the newest."""
+        key = _norm(name)
+        candidates = [m for m in self.manifests if _norm(m.name) == key]
+        failed = [f for f in self.failed if key in f.names]
         if not candidates:
+            if failed:
+                raise self._failed(name, failed)
             close = difflib.get_close_matches(key, self.names(), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(close)}?" if close else "; `mlms models` lists them"
             raise UnknownModelError(f"unknown model {name!r}{hint}")
@@ -406,23 +307,59 @@ class ManifestCatalog:
             fw = canonical_framework(framework)
             in_fw = [m for m in candidates if m.framework.name == fw]
             if not in_fw:
+                failed_fw = [f for f in failed if f.framework in (None, fw)]
+                if failed_fw:
+                    raise self._failed(name, failed_fw)
                 have = ", ".join(sorted({m.framework.name for m in candidates}))
                 raise UnknownModelError(f"model {name!r} has no manifest for framework {framework!r}; it has: {have}")
             candidates = in_fw
         if version:
-            spec = semantic_version.NpmSpec(version)
+            try:
+                spec = semantic_version.NpmSpec(str(version))
+            except ValueError:
+                raise ManifestError(f"version {version!r} is not an npm-style range such as ^1.0 or 1.2.0") from None
             candidates = [m for m in candidates if semantic_version.Version(m.version) in spec]
             if not candidates:
                 raise UnknownModelError(f"model {name!r} has no version matching {version!r}")
-        # Newest version first; between frameworks, the order of FRAMEWORKS (PyTorch is the reference).
-        return max(candidates, key=lambda m: (semantic_version.Version(m.version), -FRAMEWORKS.index(m.framework.name)))
+        builtin_fws = {m.framework.name for m in candidates if self.is_builtin(m)}
+        passed_over = [m for m in candidates if not self.is_builtin(m) and m.framework.name in builtin_fws]
+        if not version:
+            candidates = [m for m in candidates if m not in passed_over]
+        # Newest version first; on a tie the built-in; between frameworks, FRAMEWORKS' order (PyTorch first).
+        chosen = max(candidates, key=lambda m: (semantic_version.Version(m.version), self.is_builtin(m),
+                                                -FRAMEWORKS.index(m.framework.name)))
+        self._say_which(chosen, passed_over, version)
+        return chosen
+
+    def _say_which(self, chosen: Manifest, passed_over: list[Manifest], version: str | None) -> None:
+        same = [m for m in passed_over if m.framework.name == chosen.framework.name]
+        if not same:
+            return
+        if self.is_builtin(chosen):
+            others = ", ".join(f"{m.source} ({m.version})" for m in same if m is not chosen)
+            if others:
+                log.warning("%s: using the built-in manifest %s; %s from MLMS_MANIFEST_PATH has the same name and "
+                            "framework and is not used: pass its path, or NAME@VERSION, to use it",
+                            chosen.key, chosen.version, others)
+        else:
+            log.warning("%s: using %s from MLMS_MANIFEST_PATH, not the built-in manifest of that name, because "
+                        "version %s asks for it", chosen.key, chosen.source, version)
+
+    @staticmethod
+    def _failed(name: str, failed: list[FailedManifest]) -> ManifestError:
+        more = f" ({len(failed) - 1} more failed; `mlms models` lists them)" if len(failed) > 1 else ""
+        return ManifestError(f"the manifest of model {name!r} failed to load: {failed[0].error}{more}")
 
 
 def find_manifest(name_or_path: str | os.PathLike, framework: str | None = None, version: str | None = None) -> Manifest:
-    """A manifest by model name (searched in the catalog) or by the path of a YAML file."""
+    """A manifest by the path of a YAML file, or by model name searched in the catalog (`ManifestCatalog.find`);
+    ``NAME@RANGE`` (``efficientnet_lite0@^2``) gives the version range in the name."""
     if isinstance(name_or_path, Manifest):
         return name_or_path
     text = str(name_or_path)
     if text.endswith((".yaml", ".yml")) or os.sep in text:
         return load_manifest(text)
+    if "@" in text:
+        text, _, in_name = text.partition("@")
+        version = version or in_name or None
     return ManifestCatalog().find(text, framework=framework, version=version)

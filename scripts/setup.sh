@@ -6,15 +6,23 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
+# The install below also builds the JupyterLab extension (labextension/, with jlpm from the npm registry; skipped
+# while labextension/build is newer than its sources): that needs Node.js >= 20.19 here (a wheel's users need none).
+command -v node >/dev/null 2>&1 || echo "note: Node.js is not installed; building the JupyterLab extension needs \
+Node.js >= 20.19 (Debian: apt-get install nodejs npm)" >&2
 # torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out.
 .venv/bin/python -m pip install -q -e '.[all,dev]'
 # foolbox only carries the 20 labeled ImageNet photos (imagenet-samples); its dependencies are not needed.
 .venv/bin/python -m pip install -q --no-deps 'foolbox==3.3.4'
 # the kernel the example notebooks run on
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
-# Debian's chromium: the timeline tests and benchmark render pages in it headless (Playwright is pointed at it and
-# never downloads a browser of its own). Installed only when missing, apt-get exists and we are root.
-if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
-    >/dev/null 2>&1 || echo "note: apt-get could not install chromium; the timeline's browser test will be skipped" >&2
+# Debian's chromium: the timeline tests and benchmark render pages in it headless, and PDF reports are printed by it
+# (Playwright is pointed at it and never downloads a browser of its own). poppler-utils: pdftotext, pdfimages and
+# pdfinfo, with which the report tests read the PDFs back. Installed only when missing, apt-get exists and we are root.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v pdftotext >/dev/null 2>&1 || missing+=(poppler-utils)
+if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } \
+    >/dev/null 2>&1 || echo "note: apt-get could not install ${missing[*]}; the browser and PDF tests will be skipped" >&2
 fi

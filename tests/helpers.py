@@ -1,10 +1,78 @@
-"""Test-only helpers shared by several test files: plain reference implementations that the library's fast ones
-are checked against, and small utilities. Each helper says which tests use it."""
+"""Helpers the tests share (named for what they give): synthetic evaluations, figure labels, plain reference
+implementations that the library's fast ones are checked against. Nothing here is part of the library."""
 from __future__ import annotations
 
 import time
 
 import numpy as np
+import pandas as pd
+
+from mlms_nb.evaluation.result import Evaluation
+from mlms_nb.evaluation.stats import latency_stats, stability_warning
+from mlms_nb.stack import detect_stack
+
+MS = 1_000_000
+
+
+def make_evaluation(frameworks=("torch", "onnxruntime"), batch_sizes=(1, 8), seed=0, scenario="single-stream",
+                    model="resnet50", version="1.0.0") -> Evaluation:
+    """A small synthetic evaluation, as the runner would fill it in (no framework needed)."""
+    rng = np.random.default_rng(seed)
+    ev = Evaluation(
+        model=model, model_version=version, frameworks=list(frameworks),
+        manifests={fw: {"name": model, "version": version, "framework": {"name": fw, "version": "*"}}
+                   for fw in frameworks},
+        stack=detect_stack(frameworks),
+        options={"batch_sizes": list(batch_sizes), "dataset": "imagenet-samples", "scenario": scenario,
+                 "device": "cpu", "threads": 2, "trace_level": "NONE", "warmup": "auto", "min_repeats": 20,
+                 "min_time_s": 1.0, "predictors": {fw: {"providers": [fw]} for fw in frameworks}})
+    rows, cold, acc, preds = [], [], [], []
+    for fw in frameworks:
+        noisy = fw == "torch"
+        for b in batch_sizes:
+            s = (rng.lognormal(0, 0.3 if noisy else 0.02, 40) * MS * b).astype(np.int64)
+            row = {"framework": fw, "batch_size": b, "scenario": scenario, **latency_stats(s, b), "warmup_calls": 12}
+            if scenario == "server":
+                row.update(target_qps=50.0, achieved_qps=49.5, latency_bound_ms=5.0, meets_bound=bool(b == 1))
+            rows.append(row)
+            ev.samples[(fw, b, scenario)] = s
+            if stability_warning(row):
+                ev.warnings.append(stability_warning(row))
+        ev.warnings.append(f"{fw}: skipped 1 unreadable input(s): broken.jpg (not an image)")
+        cold.append({"framework": fw, "load_ms": 812.5, "first_inference_ms": 45.25, "batch_size": batch_sizes[0]})
+        acc.append({"framework": fw, "dataset": "imagenet-samples", "n": 3, "top1": 2 / 3, "top5": 1.0, "skipped": 1})
+        preds.append(pd.DataFrame({
+            "framework": fw, "input_id": ["a.jpg", "b.jpg", "c.jpg"], "label": [1, 2, 3],
+            "label_name": ["goldfish", None, "tiger shark"], "top1": [1, 2, 4],
+            "top1_name": ["goldfish", "great white shark", None], "top1_prob": [0.9, 0.55, 0.3],
+            "top5": [[1, 2, 3, 4, 5], [2, 1, 3, 4, 5], [4, 3, 2, 1, 0]],
+            "top5_probs": [[0.9, 0.05, 0.02, 0.02, 0.01], [0.55, 0.2, 0.1, 0.1, 0.05], [0.3, 0.3, 0.2, 0.1, 0.1]],
+            "correct_top1": [True, True, False], "correct_top5": [True, True, True]}))
+        ev.probabilities[fw] = rng.random((3, 10)).astype(np.float32)
+    ev.latency = pd.DataFrame(rows)
+    ev.cold_start = pd.DataFrame(cold)
+    ev.accuracy = pd.DataFrame(acc)
+    ev.predictions = pd.concat(preds, ignore_index=True)
+    ev.trace_ids = ["t-1"]
+    return ev
+
+
+def axis_labels(fig) -> list[str]:
+    """Every axis label of a figure (Bokeh or matplotlib): where the tests look for units."""
+    if type(fig).__module__.startswith("bokeh."):
+        from bokeh.models import Axis
+
+        return [a.axis_label for a in fig.select({"type": Axis}) if a.axis_label]
+    return [lab for ax in fig.axes for lab in (ax.get_xlabel(), ax.get_ylabel()) if lab]
+
+
+def titles(fig) -> list[str]:
+    """Every title of a figure (Bokeh or matplotlib), the figure's own suptitle included."""
+    if type(fig).__module__.startswith("bokeh."):
+        from bokeh.models import Title
+
+        return [t.text for t in fig.select({"type": Title}) if t.text]
+    return [ax.get_title() for ax in fig.axes if ax.get_title()] + ([fig.get_suptitle()] if fig.get_suptitle() else [])
 
 
 # --------------------------------------------------------------------------------------------- tracing references

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlms_nb.analyses import _plot, batch_scaling, compare, kernels, layers, normalized, roofline
+from mlms_nb.analyses import batch_scaling, compare, figure_page, kernels, layers, normalized, roofline
 from mlms_nb.analyses._plot import AnalysisError
 from mlms_nb.errors import MlmsError
+from tests.helpers import axis_labels, titles
 from mlms_nb.tracing import TraceLevel, Tracer
-from tests.conftest import SESSION_HOME
 
 BACKENDS = ("bokeh", "matplotlib")
 CATEGORICAL_AXES = {"layer", "layer type", "kernel", "framework, batch size"}  # bar rows: names, no unit
@@ -30,16 +30,14 @@ def layer_modules(model):
 
 
 @pytest.fixture(scope="module")
-def evaluation():
+def evaluation(models_home):
     """A real traced evaluation: EfficientNet-Lite0 in PyTorch, layer spans at FRAMEWORK level."""
     pytest.importorskip("torch")
     import mlms_nb
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLMS_HOME", str(SESSION_HOME))
-        return mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=list(BATCHES),
-                                dataset="synthetic:4", trace_level="FRAMEWORK", trace_repeats=REPS, min_repeats=3,
-                                min_time_s=0, warmup=1, history=False, progress=False)
+    return mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=list(BATCHES), dataset="synthetic:4",
+                            trace_level="FRAMEWORK", trace_repeats=REPS, min_repeats=3, min_time_s=0, warmup=1,
+                            history=False, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +69,12 @@ def module_calls(model):
 
 def check_plot(fig, *units):
     """Rendered without error, titled, every numeric axis label has a unit in parentheses, ``units`` among them."""
-    labels = [lab for lab in _plot.axis_labels(fig) if lab not in CATEGORICAL_AXES]
+    labels = [lab for lab in axis_labels(fig) if lab not in CATEGORICAL_AXES]
     assert labels and all("(" in lab and lab.endswith(")") for lab in labels), labels
     for unit in units:
         assert any(unit in lab for lab in labels), (unit, labels)
-    assert _plot.titles(fig) and all(len(t) > 20 for t in _plot.titles(fig))
-    assert "<html" in _plot.to_html(fig).lower()  # Bokeh: INLINE resources; matplotlib: an embedded PNG
+    assert titles(fig) and all(len(t) > 20 for t in titles(fig))
+    assert "<html" in figure_page(fig).lower()  # Bokeh: INLINE resources; matplotlib: an embedded PNG
 
 
 # ------------------------------------------------------------------------------------------ layers
@@ -410,8 +408,12 @@ def test_04_roofline_and_layers_notebook(shared_home):
     code = [c for c in nb.cells if c.cell_type == "code"]
     occurrence = text_of(code[1])
     assert "Conv2dStaticSamePadding" in occurrence and "every predict call ran the same number of layers" in occurrence
-    bokeh = [c for c in code if any("application/vnd.bokehjs_exec.v0+json" in o.get("data", {}) for o in c.outputs)]
+    from mlms_nb.analyses._plot import BOKEHJS_MARK, FIGURE_MARK
+
+    html = [[o.get("data", {}).get("text/html", "") for o in c.outputs] for c in code]
+    bokeh = [c for c in html if any(FIGURE_MARK in h for h in c)]
     assert len(bokeh) == 4  # occurrence, per-layer latency, roofline per layer, batch scaling
+    assert sum(h.count(BOKEHJS_MARK) for c in html for h in c) == 1  # BokehJS travels once per notebook
     assert any(o.get("data", {}).get("image/png") for o in code[4].outputs)  # matplotlib per-type latency
     ceilings = text_of(code[7])
     assert "ridge = peak / bandwidth" in ceilings and "FLOP/byte" in ceilings

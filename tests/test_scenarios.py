@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from mlms_nb.errors import MlmsError
-from mlms_nb.evaluation.scenarios import TimingConfig, run_scenario, time_closed_loop, warm_up
+from mlms_nb.evaluation.scenarios import run_scenario, time_closed_loop, warm_up
+from mlms_nb.options import Timing
 
 
 def sleeper(ms: float):
@@ -21,32 +22,32 @@ BATCH = np.zeros((2, 3), dtype=np.float32)
 
 
 def test_closed_loop_reaches_both_minimums():
-    samples, wall = time_closed_loop(sleeper(2), BATCH, TimingConfig(min_repeats=5, min_time_s=0.2))
+    samples, wall = time_closed_loop(sleeper(2), BATCH, Timing(min_repeats=5, min_time_s=0.2))
     assert len(samples) >= 5 and wall >= 0.2e9
     assert np.median(samples) >= 2e6  # each call took at least its 2 ms sleep
     assert wall >= samples.sum()
 
 
 def test_closed_loop_max_repeats_caps():
-    samples, _ = time_closed_loop(lambda b: b, BATCH, TimingConfig(min_repeats=10, min_time_s=10, max_repeats=50))
+    samples, _ = time_closed_loop(lambda b: b, BATCH, Timing(min_repeats=10, min_time_s=10, max_repeats=50))
     assert len(samples) == 50
 
 
 def test_fixed_and_auto_warmup():
     calls = []
-    assert warm_up(lambda b: calls.append(1), BATCH, TimingConfig(warmup=7)) == 7 and len(calls) == 7
+    assert warm_up(lambda b: calls.append(1), BATCH, Timing(warmup=7)) == 7 and len(calls) == 7
     # steady work stabilises after the first window of 10
-    n = warm_up(sleeper(1), BATCH, TimingConfig(warmup="auto", warmup_tolerance=0.5))
+    n = warm_up(sleeper(1), BATCH, Timing(warmup="auto", warmup_tolerance=0.5))
     assert 10 <= n <= 50
 
 
 def test_server_meets_bound_when_underloaded_and_queues_when_overloaded():
-    cfg = TimingConfig(warmup=0, min_repeats=40, min_time_s=0.3, target_qps=50, latency_bound_ms=20)
+    cfg = Timing(warmup=0, min_repeats=40, min_time_s=0.3, target_qps=50, latency_bound_ms=20)
     light = run_scenario("server", sleeper(2), BATCH, cfg)
     assert light.extra["meets_bound"] is True
     assert 30 <= light.extra["achieved_qps"] <= 80
     # 10 ms per query at 400 queries/s cannot keep up: latency includes queueing and grows
-    heavy_cfg = TimingConfig(warmup=0, min_repeats=60, min_time_s=0.15, target_qps=400, latency_bound_ms=20)
+    heavy_cfg = Timing(warmup=0, min_repeats=60, min_time_s=0.15, target_qps=400, latency_bound_ms=20)
     heavy = run_scenario("server", sleeper(10), BATCH, heavy_cfg)
     assert heavy.extra["meets_bound"] is False
     assert np.percentile(heavy.samples_ns, 99) > 5 * np.percentile(light.samples_ns, 99)
@@ -54,11 +55,11 @@ def test_server_meets_bound_when_underloaded_and_queues_when_overloaded():
 
 def test_bad_scenarios_and_configs():
     with pytest.raises(MlmsError, match="unknown scenario 'batch'"):
-        run_scenario("batch", sleeper(0), BATCH, TimingConfig())
+        run_scenario("batch", sleeper(0), BATCH, Timing())
     with pytest.raises(MlmsError, match="target_qps"):
-        run_scenario("server", sleeper(0), BATCH, TimingConfig(warmup=0))
+        run_scenario("server", sleeper(0), BATCH, Timing(warmup=0))
     with pytest.raises(MlmsError, match="warmup"):
-        TimingConfig(warmup=-1)
+        Timing(warmup=-1)
 
 
 def test_interrupt_keeps_partial_samples():
@@ -71,6 +72,6 @@ def test_interrupt_keeps_partial_samples():
         return batch
 
     with pytest.raises(KeyboardInterrupt) as info:
-        time_closed_loop(predict, BATCH, TimingConfig(min_repeats=100, min_time_s=0))
+        time_closed_loop(predict, BATCH, Timing(min_repeats=100, min_time_s=0))
     samples, wall = info.value.partial
     assert len(samples) == 7 and wall > 0

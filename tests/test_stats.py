@@ -7,9 +7,8 @@ import pytest
 
 from mlms_nb.errors import MlmsError
 from mlms_nb.stack import comparable_part, detect_stack, stack_hash
-from mlms_nb.evaluation.stats import (
-    STAT_KEYS, bootstrap_median_ci, latency_stats, mann_whitney, stability_warning,
-)
+from mlms_nb.evaluation.stats import bootstrap_median_ci, latency_stats, stability_warning
+from mlms_nb.schema.evaluation import LATENCY, LATENCY_STATISTICS
 
 MS = 1_000_000  # ns per ms
 
@@ -21,7 +20,8 @@ def one_to_hundred_ms() -> np.ndarray:
 
 def test_stats_on_1_to_100_ms(one_to_hundred_ms):
     s = latency_stats(one_to_hundred_ms, batch_size=4)
-    assert list(s) == list(STAT_KEYS)
+    assert list(s) == list(LATENCY_STATISTICS)  # the schema's statistic columns, in its order
+    assert all(LATENCY[k].unit for k in s if k != "unstable")  # each carries its unit
     ms = np.arange(1, 101, dtype=float)
     assert s["samples"] == 100
     assert s["mean_ms"] == pytest.approx(50.5)
@@ -34,7 +34,7 @@ def test_stats_on_1_to_100_ms(one_to_hundred_ms):
     assert s["throughput_per_s"] == pytest.approx(4 / 0.0505)  # batch size / mean latency
     assert s["iqr_over_median"] == pytest.approx(49.5 / 50.5)
     assert s["unstable"] is True
-    assert all(isinstance(s[k], float) for k in STAT_KEYS if k not in ("samples", "unstable"))
+    assert all(isinstance(s[k], float) for k in LATENCY_STATISTICS if k not in ("samples", "unstable"))
 
 
 def test_throughput_from_wall_time(one_to_hundred_ms):
@@ -115,15 +115,33 @@ def test_stability_warning():
     assert stability_warning(pd.DataFrame([row]).iloc[0]) == text
 
 
-def test_mann_whitney():
-    rng = np.random.default_rng(0)
-    a = rng.normal(10, 0.5, 200) * MS
-    b = rng.normal(11, 0.5, 200) * MS
-    c = rng.normal(10, 0.5, 200) * MS
-    assert mann_whitney(a, b) < 1e-6
-    assert mann_whitney(a, c) > 0.01
-    with pytest.raises(MlmsError):
-        mann_whitney([], b)
+@pytest.mark.parametrize("n", [2, 8, 40])
+def test_bootstrap_medians_of_even_counts_match_plain_resampling(n):
+    """For even n the median of a resample is the mean of its two middle values: the order-statistic draw
+    matches literal resampling in location and spread (taking the lower middle, as compare.py once did, does not)."""
+    from mlms_nb._bootstrap import bootstrap_medians
+
+    rng = np.random.default_rng(n)
+    x = rng.lognormal(0, 0.8, size=n)
+    brute = np.median(x[rng.integers(0, n, size=(40_000, n))], axis=1)
+    fast = bootstrap_medians(x, 40_000, np.random.default_rng(1))
+    spread = x.max() - x.min()
+    assert fast.mean() == pytest.approx(brute.mean(), abs=0.01 * spread)
+    points = np.union1d(fast, brute)  # the largest gap between the two distribution functions (KS distance)
+    cdf_fast = np.searchsorted(np.sort(fast), points, side="right") / fast.size
+    cdf_brute = np.searchsorted(np.sort(brute), points, side="right") / brute.size
+    assert np.abs(cdf_fast - cdf_brute).max() < 0.015
+
+
+def test_one_bootstrap_for_the_evaluation_and_the_comparison():
+    from mlms_nb import _bootstrap
+    from mlms_nb.analyses import compare
+
+    assert compare.bootstrap_medians is _bootstrap.bootstrap_medians
+    x = np.random.default_rng(0).lognormal(0, 0.5, size=40)
+    low, high = bootstrap_median_ci(x, seed=4)
+    medians = _bootstrap.bootstrap_medians(x, 2000, np.random.default_rng(4))
+    assert (low, high) == tuple(np.quantile(medians, [0.025, 0.975]))
 
 
 # ---------------------------------------------------------------- stack

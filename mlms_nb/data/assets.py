@@ -7,6 +7,21 @@ Schemes:
 - ``artifact://MODEL/FRAMEWORK``: a conversion mlms-nb builds itself (``mlms convert``).
 
 A declared sha256 that does not match refuses the asset; for downloads nothing is cached.
+
+Where local files may come from. A manifest names files; it must not be able to make mlms-nb read any
+file on the machine (``../../etc/passwd``, ``/home/me/.ssh/id_rsa``, ``file:///...``). A plain path or a
+``file://`` URI is accepted only when it resolves (symbolic links followed) inside one of:
+
+- the manifest's root: the search folder it was found in (the built-in manifests, or the entry of
+  ``MLMS_MANIFEST_PATH`` that holds it), else the folder of the manifest file itself; for a manifest
+  built in Python (no file), the current working directory;
+- ``MLMS_HOME`` (downloads, converted artifacts) and the built-in manifests' folder (shared labels);
+- each folder listed in the environment variable ``MLMS_ALLOW_PATHS`` (separated by ``os.pathsep``,
+  ``:`` on Linux): the explicit allowance, e.g. ``MLMS_ALLOW_PATHS=/data/models:/mnt/weights``.
+
+``pkg://DIST/PATH`` names a file the distribution installs: ``PATH`` must be listed in its RECORD (or,
+without one, lie inside its install folder); ``..`` is refused. Anything else is refused with one
+sentence naming the asset and the folder to add to ``MLMS_ALLOW_PATHS``.
 """
 from __future__ import annotations
 
@@ -18,12 +33,15 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from mlms_nb._fs import sha256_file
 from mlms_nb.errors import AssetError, ChecksumMismatchError
-from mlms_nb.paths import cache_dir
+from mlms_nb.manifest import manifest_roots
+from mlms_nb.paths import builtin_manifest_dir, cache_dir, mlms_home
+
+ALLOW_PATHS_ENV = "MLMS_ALLOW_PATHS"
 
 _CHUNK = 1 << 20
 _SCHEMES: dict[str, Callable[[str], Path]] = {}  # scheme -> resolver, filled by the layers that own a scheme
@@ -49,7 +67,10 @@ def resolve_asset(uri: str, sha256: str | None = None, base_dir: Path | None = N
     """A local, verified file for ``uri``. ``base_dir`` anchors relative paths (the manifest's folder)."""
     if not uri:
         raise AssetError("empty asset URI")
-    parsed = urllib.parse.urlparse(uri)
+    try:
+        parsed = urllib.parse.urlparse(uri)
+    except ValueError as err:
+        raise AssetError(f"asset {uri}: not a valid URI ({err})") from None
     scheme = parsed.scheme.lower()
     if scheme in ("http", "https"):
         return _download(uri, sha256)
@@ -63,23 +84,72 @@ def resolve_asset(uri: str, sha256: str | None = None, base_dir: Path | None = N
         raise AssetError(f"asset {uri}: unsupported scheme {scheme!r}; use a path, file://, pkg://, http(s):// or artifact://")
     else:
         path = Path(uri).expanduser()
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
-    if not path.exists():
-        raise AssetError(f"asset {uri}: no such file {path}")
-    return verify_sha256(path, sha256, uri)
+        if not path.is_absolute():
+            path = (Path(base_dir) if base_dir is not None else Path.cwd()) / path
+    try:
+        confined(path, uri, base_dir)
+        if not path.exists():
+            raise AssetError(f"asset {uri}: no such file {path}")
+        return verify_sha256(path, sha256, uri)
+    except (OSError, ValueError) as err:  # a name too long, a NUL byte, a file that cannot be read
+        raise AssetError(f"asset {uri}: cannot use {path} ({getattr(err, 'strerror', None) or err})") from None
+
+
+def manifest_root(base_dir: Path | None) -> Path:
+    """The folder a manifest's local assets are confined to (see the module docstring): the search folder that
+    holds ``base_dir`` (the built-in manifests or an ``MLMS_MANIFEST_PATH`` folder), else ``base_dir`` itself."""
+    if base_dir is None:
+        return Path.cwd()
+    here = os.path.realpath(base_dir)
+    for root in manifest_roots():
+        real = os.path.realpath(root)
+        if os.path.isdir(real) and os.path.commonpath([here, real]) == real:
+            return Path(real)
+    return Path(here)
+
+
+def allowed_roots(base_dir: Path | None = None) -> list[Path]:
+    """Every folder a local asset of a manifest in ``base_dir`` may lie in, ``MLMS_ALLOW_PATHS`` last."""
+    roots = [manifest_root(base_dir), mlms_home(), builtin_manifest_dir()]
+    roots += [Path(p).expanduser() for p in os.environ.get(ALLOW_PATHS_ENV, "").split(os.pathsep) if p.strip()]
+    return roots
+
+
+def confined(path: Path, uri: str, base_dir: Path | None = None) -> Path:
+    """``path`` when it resolves inside one of `allowed_roots`; else an `AssetError` saying how to allow it."""
+    real = os.path.realpath(path)
+    for root in allowed_roots(base_dir):
+        root_real = os.path.realpath(root)
+        if os.path.commonpath([real, root_real]) == root_real:
+            return path
+    folder = os.path.dirname(real) or real
+    raise AssetError(
+        f"asset {uri} resolves to {real}, outside the folders a manifest's files may come from (its own root "
+        f"{manifest_root(base_dir)}, MLMS_HOME and the built-in manifests); to allow it, add its folder to "
+        f"{ALLOW_PATHS_ENV} (e.g. {ALLOW_PATHS_ENV}={folder})")
 
 
 def _package_file(uri: str, parsed: urllib.parse.ParseResult) -> Path:
+    """A file that distribution ``parsed.netloc`` installs, named by its path relative to site-packages."""
     dist_name, rel = parsed.netloc, parsed.path.lstrip("/")
     if not dist_name or not rel:
         raise AssetError(f"asset {uri}: expected pkg://DISTRIBUTION/PATH")
+    parts = PurePosixPath(rel).parts
+    if "\\" in rel or any(p in ("..", ".") for p in parts):
+        raise AssetError(f"asset {uri}: the path inside package {dist_name!r} must not contain '.', '..' or "
+                         "backslashes; name a file the package installs, e.g. pkg://DIST/package/file.bin")
     try:
         dist = importlib.metadata.distribution(dist_name)
-    except importlib.metadata.PackageNotFoundError:
+    except (importlib.metadata.PackageNotFoundError, ValueError):
         raise AssetError(f"asset {uri}: package {dist_name!r} is not installed (pip install {dist_name})") from None
+    files = dist.files
     path = Path(dist.locate_file(rel))
-    if not path.is_file():
+    if files is not None:
+        listed = any(PurePosixPath(str(f)) == PurePosixPath(rel) for f in files)
+    else:  # no RECORD: the file must at least lie inside the folder the distribution installs into
+        root = os.path.realpath(dist.locate_file(""))
+        listed = os.path.commonpath([os.path.realpath(path), root]) == root
+    if not listed or not path.is_file():
         raise AssetError(f"asset {uri}: package {dist_name!r} {dist.version} has no file {rel}")
     return path
 

@@ -1,7 +1,10 @@
 """Class labels of a classifier: ``manifest.outputs[0].labels``, a text file with one label per line.
 
-The URI is resolved with `resolve_asset` (a relative path is relative to the manifest's folder). Files
-are read once per process (cached on the resolved path, its size and modification time).
+The URI is resolved with `resolve_asset` (a relative path is relative to the manifest's folder, and
+confined like every asset). Files are read once per process (cached on the resolved path, its size and
+modification time) and may be at most `MAX_LABELS_BYTES` (16 MiB). When the number of classes is known
+(``outputs[0].classes`` in the manifest, or the width of the model's output), a file with another
+number of lines is refused with `LabelsMismatchError`.
 """
 from __future__ import annotations
 
@@ -14,6 +17,11 @@ from mlms_nb.data.assets import resolve_asset
 
 _CACHE: dict[tuple[str, int, int], tuple[str, ...]] = {}
 _LOCK = threading.Lock()
+MAX_LABELS_BYTES = 16 << 20
+
+
+class LabelsMismatchError(AssetError):
+    """The labels file has a different number of lines than the output has classes."""
 
 
 def labels_path(manifest: Manifest) -> Path:
@@ -25,14 +33,20 @@ def labels_path(manifest: Manifest) -> Path:
     return resolve_asset(uri, sha256=None, base_dir=base_dir)
 
 
-def load_labels(manifest: Manifest) -> list[str]:
-    """The class names, index = class id (one per line; trailing blank lines dropped, lines stripped)."""
+def load_labels(manifest: Manifest, classes: int | None = None) -> list[str]:
+    """The class names, index = class id (one per line; trailing blank lines dropped, lines stripped).
+
+    ``classes``: the number the model's output has, when known; else ``outputs[0].classes`` when set.
+    """
     path = labels_path(manifest).resolve()
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
     with _LOCK:
         cached = _CACHE.get(key)
     if cached is None:
+        if st.st_size > MAX_LABELS_BYTES:
+            raise AssetError(f"labels {path}: {st.st_size:,} bytes, over the {MAX_LABELS_BYTES:,}-byte limit for a "
+                             "labels file (one class name per line); check outputs[0].labels")
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
@@ -43,4 +57,15 @@ def load_labels(manifest: Manifest) -> list[str]:
         cached = tuple(lines)
         with _LOCK:
             _CACHE[key] = cached
+    check_label_count(list(cached), classes, manifest)
     return list(cached)
+
+
+def check_label_count(names: list[str], classes: int | None, manifest: Manifest) -> None:
+    """Refuse labels whose count differs from ``classes`` (the model's), or else from ``outputs[0].classes``."""
+    declared = manifest.outputs[0].classes
+    expected, said_by = (classes, "the model's output") if classes is not None else (declared, "outputs[0].classes")
+    if expected is not None and len(names) != expected:
+        raise LabelsMismatchError(
+            f"labels {manifest.outputs[0].labels} of {manifest.key} has {len(names):,} lines but {said_by} has "
+            f"{expected:,} classes; point outputs[0].labels at a file with one line per class")

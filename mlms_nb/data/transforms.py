@@ -39,6 +39,7 @@ from typing import Any, Callable, Union
 import numpy as np
 from PIL import Image
 
+from mlms_nb._manifest_checks import MAX_IMAGE_SIDE
 from mlms_nb.errors import DatasetError, ManifestError, MlmsError
 from mlms_nb.manifest import (CenterCropArgs, DecodeArgs, Manifest, NormalizeArgs, ResizeArgs, SoftmaxArgs, Step,
                         ToLayoutArgs, TopKArgs)
@@ -48,6 +49,9 @@ ImageLike = Union[str, "os.PathLike[str]", Image.Image, np.ndarray]
 #: The fraction of the resized image that the center crop keeps when no steps are listed (ImageNet's 224/256).
 CROP_FRACTION = 0.875
 DEFAULT_TOP_K = 5
+#: The most pixels one resize may produce (2 x 4096^2): a ``size`` of one int keeps the aspect ratio, so a
+#: very wide image would otherwise grow without bound. Manifests bound every size to 4096 pixels.
+MAX_RESIZE_PIXELS = 2 * MAX_IMAGE_SIDE ** 2
 
 _INTERPOLATION = {
     "nearest": Image.Resampling.NEAREST,
@@ -64,6 +68,10 @@ class UntrustedCodeError(MlmsError):
 
 class ImageDecodeError(DatasetError):
     """One image could not be read or decoded (datasets skip it and record why)."""
+
+
+class ImageTooLargeError(ImageDecodeError):
+    """Resizing one image would exceed `MAX_RESIZE_PIXELS` (datasets skip it and record why)."""
 
 
 def _untrusted(manifest: Manifest, where: str) -> UntrustedCodeError:
@@ -126,7 +134,9 @@ class Preprocessor:
         h, w = spec.height_width
         return [
             Step(op="decode", args=DecodeArgs(color_mode=spec.color_mode)),
-            Step(op="resize", args=ResizeArgs(size=int(round(h / CROP_FRACTION)), interpolation="bilinear")),
+            # constructed without the 4096-pixel bound of manifests: a 4096-pixel input resizes to 4681 first
+            Step(op="resize", args=ResizeArgs.model_construct(size=int(round(h / CROP_FRACTION)),
+                                                              interpolation="bilinear")),
             Step(op="center_crop", args=CenterCropArgs(size=(h, w))),
             Step(op="normalize", args=NormalizeArgs(mean=list(spec.mean), scale=list(spec.scale))),
             Step(op="to_layout", args=ToLayoutArgs(layout=spec.layout)),
@@ -197,6 +207,10 @@ class Preprocessor:
             nh, nw = _pair(args.size)
         if (nw, nh) == (w, h):
             return x
+        if nw * nh > MAX_RESIZE_PIXELS:
+            raise ImageTooLargeError(
+                f"resizing a {w}x{h} image to {nw}x{nh} would make {nw * nh:,} pixels, over the limit of "
+                f"{MAX_RESIZE_PIXELS:,}; crop such images first or resize to [height, width]")
         if isinstance(x, Image.Image):
             return x.resize((nw, nh), resample)
         # An array (after a code step): resize each channel as a float image.

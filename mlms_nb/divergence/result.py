@@ -1,12 +1,12 @@
 """The result of :func:`mlms_nb.divergence.diverge`: tables, the first divergent layer per pair, a plot."""
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from mlms_nb import display
 from mlms_nb.analyses import divergence as _analysis
 
 
@@ -22,7 +22,9 @@ class Divergence:
     - ``accuracy``: top-1/top-5 per framework and the delta vs the reference (``frameworks[0]``);
     - ``first_divergent_layer``: per pair, the first layer whose ``max_rel_error`` exceeds ``tolerance``
       (None when no layer does);
-    - ``notes``: how things were aligned and measured.
+    - ``notes``: how things were aligned and measured;
+    - ``traces``: per framework, the FRAMEWORK-level trace its layer latencies were read from
+      (``mlms_nb.layers(div.traces["onnxruntime"])`` gives every layer's latency from the same calls).
     """
     model: str
     dataset: str
@@ -37,10 +39,16 @@ class Divergence:
     latency: pd.DataFrame
     notes: dict[str, str] = field(default_factory=dict)
     quantization: dict[str, Any] | None = None
+    traces: dict[str, Any] = field(default_factory=dict)
 
     @property
     def reference(self) -> str:
         return self.frameworks[0]
+
+    @property
+    def inputs(self) -> int:
+        """How many distinct inputs were compared."""
+        return int(self.per_input["input_id"].nunique()) if len(self.per_input) else 0
 
     def pair_layers(self, a: str, b: str) -> pd.DataFrame:
         """The layer table of one pair with plain column names (``max_abs_error``, ...)."""
@@ -56,7 +64,7 @@ class Divergence:
 
     def plot(self, backend: str = "bokeh", metric: str = "max_rel_error"):
         """Error per layer in execution order (log scale, tolerance line) beside the layer latencies."""
-        title = (f"{self.model}: {metric} per layer vs {self.reference} on {self._inputs()} inputs of {self.dataset}; "
+        title = (f"{self.model}: {metric} per layer vs {self.reference} on {self.inputs} inputs of {self.dataset}; "
                  f"latency: median of timed calls, batch 1")
         try:
             return _analysis.plot(self.layers, backend=backend, metric=metric, title=title)
@@ -66,47 +74,14 @@ class Divergence:
             raise FrameworkNotInstalledError(str(err)) from None
 
     # ------------------------------------------------------------------------------------------ display
-
-    def _inputs(self) -> int:
-        return int(self.per_input["input_id"].nunique()) if len(self.per_input) else 0
-
-    def _summary(self) -> list[tuple[str, str]]:
-        lines = [("Model", f"{self.model} on {self._inputs()} inputs of {self.dataset}"),
-                 ("Frameworks", ", ".join(self.frameworks) + f" (reference: {self.reference})"),
-                 ("Tolerance", f"{self.tolerance:g}, on max_rel_error = max|b - a| / max|a| per layer")]
-        for (a, b) in self.pairs:
-            key = _analysis.pair_label(a, b)
-            first = self.first_divergent_layer.get(key)
-            col = self.layers[_analysis.column("max_rel_error", key)]
-            worst = col.max(skipna=True)
-            out = self.outputs.set_index("pair").loc[key]
-            lines.append((key, f"first layer over tolerance: {first or 'none'}; largest max_rel_error {worst:.3g}; "
-                               f"top-1 agreement {out['top1_agreement']:.0%}, JS mean {out['js_mean_nats']:.3g} nats, "
-                               f"max |logit error| {out['max_abs_logit_error']:.3g}"))
-        acc = ", ".join(f"{r.framework} {r.top1:.0%} ({r.top1_delta:+.0%})" for r in self.accuracy.itertuples())
-        lines.append(("Top-1 accuracy (delta vs reference)", acc))
-        return lines
-
     def to_text(self) -> str:
-        parts = [f"Divergence of {self.model}"]
-        parts += [f"  {label}: {text}" for label, text in self._summary()]
-        shown = ["layer"] + [_analysis.column("max_rel_error", _analysis.pair_label(*p)) for p in self.pairs] + \
-                [_analysis.column("latency_ms", f) for f in self.frameworks]
-        parts.append(self.layers[shown].to_string(max_rows=20, float_format=lambda v: f"{v:.3g}"))
-        parts += [f"  {k}: {v}" for k, v in self.notes.items()]
-        return "\n".join(parts)
+        return display.render_text(self)
 
     def __repr__(self) -> str:
-        return self.to_text()
+        return display.render_text(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return display.mimebundle(self)
 
     def _repr_html_(self) -> str:
-        esc = html.escape
-        parts = ['<div class="mlms-divergence">', f"<h4>Divergence of {esc(self.model)}</h4>"]
-        parts += [f"<div><b>{esc(label)}:</b> {esc(text)}</div>" for label, text in self._summary()]
-        parts.append("<details><summary>outputs per pair</summary>" + self.outputs.to_html(index=False, float_format="{:.4g}".format) + "</details>")
-        parts.append("<details><summary>accuracy per framework</summary>" + self.accuracy.to_html(index=False, float_format="{:.4g}".format) + "</details>")
-        parts.append("<details><summary>per layer (error, latency in ms)</summary>"
-                     + self.layers.drop(columns=["layer_name", "call"]).to_html(index=False, max_rows=200, float_format="{:.3g}".format)
-                     + "</details>")
-        parts.append("<ul>" + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in self.notes.items()) + "</ul></div>")
-        return "\n".join(parts)
+        return display.render_html(self)

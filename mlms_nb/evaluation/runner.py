@@ -9,65 +9,25 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 
 from mlms_nb.data.datasets import open_dataset
-from mlms_nb.data.labels import load_labels
+from mlms_nb.data.labels import check_label_count, load_labels
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError, MlmsError
 from mlms_nb.manifest import Manifest, canonical_framework, find_manifest
+from mlms_nb.options import EvaluateOptions
 from mlms_nb.frameworks import PredictorOptions, open_predictor
 from mlms_nb.evaluation.result import Evaluation
-from mlms_nb.evaluation.scenarios import SCENARIOS, TimingConfig, run_scenario
+from mlms_nb.evaluation.scenarios import run_scenario
 from mlms_nb.stack import detect_stack
 from mlms_nb.evaluation.stats import latency_stats, stability_warning
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
+from mlms_nb.schema.evaluation import SampleKey
 from mlms_nb.schema.levels import TraceLevel
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RunOptions:
-    """Everything that shapes a run; recorded verbatim in ``Evaluation.options``."""
-    batch_sizes: list[int] = field(default_factory=lambda: [1])
-    dataset: str | None = None
-    scenario: str = "single-stream"
-    device: str = "cpu"
-    threads: int | None = None
-    trace_level: str = "NONE"
-    timing: TimingConfig = field(default_factory=TimingConfig)
-    limit: int | None = None
-    keep_probabilities: bool = False
-    trust: bool = False
-    progress: bool = True
-    trace_repeats: int = 5
-
-    def validate(self) -> None:
-        if not self.batch_sizes:
-            raise MlmsError("batch_sizes: expected at least one batch size")
-        for b in self.batch_sizes:
-            if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
-                raise MlmsError(f"batch_sizes: expected positive integers, got {b!r}")
-        if self.scenario not in SCENARIOS:
-            raise MlmsError(f"scenario: unknown {self.scenario!r}; expected one of {', '.join(SCENARIOS)}")
-        TraceLevel.parse(self.trace_level)
-        if self.threads is not None and self.threads < 1:
-            raise MlmsError(f"threads: expected a positive integer, got {self.threads}")
-
-    def to_dict(self) -> dict:
-        t = self.timing
-        return {
-            "batch_sizes": [int(b) for b in self.batch_sizes], "dataset": self.dataset, "scenario": self.scenario,
-            "device": self.device, "threads": self.threads, "trace_level": self.trace_level, "limit": self.limit,
-            "warmup": t.warmup, "min_repeats": t.min_repeats, "min_time_s": t.min_time_s,
-            "max_repeats": t.max_repeats, "max_time_s": t.max_time_s, "target_qps": t.target_qps,
-            "latency_bound_ms": t.latency_bound_ms, "trace_repeats": self.trace_repeats, "isolation": "in-process (frameworks run one after another)",
-            "clock": "time.perf_counter_ns",
-        }
 
 
 def resolve_manifests(model: str | Manifest, frameworks: list[str]) -> list[Manifest]:
@@ -86,8 +46,7 @@ def default_dataset(manifest: Manifest) -> str:
 class EvaluationRunner:
     """Runs one evaluation over several manifests (frameworks) with one set of options."""
 
-    def __init__(self, manifests: list[Manifest], options: RunOptions):
-        options.validate()
+    def __init__(self, manifests: list[Manifest], options: EvaluateOptions):
         self.manifests = manifests
         self.options = options
         names = {m.name for m in manifests}
@@ -103,7 +62,7 @@ class EvaluationRunner:
         evaluation = Evaluation(
             model=first.name, model_version=first.version, frameworks=frameworks,
             manifests={m.framework.name: m.to_dict() for m in self.manifests},
-            stack=detect_stack(frameworks), options=opts.to_dict())
+            stack=detect_stack(frameworks), options=opts.record())
         rows: list[dict] = []
         cold: list[dict] = []
         self._overhead: list[dict] = []
@@ -115,9 +74,9 @@ class EvaluationRunner:
                 self._run_framework(manifest, evaluation, rows, cold, accuracy, predictions, progress)
         except KeyboardInterrupt as interrupt:
             partial = getattr(interrupt, "partial", None)
-            if partial is not None and len(partial[0]) and getattr(self, "_current", None):
+            if partial is not None and len(partial.samples_ns) and getattr(self, "_current", None):
                 fw, batch_size = self._current
-                rows.append(self._latency_row(fw, batch_size, partial[0], partial[1], 0, {}, evaluation))
+                rows.append(self._latency_row(fw, batch_size, partial.samples_ns, partial.wall_ns, 0, {}, evaluation))
             evaluation.complete = False
             evaluation.warnings.append("interrupted (Ctrl-C): the results hold what was measured before it")
         finally:
@@ -138,7 +97,7 @@ class EvaluationRunner:
             raise DatasetError(
                 f"{manifest.key} has random weights: only performance runs accept it; use dataset 'synthetic'")
         preprocess = Preprocessor(manifest, trust=opts.trust)
-        level = TraceLevel.parse(opts.trace_level)
+        level = TraceLevel.parse(opts.tracing.trace_level)
         traced = start_traced_pass(level, f"{evaluation.id}-{fw}", fw) if level > TraceLevel.NONE else None
         t_pre = time.perf_counter_ns()
         inputs, labels, ids = _load_inputs(dataset, preprocess, opts.limit)
@@ -199,7 +158,7 @@ class EvaluationRunner:
         untraced = {r["batch_size"]: r["median_ms"] * 1e6 for r in rows if r["framework"] == fw}
         batches = {b: _make_batch(inputs, b) for b in opts.batch_sizes}
         trace_batches(traced, predictor, Postprocessor(manifest, trust=opts.trust), batches, untraced,
-                      repeats=opts.trace_repeats)
+                      repeats=opts.tracing.trace_repeats)
         trace = traced.tracer.trace()
         evaluation.traces[fw] = trace
         evaluation.trace_ids.append(traced.tracer.trace_id)
@@ -213,7 +172,7 @@ class EvaluationRunner:
         stats = latency_stats(samples, batch_size, wall_ns=None if scenario == "single-stream" else wall_ns)
         row = {"framework": fw, "batch_size": int(batch_size), "scenario": scenario, **stats,
                "warmup_calls": int(warmup_calls), **extra}
-        evaluation.samples[(fw, int(batch_size), scenario)] = np.asarray(samples, dtype=np.int64)
+        evaluation.samples[SampleKey(fw, int(batch_size), scenario)] = np.asarray(samples, dtype=np.int64)
         warning = stability_warning(row)
         if warning:
             evaluation.warnings.append(warning)
@@ -265,6 +224,8 @@ def _accuracy(predictor, manifest, inputs, labels, ids, batch_size, trust):
     probs, top_idx, top_p = [], [], []
     for start in range(0, len(inputs), batch_size):
         pred = post(predictor.predict(inputs[start:start + batch_size]))
+        if names is not None and start == 0:  # labels of another length than the model's classes: refused
+            check_label_count(names, pred.probabilities.shape[1], manifest)
         probs.append(pred.probabilities)
         top_idx.append(pred.top_k_indices)
         top_p.append(pred.top_k_probabilities)

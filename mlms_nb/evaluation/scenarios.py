@@ -1,7 +1,8 @@
 """Timing loops for the LoadGen-style scenarios, over any ``predict(batch)`` callable.
 
-All times come from ``time.perf_counter_ns`` (monotonic, nanoseconds). The timed loop does nothing but
-call, stamp and store, so what it measures is the framework, not the harness.
+The stopping rule and the warm-up are a :class:`mlms_nb.options.Timing`. All times come from
+``time.perf_counter_ns`` (monotonic, nanoseconds). The timed loop does nothing but call, stamp and store, so what
+it measures is the framework, not the harness.
 
 - ``single-stream``: one query after another; each sample is one call's latency.
 - ``offline``: back-to-back calls; throughput is inputs over the loop's wall time.
@@ -12,40 +13,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from mlms_nb.errors import MlmsError
+from mlms_nb.options import Timing, spell
 
 SCENARIOS = ("single-stream", "offline", "server")
 
 
-@dataclass
-class TimingConfig:
-    """When to stop: after at least ``min_repeats`` calls AND ``min_time_s`` seconds, or at a max.
-
-    ``warmup``: a fixed number of untimed calls, or "auto": until the median of the last 5 calls is within
-    ``warmup_tolerance`` of the 5 before (at least 10, at most ``max_warmup`` calls).
-    """
-    warmup: int | str = "auto"
-    max_warmup: int = 50
-    warmup_tolerance: float = 0.05
-    min_repeats: int = 20
-    min_time_s: float = 1.0
-    max_repeats: int = 100_000
-    max_time_s: float = 120.0
-    target_qps: float | None = None
-    latency_bound_ms: float | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not (self.warmup == "auto" or (isinstance(self.warmup, int) and self.warmup >= 0)):
-            raise MlmsError(f"warmup: expected a count >= 0 or 'auto', got {self.warmup!r}")
-        if self.min_repeats < 1:
-            raise MlmsError(f"min_repeats: expected at least 1, got {self.min_repeats}")
-        if self.min_time_s < 0 or self.max_time_s <= 0:
-            raise MlmsError("min_time_s and max_time_s must be positive seconds")
+class PartialLoop(NamedTuple):
+    """What a timed loop had measured when Ctrl-C stopped it (``KeyboardInterrupt.partial``)."""
+    samples_ns: np.ndarray
+    wall_ns: int
 
 
 @dataclass
@@ -59,7 +40,7 @@ class TimingResult:
     extra: dict = field(default_factory=dict)
 
 
-def warm_up(predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> int:
+def warm_up(predict: Callable, batch: np.ndarray, cfg: Timing) -> int:
     """Untimed calls until warm; returns how many were made."""
     if cfg.warmup != "auto":
         for _ in range(int(cfg.warmup)):
@@ -78,7 +59,7 @@ def warm_up(predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> int:
     return len(times)
 
 
-def time_closed_loop(predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> tuple[np.ndarray, int]:
+def time_closed_loop(predict: Callable, batch: np.ndarray, cfg: Timing) -> tuple[np.ndarray, int]:
     """Back-to-back calls until the stopping rule holds; returns (per-call ns, loop wall ns)."""
     clock = time.perf_counter_ns
     samples = np.empty(min(cfg.max_repeats, 1024), dtype=np.int64)
@@ -98,15 +79,15 @@ def time_closed_loop(predict: Callable, batch: np.ndarray, cfg: TimingConfig) ->
             if (n >= cfg.min_repeats and elapsed >= min_ns) or n >= cfg.max_repeats or elapsed >= max_ns:
                 break
     except KeyboardInterrupt as interrupt:
-        interrupt.partial = (samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
+        interrupt.partial = PartialLoop(samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
         raise
     return samples[:n].copy(), clock() - start
 
 
-def time_server(predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> tuple[np.ndarray, int, dict]:
+def time_server(predict: Callable, batch: np.ndarray, cfg: Timing) -> tuple[np.ndarray, int, dict]:
     """Poisson arrivals at ``cfg.target_qps`` served by one worker; samples are arrival-to-completion ns."""
     if not cfg.target_qps or cfg.target_qps <= 0:
-        raise MlmsError("the server scenario needs a target rate: target_qps > 0 (queries per second)")
+        raise MlmsError(f"the server scenario needs a target rate: {spell('target_qps')} (queries per second)")
     rng = np.random.default_rng(cfg.seed)
     count = max(cfg.min_repeats, int(np.ceil(cfg.target_qps * cfg.min_time_s)))
     count = min(count, cfg.max_repeats)
@@ -130,7 +111,7 @@ def time_server(predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> tupl
         else:
             n = count
     except KeyboardInterrupt as interrupt:
-        interrupt.partial = (samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
+        interrupt.partial = PartialLoop(samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
         raise
     wall = clock() - start
     done = samples[:n].copy()
@@ -151,7 +132,7 @@ def _sleep_until(deadline_ns: int, clock: Callable[[], int]) -> None:
         pass
 
 
-def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: TimingConfig) -> TimingResult:
+def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timing) -> TimingResult:
     """Warm up, then time one scenario at the batch's size."""
     if scenario not in SCENARIOS:
         raise MlmsError(f"unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")

@@ -11,17 +11,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
-
-BOOTSTRAP_RESAMPLES = 2000
-CI_LEVEL = 0.95
+from mlms_nb._bootstrap import CI_LEVEL, median_ci
+from mlms_nb._bootstrap import RESAMPLES as BOOTSTRAP_RESAMPLES
+from mlms_nb.errors import MlmsError
+from mlms_nb.options import spell
 UNSTABLE_IQR_OVER_MEDIAN = 0.1
-
-STAT_KEYS: tuple[str, ...] = (
-    "samples", "mean_ms", "median_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "std_ms", "iqr_ms",
-    "median_ci_low_ms", "median_ci_high_ms", "throughput_per_s", "iqr_over_median", "unstable",
-)
-"""The keys of :func:`latency_stats`, in order (the latency frame's statistic columns)."""
 
 
 class MeasurementError(MlmsError, ValueError):
@@ -46,37 +40,11 @@ def _as_ns(samples_ns: Any, what: str = "latency samples") -> np.ndarray:
 
 def bootstrap_median_ci(samples: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, level: float = CI_LEVEL,
                         seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap confidence interval of the median, in the samples' unit.
-
-    Each bootstrap resample draws ``n`` indices with replacement; its median only depends on the order
-    statistics of those indices. With the samples sorted, the k-th smallest of ``n`` uniform indices is
-    ``floor(n * U_(k))`` where ``U_(k) ~ Beta(k, n - k + 1)`` (and, for even ``n``, the next one is
-    ``U_(k) + (1 - U_(k)) * Beta(1, n - k)``). Drawing those directly is the same distribution as
-    resampling the whole array, in O(resamples) instead of O(resamples * n) memory and time, which matters
-    for loops of 100 000 calls. Vectorised and seeded: the same samples and seed give the same interval.
-    """
-    x = np.sort(np.asarray(samples, dtype=np.float64).reshape(-1))
-    n = x.size
-    if n == 0:
+    """Percentile-bootstrap confidence interval of the median, in the samples' unit (order statistics drawn
+    directly, in O(resamples): see :mod:`mlms_nb._bootstrap`). Seeded: the same samples give the same interval."""
+    if np.asarray(samples).size == 0:
         raise MeasurementError("no samples to bootstrap")
-    if n == 1:
-        return float(x[0]), float(x[0])
-    rng = np.random.default_rng(seed)
-    if n % 2:  # odd: the median is the k-th order statistic, k = (n + 1) / 2
-        k = (n + 1) // 2
-        u = rng.beta(k, n - k + 1, size=resamples)
-        idx = np.minimum((u * n).astype(np.int64), n - 1)
-        medians = x[idx]
-    else:  # even: the mean of the k-th and (k+1)-th order statistics, k = n / 2
-        k = n // 2
-        u1 = rng.beta(k, n - k + 1, size=resamples)
-        u2 = u1 + (1.0 - u1) * rng.beta(1, n - k, size=resamples)
-        i1 = np.minimum((u1 * n).astype(np.int64), n - 1)
-        i2 = np.minimum((u2 * n).astype(np.int64), n - 1)
-        medians = 0.5 * (x[i1] + x[i2])
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(medians, [alpha, 1.0 - alpha])
-    return float(low), float(high)
+    return median_ci(samples, resamples=resamples, level=level, seed=seed)
 
 
 def latency_stats(samples_ns: np.ndarray, batch_size: int, wall_ns: int | None = None, seed: int = 0) -> dict:
@@ -159,7 +127,7 @@ def stability_warning(row: Mapping[str, Any]) -> str | None:
     if not _missing(samples):
         detail += f" over {int(samples)} calls"
     return (f"{prefix}latency is unstable: {detail}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} threshold; "
-            "close other programs, fix the thread count (threads=...) or time longer (min_time_s=...) "
+            f"close other programs, fix the thread count ({spell('threads')}) or time longer ({spell('min_time_s')}) "
             "before comparing these numbers")
 
 
@@ -170,19 +138,3 @@ def _missing(value: Any) -> bool:
         return bool(np.isnan(value))
     except (TypeError, ValueError):
         return False
-
-
-def mann_whitney(a_ns: np.ndarray, b_ns: np.ndarray) -> float:
-    """Two-sided Mann-Whitney U test p value: do latencies ``a`` and ``b`` come from the same distribution?
-
-    A small p (say < 0.01) means the two loops' latencies differ beyond their noise. Needs scipy.
-    """
-    a = _as_ns(a_ns, "first set of latency samples")
-    b = _as_ns(b_ns, "second set of latency samples")
-    try:
-        from scipy.stats import mannwhitneyu
-    except ImportError:
-        raise FrameworkNotInstalledError(
-            "the Mann-Whitney test needs scipy; install it with `pip install scipy` (or the mlms-nb[dev] extra)"
-        ) from None
-    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)

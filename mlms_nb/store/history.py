@@ -5,122 +5,26 @@ connection), written inside ``BEGIN IMMEDIATE`` transactions, so several noteboo
 at once; ``MLMS_HISTORY_URL`` (or ``HistoryStore(url)``) points it at any SQLAlchemy URL, e.g. a
 PostgreSQL server a team shares. Only portable column types are used; JSON is stored as text.
 
-Tables:
-
-- ``evaluations``: one row per evaluation x framework, with the columns people filter and sort on and
-  ``payload``, that framework's part of the `Evaluation` as JSON (lossless);
-- ``traces``: trace files or blobs belonging to an evaluation (filled by the tracing work);
-- ``machine_ceilings``: measured peak FLOP/s and memory bandwidth per stack hash, one row per figure;
-- ``ceilings``: one row per measurement of a device's ceilings (``mlms_nb.theory.ceilings``), keyed by stack
-  hash and device, with the whole measurement as JSON; saving one also adds its figures to ``machine_ceilings``.
+Its tables are in :mod:`mlms_nb.store.tables`; engines and the retry of locked transactions in :mod:`mlms_nb.store.db`.
 """
 from __future__ import annotations
 
 import json
-import logging
 import os
-import random
-import threading
-import time
 from typing import Any, Callable, TypeVar
 
 import pandas as pd
-from sqlalchemy import (
-    Boolean, Column, Float, Index, Integer, LargeBinary, MetaData, String, Table, Text, UniqueConstraint, delete,
-    event, func, insert, select,
-)
-from sqlalchemy.dialects import mysql
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mlms_nb._clock import now_utc
-from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
-
-log = logging.getLogger(__name__)
+from mlms_nb.store.db import HistoryError, engine_for, is_sqlite, retry_while_locked, tables_ready
+from mlms_nb.schema.evaluation import HISTORY
+from mlms_nb.store.tables import CEILING_FIGURES, QUERY_COLUMNS, ceilings, evaluations, metadata, traces
 
 T = TypeVar("T")
-
-BUSY_TIMEOUT_MS = 30_000
-WRITE_ATTEMPTS = 10
-
-LongText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
-
-metadata = MetaData()
-
-evaluations = Table(
-    "evaluations", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("evaluation_id", String(32), nullable=False),
-    Column("model", String(200), nullable=False),
-    Column("model_version", String(64), nullable=False),
-    Column("framework", String(64), nullable=False),
-    Column("framework_version", String(64)),
-    Column("stack_hash", String(16), nullable=False),
-    Column("created_at", String(40), nullable=False),  # ISO 8601, UTC: sorts as text
-    Column("complete", Boolean(create_constraint=False), nullable=False),
-    Column("dataset", String(500)),
-    Column("batch_sizes", Text),  # JSON list
-    Column("top1", Float),
-    Column("top5", Float),
-    Column("median_ms", Float),  # at the smallest batch size
-    Column("payload", LongText, nullable=False),  # that framework's Evaluation JSON
-    UniqueConstraint("evaluation_id", "framework", name="uq_evaluations_evaluation_framework"),
-)
-Index("ix_evaluations_model_framework", evaluations.c.model, evaluations.c.framework)
-Index("ix_evaluations_stack_hash", evaluations.c.stack_hash)
-Index("ix_evaluations_created_at", evaluations.c.created_at)
-
-traces = Table(
-    "traces", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("evaluation_id", String(32), nullable=False, index=True),
-    Column("trace_id", String(64), nullable=False),
-    Column("format", String(32), nullable=False),  # parquet | chrome-json | otlp ...
-    Column("blob", LargeBinary),
-    Column("path", Text),
-    Column("created_at", String(40)),
-)
-
-machine_ceilings = Table(
-    "machine_ceilings", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("stack_hash", String(16), nullable=False, index=True),
-    Column("metric", String(64), nullable=False),
-    Column("value", Float, nullable=False),
-    Column("unit", String(32), nullable=False),
-    Column("measured_at", String(40), nullable=False),
-    Column("how", Text),
-)
-
-ceilings = Table(
-    "ceilings", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("stack_hash", String(16), nullable=False),
-    Column("device", String(64), nullable=False),  # cpu | cuda:N
-    Column("peak_flops_per_s", Float, nullable=False),
-    Column("peak_flops_iqr", Float),
-    Column("bandwidth_bytes_per_s", Float, nullable=False),
-    Column("bandwidth_iqr", Float),
-    Column("ridge_flop_per_byte", Float, nullable=False),
-    Column("method", Text),
-    Column("measured_at", String(40), nullable=False),
-    Column("payload", Text, nullable=False),  # the whole measurement as JSON
-)
-Index("ix_ceilings_stack_hash_device", ceilings.c.stack_hash, ceilings.c.device)
-
-CEILING_FIGURES = (("peak_flops_per_s", "FLOP/s"), ("bandwidth_bytes_per_s", "bytes/s"),
-                   ("ridge_flop_per_byte", "FLOP/byte"))
-"""The figures of a ``ceilings`` row that are also written to ``machine_ceilings`` (metric ``<device>/<name>``)."""
-
-QUERY_COLUMNS = ("id", "evaluation_id", "model", "model_version", "framework", "framework_version", "stack_hash",
-                 "created_at", "complete", "dataset", "batch_sizes", "top1", "top5", "median_ms")
-"""Columns of :meth:`HistoryStore.query` (everything but the payload)."""
-
-
-class HistoryError(MlmsError):
-    """The history store cannot be opened, written or read; or what was asked for is not in it."""
 
 
 class NotInHistoryError(HistoryError, LookupError):
@@ -135,94 +39,6 @@ def default_url() -> str:
     return f"sqlite:///{(mlms_home() / 'history.sqlite').as_posix()}"
 
 
-# ---------------------------------------------------------------- engines (one per URL per process)
-
-_engines: dict[tuple[str, int], Engine] = {}
-_ready: set[tuple[str, int]] = set()
-_lock = threading.Lock()
-
-
-def _is_sqlite(engine: Engine) -> bool:
-    return engine.dialect.name == "sqlite"
-
-
-def _make_engine(url: str) -> Engine:
-    from sqlalchemy import create_engine
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise HistoryError(f"history URL {url!r} is not an SQLAlchemy URL (e.g. sqlite:///path/history.sqlite "
-                           "or postgresql+psycopg://user@host/db)") from None
-    kwargs: dict[str, Any] = {}
-    if parsed.get_backend_name() == "sqlite":
-        database = parsed.database or ""
-        if database and database != ":memory:" and not database.startswith("file:"):
-            os.makedirs(os.path.dirname(os.path.abspath(database)) or ".", exist_ok=True)
-        kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000}
-    else:
-        kwargs["pool_pre_ping"] = True
-    try:
-        engine = create_engine(parsed, **kwargs)
-    except (NoSuchModuleError, ModuleNotFoundError, ImportError) as err:
-        raise HistoryError(f"the history URL {parsed.render_as_string(hide_password=True)!r} needs a database "
-                           f"driver that is not installed ({err}); install it, e.g. `pip install psycopg` for "
-                           "postgresql+psycopg://") from None
-    if _is_sqlite(engine):
-        _configure_sqlite(engine)
-    return engine
-
-
-def _configure_sqlite(engine: Engine) -> None:
-    """Busy timeout + WAL on every connection; our own BEGIN (IMMEDIATE for writes) instead of pysqlite's."""
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record):  # noqa: ANN001
-        dbapi_connection.isolation_level = None  # autocommit at the driver: SQLAlchemy's "begin" event begins
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            for attempt in range(WRITE_ATTEMPTS):
-                try:
-                    mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
-                    break
-                except Exception as err:  # switching to WAL needs a moment alone with the file
-                    if not _is_locked(err) or attempt == WRITE_ATTEMPTS - 1:
-                        raise
-                    time.sleep(_backoff(attempt))
-            if mode and str(mode[0]).lower() != "wal":
-                log.debug("SQLite journal mode is %s (WAL not available for this database)", mode[0])
-            cursor.execute("PRAGMA synchronous = NORMAL")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn):  # noqa: ANN001
-        mode = conn.get_execution_options().get("mlms_begin", "")
-        conn.exec_driver_sql(f"BEGIN {mode}".strip())
-
-
-def _engine_for(url: str) -> Engine:
-    key = (url, os.getpid())
-    with _lock:
-        engine = _engines.get(key)
-        if engine is None:
-            engine = _engines[key] = _make_engine(url)
-    return engine
-
-
-def _is_locked(err: BaseException) -> bool:
-    text = str(getattr(err, "orig", None) or err).lower()
-    return any(s in text for s in ("database is locked", "database table is locked", "database is busy",
-                                   "sqlite_busy", "deadlock detected", "could not serialize access"))
-
-
-def _backoff(attempt: int) -> float:
-    return min(0.02 * 2 ** attempt, 2.0) * (0.5 + random.random())
-
-
-# ---------------------------------------------------------------- the store
-
 class HistoryStore:
     """Evaluations saved one row per framework; query them as a DataFrame, load them back whole.
 
@@ -231,7 +47,7 @@ class HistoryStore:
 
     def __init__(self, url: str | None = None):
         self.url = url or default_url()
-        self.engine = _engine_for(self.url)
+        self.engine = engine_for(self.url)
         self._create_tables()
 
     @property
@@ -243,42 +59,37 @@ class HistoryStore:
 
     # ------------------------------------------------------------------ plumbing
     def _transaction(self, work: Callable[[Any], T], write: bool, what: str) -> T:
-        """Run ``work(conn)`` in one transaction; retry with backoff while the database is locked."""
-        options = {"mlms_begin": "IMMEDIATE"} if write and _is_sqlite(self.engine) else {}
-        for attempt in range(WRITE_ATTEMPTS):
-            try:
-                with self.engine.connect() as conn:
-                    if options:
-                        conn = conn.execution_options(**options)
-                    with conn.begin():
-                        return work(conn)
-            except (OperationalError, DBAPIError) as err:
-                if _is_locked(err) and attempt < WRITE_ATTEMPTS - 1:
-                    log.debug("history %s: database busy, retrying (%d)", what, attempt + 1)
-                    time.sleep(_backoff(attempt))
-                    continue
-                raise HistoryError(f"history store {self.display_url}: could not {what}: "
-                                   f"{getattr(err, 'orig', None) or err}") from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        """Run ``work(conn)`` in one transaction; retried with backoff while the database is locked."""
+        options = {"mlms_begin": "IMMEDIATE"} if write and is_sqlite(self.engine) else {}
+
+        def attempt_once() -> T:
+            with self.engine.connect() as conn:
+                if options:
+                    conn = conn.execution_options(**options)
+                with conn.begin():
+                    return work(conn)
+
+        try:
+            return retry_while_locked(attempt_once, what=what)
+        except (OperationalError, DBAPIError) as err:
+            raise HistoryError(f"history store {self.display_url}: could not {what}: "
+                               f"{getattr(err, 'orig', None) or err}") from None
 
     def _create_tables(self) -> None:
-        """Create the tables once per URL and process; safe when several processes start at once."""
+        """Create the tables once per URL and process; safe when several processes start at once (another
+        process may create a table or index between our check and our CREATE: PostgreSQL then says "already
+        exists" or "duplicate key ... pg_type", and we try again)."""
         key = (self.url, os.getpid())
-        if key in _ready:
+        if key in tables_ready:
             return
-        for attempt in range(WRITE_ATTEMPTS):
-            try:
-                self._transaction(lambda conn: metadata.create_all(conn, checkfirst=True), True, "create its tables")
-                break
-            except HistoryError as err:
-                # Another process created the same table or index between our check and our CREATE
-                # (PostgreSQL says "already exists" or "duplicate key ... pg_type").
-                if "already exists" in str(err).lower() or "duplicate" in str(err).lower():
-                    if attempt < WRITE_ATTEMPTS - 1:
-                        time.sleep(_backoff(attempt))
-                        continue
-                raise
-        _ready.add(key)
+
+        def raced(err: BaseException) -> bool:
+            text = str(err).lower()
+            return isinstance(err, HistoryError) and ("already exists" in text or "duplicate" in text)
+
+        retry_while_locked(lambda: self._transaction(lambda conn: metadata.create_all(conn, checkfirst=True), True,
+                                                     "create its tables"), raced, "create its tables")
+        tables_ready.add(key)
 
     # ------------------------------------------------------------------ writing
     def save(self, evaluation) -> list[int]:
@@ -395,8 +206,7 @@ class HistoryStore:
 
         rows = self._transaction(work, False, "query")
         frame = pd.DataFrame(rows, columns=list(QUERY_COLUMNS))
-        frame = frame.astype({"id": "int64", "complete": "bool", "top1": "float64", "top5": "float64",
-                              "median_ms": "float64"})
+        frame = frame.astype({c.name: c.dtype for c in HISTORY.columns if c.dtype in ("int64", "float64", "bool")})
         frame["batch_sizes"] = [json.loads(b) if b else [] for b in frame["batch_sizes"]]
         frame.attrs["note"] = ("one row per evaluation and framework, newest first; top1/top5: fractions of the "
                                "dataset's inputs; median_ms: median latency at the smallest batch size; "
@@ -455,20 +265,16 @@ class HistoryStore:
         return int(self._transaction(
             lambda conn: conn.execute(select(func.count()).select_from(evaluations)).scalar_one(), False, "count"))
 
-    # ------------------------------------------------------------------ for the tracing and theory work
-    def add_trace(self, evaluation_id: str, trace_id: str, format: str, blob: bytes | None = None,
-                  path: str | None = None) -> int:
-        """Record a trace (its bytes or where its file is) for an evaluation; returns the row id."""
-        if (blob is None) == (path is None):
-            raise HistoryError("a trace is stored either as bytes (blob=...) or as a file path (path=...)")
-
-        values = {"evaluation_id": evaluation_id, "trace_id": trace_id, "format": format, "blob": blob,
-                  "path": None if path is None else str(path), "created_at": now_utc()}
+    # ------------------------------------------------------------------ traces and ceilings
+    def add_trace(self, evaluation_id: str, trace_id: str, format: str, path: str) -> int:
+        """Record where a trace of an evaluation is (a Parquet folder, or a file) and its format; returns the row id."""
+        values = {"evaluation_id": evaluation_id, "trace_id": trace_id, "format": format, "path": str(path),
+                  "created_at": now_utc()}
         return self._transaction(lambda conn: int(conn.execute(insert(traces).values(**values)).inserted_primary_key[0]),
                                  True, "save a trace")
 
     def traces(self, evaluation_id: str | None = None) -> pd.DataFrame:
-        """Stored traces (without blobs), newest first."""
+        """Stored traces, newest first."""
         stmt = select(traces.c.id, traces.c.evaluation_id, traces.c.trace_id, traces.c.format, traces.c.path,
                       traces.c.created_at).order_by(traces.c.id.desc())
         if evaluation_id:
@@ -476,44 +282,32 @@ class HistoryStore:
         rows = self._transaction(lambda conn: [tuple(r) for r in conn.execute(stmt)], False, "list traces")
         return pd.DataFrame(rows, columns=["id", "evaluation_id", "trace_id", "format", "path", "created_at"])
 
-    def add_ceiling(self, stack_hash: str, metric: str, value: float, unit: str, how: str = "") -> int:
-        """Record a measured machine ceiling (e.g. peak FLOP/s) for a stack hash; returns the row id."""
-
-        values = {"stack_hash": stack_hash, "metric": metric, "value": float(value), "unit": unit,
-                  "measured_at": now_utc(), "how": how}
-        return self._transaction(
-            lambda conn: int(conn.execute(insert(machine_ceilings).values(**values)).inserted_primary_key[0]),
-            True, "save a machine ceiling")
-
     def ceilings(self, stack_hash: str | None = None) -> pd.DataFrame:
-        """Measured machine ceilings, newest first."""
-        cols = [machine_ceilings.c[n] for n in ("id", "stack_hash", "metric", "value", "unit", "measured_at", "how")]
-        stmt = select(*cols).order_by(machine_ceilings.c.measured_at.desc(), machine_ceilings.c.id.desc())
+        """Measured machine ceilings, newest first, one row per figure: ``metric`` is ``<device>/<figure>``
+        (``cpu/peak_flops_per_s``, ``cpu/bandwidth_bytes_per_s``, ``cpu/ridge_flop_per_byte``) with its ``unit``."""
+        cols = [ceilings.c[n] for n in ("id", "stack_hash", "device", "measured_at", "method", *CEILING_FIGURES)]
+        stmt = select(*cols).order_by(ceilings.c.measured_at.desc(), ceilings.c.id.desc())
         if stack_hash:
-            stmt = stmt.where(machine_ceilings.c.stack_hash == stack_hash)
-        rows = self._transaction(lambda conn: [tuple(r) for r in conn.execute(stmt)], False, "list ceilings")
-        return pd.DataFrame(rows, columns=[c.name for c in cols])
+            stmt = stmt.where(ceilings.c.stack_hash == stack_hash)
+        rows = self._transaction(lambda conn: [r._mapping for r in conn.execute(stmt)], False, "list ceilings")
+        long = [{"id": r["id"], "stack_hash": r["stack_hash"], "metric": f"{r['device']}/{name}", "value": r[name],
+                 "unit": unit, "measured_at": r["measured_at"], "how": r["method"] or ""}
+                for r in rows for name, unit in CEILING_FIGURES.items()]
+        return pd.DataFrame(long, columns=["id", "stack_hash", "metric", "value", "unit", "measured_at", "how"])
 
     def save_ceilings(self, record: dict) -> int:
         """Store one measurement of a device's ceilings (``Ceilings.to_dict()``: ``stack_hash``, ``device``,
         ``peak_flops_per_s``, ``bandwidth_bytes_per_s``, ``ridge_flop_per_byte``, ``measured_at``, ...);
-        its figures also go to ``machine_ceilings``. Returns the ``ceilings`` row id."""
+        returns its row id."""
         missing = [k for k in ("stack_hash", "device", "peak_flops_per_s", "bandwidth_bytes_per_s",
                                "ridge_flop_per_byte", "measured_at") if record.get(k) is None]
         if missing:
             raise HistoryError(f"a ceilings record needs {', '.join(missing)}")
         values = {c.name: record.get(c.name) for c in ceilings.columns if c.name not in ("id", "payload")}
         values["payload"] = json.dumps(record, sort_keys=True, default=str)
-        figures = [{"stack_hash": record["stack_hash"], "metric": f"{record['device']}/{name}",
-                    "value": float(record[name]), "unit": unit, "measured_at": record["measured_at"],
-                    "how": record.get("method") or ""} for name, unit in CEILING_FIGURES]
-
-        def work(conn) -> int:
-            row_id = int(conn.execute(insert(ceilings).values(**values)).inserted_primary_key[0])
-            conn.execute(insert(machine_ceilings), figures)
-            return row_id
-
-        return self._transaction(work, True, "save machine ceilings")
+        return self._transaction(
+            lambda conn: int(conn.execute(insert(ceilings).values(**values)).inserted_primary_key[0]),
+            True, "save machine ceilings")
 
     def load_ceilings(self, stack_hash: str, device: str) -> dict | None:
         """The newest stored ceilings measurement (as saved) for a stack hash and device; None when there is none."""
@@ -543,8 +337,3 @@ def _in_range(version: str, spec) -> bool:
         return semantic_version.Version.coerce(str(version)) in spec
     except ValueError:
         return False
-
-
-def save(evaluation, url: str | None = None) -> list[int]:
-    """Shortcut: ``HistoryStore(url).save(evaluation)``."""
-    return HistoryStore(url).save(evaluation)

@@ -1,0 +1,383 @@
+"""The options of `evaluate` and the other verbs, written once (pydantic models).
+
+Each option is one field: its name (the Python keyword), type, default, bounds, a ``description`` (the help text)
+and ``json_schema_extra={"cli": "--min-time", "unit": "s"}`` (the flag of ``mlms`` and ``%mlms``). From these
+come the validation of the Python call (:func:`takes` gives a facade function its signature and validates its
+keywords), the argparse table of the CLI and the magic and their help texts (:func:`mlms_nb.commands.arguments`
+reads :func:`fields`). A sub-model
+groups options (:class:`Timing`, :class:`Tracing`); the Python signature lists them flat, in field order.
+
+Errors and advice name an option the way the caller spells it: ``min_time_s=`` in Python, ``--min-time`` on the
+command line and in the magic (:func:`spelling` switches; :func:`spell` writes a name).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import difflib
+import functools
+import inspect
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mlms_nb.errors import MlmsError
+from mlms_nb.manifest import FRAMEWORKS, canonical_framework
+from mlms_nb.schema.levels import TraceLevel
+
+_SPELLING: contextvars.ContextVar[str] = contextvars.ContextVar("mlms_nb_spelling", default="python")
+
+
+class OptionsError(MlmsError, ValueError):
+    """An option with a bad value, or an unknown one; the sentence names it as the caller spells it."""
+
+
+@contextlib.contextmanager
+def spelling(kind: str):
+    """Within the block, `spell` writes options as ``"cli"`` flags (the CLI and the magic) or ``"python"`` keywords."""
+    token = _SPELLING.set(kind)
+    try:
+        yield
+    finally:
+        _SPELLING.reset(token)
+
+
+def spell(name: str, value: Any = ...) -> str:
+    """``min_time_s=...`` / ``min_time_s=0.5`` in Python; ``--min-time`` / ``--min-time 0.5`` for the CLI."""
+    flag = _FLAGS.get(name)
+    if _SPELLING.get() == "cli" and flag:
+        return flag if value is ... else f"{flag} {value}"
+    return f"{name}=..." if value is ... else f"{name}={value!r}"
+
+
+def _opt(default: Any, description: str, cli: str | None = None, unit: str = "", **kw) -> Any:
+    extra = {k: v for k, v in (("cli", cli), ("unit", unit)) if v}
+    extra.update(kw.pop("extra", {}))
+    return Field(default, description=description, json_schema_extra=extra or None, **kw)
+
+
+class Options(BaseModel):
+    """Base of the option models: unknown keywords are errors, and a failed validation is one `OptionsError`."""
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise OptionsError(_sentence(err, type(self))) from None
+
+    @classmethod
+    def from_keywords(cls, **keywords: Any) -> "Options":
+        """The model from flat keywords (``min_time_s=0.5`` goes to ``timing``)."""
+        data: dict[str, Any] = {}
+        for key, value in keywords.items():
+            owner = _owner(cls, key)
+            if owner is None or owner == key:
+                data[key] = value  # a top-level option, or an unknown one (validation names it)
+            else:
+                data.setdefault(owner, {})[key] = value
+        return cls(**data)
+
+    def flat(self) -> dict[str, Any]:
+        """The options as flat keywords (sub-models expanded in place)."""
+        out: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            out.update(value.flat() if isinstance(value, Options) else {name: value})
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- evaluate
+
+class Timing(Options):
+    """When a timed loop stops: after ``min_repeats`` calls AND ``min_time_s`` seconds, or at a maximum.
+    ``warmup``: untimed calls first, a count or "auto" (until the median of the last 5 calls is within
+    ``warmup_tolerance`` of the 5 before; at least 10, at most ``max_warmup``)."""
+    warmup: int | Literal["auto"] = _opt("auto", "untimed calls before timing: a count, or auto (until stable)",
+                                         "--warmup", "calls")
+    min_repeats: int = _opt(20, "timed calls per batch size, at least", "--min-repeats", "calls", ge=1)
+    min_time_s: float = _opt(1.0, "seconds of timed calls per batch size, at least", "--min-time", "s", ge=0)
+    max_time_s: float = _opt(120.0, "seconds of timed calls per batch size, at most", "--max-time", "s", gt=0)
+    target_qps: float | None = _opt(None, "server scenario: target queries per second", "--qps", "queries/s", gt=0)
+    latency_bound_ms: float | None = _opt(None, "server scenario: p99 bound", "--latency-bound", "ms", gt=0)
+    max_warmup: int = _opt(50, "auto warm-up: at most this many calls", unit="calls", ge=1,
+                           extra={"internal": True})
+    warmup_tolerance: float = _opt(0.05, "auto warm-up: relative change of the median that counts as settled",
+                                   gt=0, extra={"internal": True})
+    max_repeats: int = _opt(100_000, "timed calls per batch size, at most", unit="calls", ge=1,
+                            extra={"internal": True})
+    seed: int = _opt(0, "seed of the server scenario's arrivals", extra={"internal": True})
+
+    @staticmethod
+    def rule(record: dict) -> str:
+        """The stopping rule of a recorded options dict, in words (``at least 20 calls and at least 1 s``)."""
+        rule = []
+        if record.get("min_repeats") is not None:
+            rule.append(f"at least {record['min_repeats']} calls")
+        if record.get("min_time_s") is not None:
+            rule.append(f"at least {record['min_time_s']:g} s")
+        return " and ".join(rule)
+
+    @field_validator("warmup", mode="before")
+    @classmethod
+    def _warmup(cls, value: Any) -> Any:
+        text = str(value).strip()
+        if text == "auto":
+            return "auto"
+        if isinstance(value, bool) or not text.isdigit():
+            raise ValueError("expected a count of calls >= 0, or auto")
+        return int(text)
+
+
+class Tracing(Options):
+    """The traced pass that follows the untimed sweep."""
+    trace_level: str = _opt("NONE", "deepest trace level: " + ", ".join(level.name for level in TraceLevel),
+                            "--trace-level", extra={"metavar": "LEVEL"})
+    trace_repeats: int = _opt(5, "traced calls per batch size", "--trace-repeats", "calls", ge=1)
+
+    @field_validator("trace_level", mode="before")
+    @classmethod
+    def _level(cls, value: Any) -> str:
+        try:
+            return TraceLevel.parse(value).name
+        except MlmsError as err:
+            raise ValueError(str(err)) from None
+
+
+def _frameworks(value: Any) -> list[str]:
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value or [])
+    names = [canonical_framework(str(v)) for v in items if str(v).strip()]
+    for name in names:
+        if name not in FRAMEWORKS:
+            raise ValueError(f"unknown framework {name!r}; expected one of {', '.join(FRAMEWORKS)}")
+    if not names:
+        raise ValueError(f"expected at least one framework: {', '.join(FRAMEWORKS)}")
+    return names
+
+
+class EvaluateOptions(Options):
+    """Everything that shapes an evaluation (see :func:`mlms_nb.evaluate`)."""
+    framework: list[str] = _opt(["torch"], "comma-separated frameworks, e.g. torch,onnxruntime,tensorflow",
+                                "--framework",
+                                extra={"python_default": "torch", "python_type": "str | Iterable[str]",
+                                       "metavar": "NAMES"})
+    batch_sizes: list[int] = _opt([1], "comma-separated batch sizes (inputs per call), e.g. 1,8", "--batch-sizes",
+                                  "inputs",
+                                  extra={"python_default": (1,), "python_type": "str | int | Iterable[int]",
+                                         "metavar": "SIZES"})
+    dataset: str | None = _opt(None, "imagenet-samples | synthetic[:N] | an image folder | a .npz file (default: "
+                               "labeled photos for pretrained classifiers, else synthetic)", "--dataset")
+    scenario: Literal["single-stream", "offline", "server"] = _opt(
+        "single-stream", "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99)", "--scenario")
+    device: str = _opt("cpu", "cpu or cuda[:N]", "--device")
+    threads: int | None = _opt(None, "intra-op threads (default: the framework's)", "--threads", ge=1)
+    tracing: Tracing = Field(default_factory=Tracing)
+    timing: Timing = Field(default_factory=Timing)
+    limit: int | None = _opt(None, "use at most this many dataset inputs", "--limit", "inputs", ge=1)
+    keep_probabilities: bool = _opt(False, "keep every input's class probabilities (Evaluation.probabilities)")
+    trust: bool = _opt(False, "allow the manifest's code steps to run", "--trust")
+    progress: bool = _opt(True, "show a progress bar")
+    history: bool | str = _opt(True, "store the result in the history store (True: the default store; a string: an "
+                               "SQLAlchemy URL)", "--no-history",
+                               extra={"cli_help": "do not store the result in the history store"})
+
+    @field_validator("framework", mode="before")
+    @classmethod
+    def _framework(cls, value: Any) -> list[str]:
+        return _frameworks(value)
+
+    @field_validator("batch_sizes", mode="before")
+    @classmethod
+    def _batch_sizes(cls, value: Any) -> list[int]:
+        items = [value] if isinstance(value, int) else (
+            [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value))
+        sizes = []
+        for item in items:
+            try:
+                size = int(item)
+                if isinstance(item, bool) or (isinstance(item, float) and item != size):
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise ValueError(f"{item!r} is not an integer") from None
+            if size < 1:
+                raise ValueError(f"{size} is not a positive integer")
+            sizes.append(size)
+        if not sizes:
+            raise ValueError("expected at least one batch size, e.g. 1,8")
+        return sizes
+
+    @model_validator(mode="after")
+    def _server_needs_a_rate(self) -> "EvaluateOptions":
+        if self.scenario == "server" and self.timing.target_qps is None:
+            raise ValueError(f"the server scenario needs a target rate: {spell('target_qps')} (queries per second)")
+        return self
+
+    def record(self) -> dict:
+        """What `Evaluation.options` keeps: the options that shape the numbers, flat, plus how it was run."""
+        flat = self.flat()
+        for name in ("framework", "keep_probabilities", "trust", "progress", "history"):
+            flat.pop(name)
+        return {**flat, "isolation": "in-process (frameworks run one after another)", "clock": "time.perf_counter_ns"}
+
+
+# ---------------------------------------------------------------------------------------------- the other verbs
+
+class DivergeOptions(Options):
+    """See :func:`mlms_nb.diverge`."""
+    frameworks: list[str] = _opt(["torch", "onnxruntime"], "comma-separated frameworks (the first is the reference), "
+                                 "e.g. torch,onnxruntime,tensorflow", "--framework",
+                                 extra={"python_default": ("torch", "onnxruntime"), "python_type": "str | Iterable[str]",
+                                        "metavar": "NAMES"})
+    dataset: str = _opt("imagenet-samples", "imagenet-samples | an image folder | a .npz file", "--dataset")
+    tolerance: float = _opt(1e-4, "max_rel_error above which a layer diverges", "--tolerance", "fraction", ge=0)
+    limit: int | None = _opt(None, "use at most this many inputs", "--limit", "inputs", ge=1)
+    quantized: bool | str = _opt(False, "also compare an INT8-quantized ONNX Runtime copy", "--quantized")
+    batch_size: int = _opt(4, "inputs per call", "--batch-size", "inputs", ge=1)
+    latency_repeats: int = _opt(5, "timed calls per layer latency", "--latency-repeats", "calls", ge=1)
+
+    @field_validator("frameworks", mode="before")
+    @classmethod
+    def _frameworks(cls, value: Any) -> list[str]:
+        return _frameworks(value)
+
+
+class HistoryOptions(Options):
+    """See :func:`mlms_nb.history`."""
+    model: str | None = _opt(None, "only this model", "--model")
+    framework: str | None = _opt(None, "only this framework", "--framework")
+    version: str | None = _opt(None, "only manifest versions in this range, e.g. ^1.0", "--version")
+    complete: bool | None = _opt(None, "only complete (True) or interrupted (False) evaluations")
+    limit: int | None = _opt(None, "at most this many rows", "--limit", "rows", ge=1, extra={"cli_default": 50})
+    url: str | None = _opt(None, "the store's SQLAlchemy URL (default: the store under MLMS_HOME)")
+
+    @field_validator("framework", mode="before")
+    @classmethod
+    def _framework(cls, value: Any) -> Any:
+        return None if value is None else _frameworks(value)[0]
+
+
+class LayersOptions(Options):
+    """See :func:`mlms_nb.layers`."""
+    what: Literal["occurrence", "latency", "memory"] = _opt("latency", "which table", "--what")
+    by: Literal["layer", "type"] = _opt("layer", "latency per layer or per layer type", "--by")
+
+
+class RooflineOptions(Options):
+    """See :func:`mlms_nb.roofline`."""
+    per: Literal["layer", "model"] = _opt("layer", "each traced layer, or the model", "--per")
+    framework: str | None = _opt(None, "only this framework", "--framework")
+    device: str | None = _opt(None, "the device whose ceilings to use (default: the evaluation's)", "--device")
+
+
+MODELS: tuple[type[Options], ...] = (EvaluateOptions, Timing, Tracing, DivergeOptions, HistoryOptions, LayersOptions,
+                                      RooflineOptions)
+
+
+# ---------------------------------------------------------------------------------------------- fields, flat
+
+def _is_model(cls: type[Options], name: str) -> bool:
+    annotation = cls.model_fields[name].annotation if name in cls.model_fields else None
+    return isinstance(annotation, type) and issubclass(annotation, Options)
+
+
+def _owner(cls: type[Options], name: str) -> str | None:
+    """The top-level field that holds flat keyword ``name``: itself, or the sub-model containing it."""
+    for top in cls.model_fields:
+        if top == name and not _is_model(cls, top):
+            return top
+        if _is_model(cls, top) and name in cls.model_fields[top].annotation.model_fields:
+            return top
+    return None
+
+
+def fields(cls: type[Options], internal: bool = False) -> list[tuple[str, Any]]:
+    """``(name, FieldInfo)`` of the flat options of ``cls`` in order (sub-models expanded in place)."""
+    out = []
+    for name, info in cls.model_fields.items():
+        if _is_model(cls, name):
+            out += fields(info.annotation, internal)
+        elif internal or not (info.json_schema_extra or {}).get("internal"):
+            out.append((name, info))
+    return out
+
+
+_FLAGS: dict[str, str] = {name: (info.json_schema_extra or {})["cli"] for model in MODELS
+                          for name, info in fields(model, True) if (info.json_schema_extra or {}).get("cli")}
+
+
+def _sentence(err: ValidationError, cls: type[Options]) -> str:
+    """One sentence per problem, each naming the option as the caller spells it."""
+    known = [name for name, _ in fields(cls)]
+    problems = []
+    for e in err.errors(include_url=False):
+        name = next((str(p) for p in reversed(e["loc"]) if isinstance(p, str)), "")
+        message = e["msg"].removeprefix("Value error, ")
+        ctx = e.get("ctx") or {}
+        unit = next(((info.json_schema_extra or {}).get("unit", "") for n, info in fields(cls, True) if n == name), "")
+        unit = f" {unit}" if unit else ""
+        phrase = {"greater_than_equal": f"expected at least {ctx.get('ge'):g}{unit}" if "ge" in ctx else message,
+                  "greater_than": f"expected more than {ctx.get('gt'):g}{unit}" if "gt" in ctx else message,
+                  "int_parsing": "expected an integer", "int_type": "expected an integer",
+                  "int_from_float": "expected an integer", "float_parsing": "expected a number",
+                  "float_type": "expected a number", "bool_parsing": "expected true or false",
+                  "literal_error": f"expected {ctx.get('expected')}"}.get(e["type"], message)
+        if isinstance(ctx.get("error"), OptionsError):  # a sub-model's sentence, already spelled
+            problems.append(str(ctx["error"]))
+        elif e["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(name, known, n=1)
+            problems.append(f"unknown option {spell(name, e['input'])}" + (f"; did you mean {close[0]}?" if close else
+                                                                             f"; the options are {', '.join(known)}"))
+        elif not name:
+            problems.append(message)
+        else:
+            problems.append(f"{spell(name, e['input'])}: {phrase}")
+    return "; ".join(problems)
+
+
+# ---------------------------------------------------------------------------------------------- Python signatures
+
+def python_default(info) -> Any:
+    """The default a Python caller sees (a tuple where the model keeps a list; the string 'torch')."""
+    extra = info.json_schema_extra or {}
+    return extra["python_default"] if "python_default" in extra else info.get_default(call_default_factory=True)
+
+
+def takes(cls: type[Options], *leading: str) -> Callable:
+    """Decorate ``f(*leading, options)``: the result takes ``*leading`` and the options as keywords (its signature
+    lists them with their defaults), validates them through ``cls`` and passes the model as the last argument."""
+    def decorate(function: Callable) -> Callable:
+        own = inspect.signature(function)
+        params = [own.parameters[name] for name in leading]
+        params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=python_default(info),
+                                     annotation=(info.json_schema_extra or {}).get("python_type", info.annotation))
+                   for name, info in fields(cls)]
+        signature = inspect.Signature(params, return_annotation=own.return_annotation)
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as err:  # an unknown keyword: validation names it and suggests the right one
+                if not all(k in signature.parameters for k in kwargs):
+                    extra = {k: v for k, v in kwargs.items() if k not in signature.parameters}
+                    cls.from_keywords(**extra)
+                raise TypeError(f"{function.__name__}(): {err}") from None
+            given = dict(bound.arguments)
+            lead = [given.pop(name) for name in leading if name in given]
+            return function(*lead, cls.from_keywords(**given))
+
+        wrapper.__signature__ = signature  # type: ignore[attr-defined]
+        wrapper.__doc__ = (function.__doc__ or "").rstrip() + "\n\n" + doc(cls)
+        return wrapper
+    return decorate
+
+
+def doc(cls: type[Options]) -> str:
+    """The options of ``cls`` as docstring lines: name (unit, default): description."""
+    lines = ["Options (keywords; the CLI and magic flag in brackets):"]
+    for name, info in fields(cls):
+        extra = info.json_schema_extra or {}
+        unit = f", {extra['unit']}" if extra.get("unit") else ""
+        flag = f" [{extra['cli']}]" if extra.get("cli") else ""
+        lines.append(f"    ``{name}`` (default {python_default(info)!r}{unit}){flag}: {info.description}")
+    return "\n".join(lines)

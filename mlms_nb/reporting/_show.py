@@ -1,0 +1,110 @@
+"""Small display helpers for the report's sections: a one-line note, a heading, a static figure, and the
+decorator that turns a section's failure into one line saying why it is left out."""
+from __future__ import annotations
+
+import functools
+import html
+import io
+from typing import Callable
+
+#: Widest figure, in CSS pixels, before the notebook or the page scales it down.
+MAX_FIGURE_PX = 900
+FIGURE_DPI = 144
+#: Widest matplotlib figure, in inches at 100 px per inch: wider ones are re-laid out to this width.
+MAX_FIGURE_IN = 10.0
+
+
+class Line:
+    """One line of text, shown as a paragraph with a CSS class (``mlms-left-out``, ``mlms-note``)."""
+
+    def __init__(self, text: str, kind: str = "note", prefix: str = ""):
+        self.text, self.kind, self.prefix = text, kind, prefix
+
+    def _repr_html_(self) -> str:
+        lead = f"<b>{html.escape(self.prefix)}</b> " if self.prefix else ""
+        return f'<p class="mlms-{self.kind}">{lead}{html.escape(self.text)}</p>'
+
+    def __repr__(self) -> str:
+        return f"{self.prefix} {self.text}".strip()
+
+
+class Block:
+    """Preformatted text (a command line), shown as a code block."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _repr_html_(self) -> str:
+        return f'<pre class="mlms-command">{html.escape(self.text)}</pre>'
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def display(*objects) -> None:
+    from IPython.display import display as _display
+
+    _display(*objects)
+
+
+def note(text: str, prefix: str = "") -> None:
+    display(Line(text, "note", prefix))
+
+
+def detail(text: str) -> None:
+    """A long explanation (how a table or figure was measured), in small type."""
+    display(Line(text, "detail"))
+
+
+def left_out(reason: str) -> None:
+    """The one line a section without data shows."""
+    display(Line(reason.rstrip(".") + ".", "left-out", "Left out:"))
+
+
+def heading(text: str, level: int = 3) -> None:
+    from IPython.display import Markdown
+
+    display(Markdown(f"{'#' * level} {text}"))
+
+
+def figure(fig, backend: str = "matplotlib") -> None:
+    """Show ``fig``: a matplotlib Figure as a PNG no wider than :data:`MAX_FIGURE_PX` (so it fits the notebook
+    column and the page), a Bokeh figure as is (the PDF exporter turns it into a PNG)."""
+    if type(fig).__module__.startswith("bokeh."):
+        from mlms_nb.reporting import _api
+
+        _api.show_figure(fig)
+        return
+    from IPython.display import Image
+
+    width_in, height_in = fig.get_size_inches()
+    if width_in > MAX_FIGURE_IN:  # re-laid out narrower: its text stays readable on the page
+        fig.set_size_inches(MAX_FIGURE_IN, height_in)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=FIGURE_DPI, facecolor="white")
+    width_px = int(round(fig.get_figwidth() * 100))  # the figure's size at 100 dpi, its "natural" CSS size
+    titles = [t for t in ([fig._suptitle.get_text()] if getattr(fig, "_suptitle", None) else []) +
+              [ax.get_title() for ax in fig.axes] if t]
+    display(Image(data=buf.getvalue(), format="png", width=min(width_px, MAX_FIGURE_PX),
+                  metadata={"alt": " / ".join(titles)[:300] or "figure"}))
+
+
+def section(fn: Callable) -> Callable:
+    """Run a section with framework chatter silenced; when it fails (no data, a missing optional piece), show one
+    line saying why instead."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        from mlms_nb._quiet import quiet
+        from mlms_nb.errors import MlmsError
+
+        try:
+            with quiet():
+                return fn(*args, **kwargs)
+        except MlmsError as err:
+            left_out(str(err))
+        except (ImportError, OSError, ValueError, KeyError) as err:
+            left_out(f"{fn.__name__.replace('_', ' ')} could not be computed: {type(err).__name__}: {err}")
+        return None
+
+    return run

@@ -1,0 +1,141 @@
+"""What was measured and how, as tables: the runs, their stack, manifests with checksums, options, and the
+command that reproduces each run. Reads only an Evaluation's public attributes (``stack``, ``options``,
+``manifests``, ...); every table has one row per item and one value column per run (labels as headers)."""
+from __future__ import annotations
+
+import shlex
+from typing import Sequence
+
+import pandas as pd
+
+#: Options shown (in this order) with the label they get; the rest follow under their own names.
+OPTION_LABELS = {
+    "batch_sizes": "batch sizes (inputs per call)", "dataset": "dataset", "limit": "input limit",
+    "scenario": "scenario", "device": "device", "threads": "threads (requested)", "trace_level": "trace level",
+    "trace_repeats": "traced calls per batch size", "warmup": "warm-up", "min_repeats": "timed calls, at least",
+    "min_time_s": "timed seconds per batch size, at least (s)", "max_time_s": "timed seconds, at most (s)",
+    "max_repeats": "timed calls, at most", "target_qps": "target queries per second (/s)",
+    "latency_bound_ms": "p99 latency bound (ms)", "isolation": "isolation", "clock": "clock",
+}
+
+
+def _text(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value)) or "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def by_run(rows: dict[str, list[str]], labels: Sequence[str], key: str = "what") -> pd.DataFrame:
+    """``{item: [value per run]}`` -> a frame with the item column and one column per run label."""
+    headers = [label or "value" for label in labels]
+    frame = pd.DataFrame([[item, *values] for item, values in rows.items()], columns=[key, *headers])
+    frame.attrs["keys"] = [key]
+    return frame
+
+
+def runs_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
+    rows: dict[str, list[str]] = {}
+
+    def put(item: str, values) -> None:
+        rows[item] = [_text(v) for v in values]
+
+    put("model", [f"{e.model} {e.model_version}".strip() for e in evaluations])
+    put("evaluation id", [e.id for e in evaluations])
+    put("created (UTC)", [str(e.created_at)[:19].replace("T", " ") for e in evaluations])
+    put("frameworks", [e.frameworks for e in evaluations])
+    put("history ids", [e.history_ids or "not stored" for e in evaluations])
+    put("complete", [e.complete for e in evaluations])
+    put("traced", [", ".join(e.traces) or "no" for e in evaluations])
+    return by_run(rows, labels)
+
+
+def stack_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
+    """Hardware and software, one row per item (framework versions included)."""
+    rows: dict[str, list[str]] = {}
+    items: list[tuple[str, str, str]] = [
+        ("CPU", "hardware", "cpu_model"), ("architecture", "hardware", "cpu_arch"),
+        ("physical cores", "hardware", "physical_cores"), ("logical CPUs", "hardware", "logical_cores"),
+        ("memory (GiB)", "hardware", "memory_bytes"), ("GPUs", "hardware", "gpus"),
+        ("OS", "software", "os"), ("kernel", "software", "kernel"), ("Python", "software", "python"),
+        ("host", "", "hostname")]
+    for label, part, key in items:
+        values = []
+        for e in evaluations:
+            source = (e.stack.get(part) or {}) if part else e.stack
+            value = source.get(key)
+            if key == "memory_bytes" and value:
+                value = f"{value / 2**30:.1f}"
+            elif key == "gpus":
+                value = ", ".join(str(g.get("name")) for g in value or []) or "none"
+            values.append(value)
+        rows[label] = [_text(v) for v in values]
+    software = []
+    for e in evaluations:
+        software += [k for k in (e.stack.get("software") or {}) if k not in ("os", "kernel", "python",
+                                                                            "python_implementation") and k not in software]
+    for name in software:
+        rows[f"{name} version"] = [_text((e.stack.get("software") or {}).get(name)) for e in evaluations]
+    return by_run(rows, labels)
+
+
+def options_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
+    rows: dict[str, list[str]] = {}
+    names = list(OPTION_LABELS)
+    for e in evaluations:
+        names += [k for k in e.options if k not in names and k != "predictors"]
+    for name in names:
+        if any(name in e.options for e in evaluations):
+            rows[OPTION_LABELS.get(name, name.replace("_", " "))] = [_text(e.options.get(name)) for e in evaluations]
+    frameworks = list(dict.fromkeys(fw for e in evaluations for fw in (e.options.get("predictors") or {})))
+    for fw in frameworks:
+        for key, label in (("threads", "threads"), ("device", "device"), ("artifact", "model file")):
+            values = [((e.options.get("predictors") or {}).get(fw) or {}).get(key) for e in evaluations]
+            if any(v is not None for v in values):
+                rows[f"{fw}: {label}"] = [_text(v) for v in values]
+    return by_run(rows, labels, key="option")
+
+
+def manifests_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
+    """One row per run, framework and asset: the manifest, the framework it asks for, the asset and its sha256."""
+    rows = []
+    for label, e in zip(labels, evaluations):
+        for fw, manifest in (e.manifests or {}).items():
+            model = manifest.get("model") or {}
+            framework = manifest.get("framework") or {}
+            checksums = model.get("sha256") or {}
+            assets = [k for k in ("graph_path", "weights_path") if model.get(k)] + [
+                k for k in checksums if not model.get(k)]
+            for asset in assets or [None]:
+                rows.append({"run": label, "framework": fw,
+                             "manifest": f"{manifest.get('name', '?')} {manifest.get('version', '')}".strip(),
+                             "framework version wanted": _text(framework.get("version")),
+                             "asset": asset.replace("_path", "") if asset else "-",
+                             "source": _text(model.get(asset)) if asset else "-",
+                             "sha256": checksums.get(asset, "not recorded with the run") if asset else "-"})
+    frame = pd.DataFrame(rows)
+    if len(labels) == 1 and not frame.empty:
+        frame = frame.drop(columns=["run"])
+    return frame
+
+
+def reproduce_command(evaluation) -> str:
+    """The ``mlms eval`` command line that repeats this evaluation's measurement."""
+    o = evaluation.options or {}
+    words = ["mlms", "eval", evaluation.model or "MODEL", "--framework", ",".join(evaluation.frameworks)]
+    if o.get("batch_sizes"):
+        words += ["--batch-sizes", ",".join(str(b) for b in o["batch_sizes"])]
+    flags = (("dataset", "--dataset", None), ("limit", "--limit", None), ("scenario", "--scenario", "single-stream"),
+             ("device", "--device", "cpu"), ("threads", "--threads", None), ("trace_level", "--trace-level", "NONE"),
+             ("warmup", "--warmup", "auto"), ("min_repeats", "--min-repeats", 20), ("min_time_s", "--min-time", 1.0),
+             ("target_qps", "--qps", None), ("latency_bound_ms", "--latency-bound", None))
+    for key, flag, default in flags:
+        value = o.get(key)
+        if value is not None and value != default:
+            words += [flag, _text(value)]
+    return " ".join(shlex.quote(w) for w in words)

@@ -1,0 +1,205 @@
+"""The one place where the evaluation frames' columns, dtypes and units are written down.
+
+An :class:`~mlms_nb.evaluation.result.Evaluation` holds these pandas frames (empty when not measured); the
+analyses, the display and the history store take their column names from here, so a renamed column fails at
+import (``LATENCY.pick("median_ms")`` raises for a name the schema does not have), not in a user's notebook.
+
+**latency** -- one row per framework x batch size x scenario, from the untraced timed loop
+(:func:`mlms_nb.evaluation.stats.latency_stats` gives the statistics, in :data:`LATENCY_STATISTICS` order).
+Percentiles use numpy's linear interpolation; the median's CI is a seeded percentile bootstrap.
+
+**cold_start** -- one row per framework: loading the model and its first inference, timed once.
+
+**accuracy** -- one row per framework with labeled data: top-1/top-5 as fractions 0..1 of ``n`` inputs.
+
+**predictions** -- one row per framework x input: label, top-1, top-5 and whether they were right.
+
+**summary** -- :attr:`Evaluation.summary`: one row per framework x batch size (``scenario`` only when the
+evaluation ran several).
+
+**trace_overhead** -- traced runs only: per framework and batch size, the traced median against the untraced.
+
+**history** -- :meth:`mlms_nb.store.history.HistoryStore.query`: one row per stored evaluation x framework.
+
+``samples`` (raw latencies) are keyed by :class:`SampleKey` ``(framework, batch_size, scenario)`` and hold int64
+nanoseconds, one per timed call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from mlms_nb.errors import MlmsError
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its ``name``, the pandas ``dtype`` the runner gives it, its ``unit`` ("" when it has none)
+    and what it means; ``when`` says when the column is present, if not always."""
+    name: str
+    dtype: str
+    unit: str
+    doc: str
+    when: str = ""
+
+
+class SchemaError(MlmsError, KeyError):
+    """A column name that the evaluation schema does not define."""
+
+    def __str__(self) -> str:  # KeyError would quote the sentence
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class FrameSchema:
+    """The columns of one evaluation frame, in order; ``key`` names the columns that identify a row."""
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def __getitem__(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise SchemaError(f"the {self.name} frame has no column {name!r}; it has: {', '.join(self.names)}")
+
+    def pick(self, *names: str) -> tuple[str, ...]:
+        """``names``, checked against the schema (a name it does not define raises `SchemaError`)."""
+        return tuple(self[n].name for n in names)
+
+    def units(self) -> dict[str, str]:
+        return {c.name: c.unit for c in self.columns if c.unit}
+
+    def problems(self, frame) -> list[str]:
+        """How ``frame`` departs from the schema: unknown or missing columns (those present always), wrong
+        dtypes, columns out of order. Empty when it conforms (an empty frame with no columns conforms)."""
+        if len(frame.columns) == 0:
+            return []
+        known = {c.name: c for c in self.columns}
+        out = [f"{self.name}: unknown column {name!r}" for name in frame.columns if name not in known]
+        out += [f"{self.name}: missing column {c.name!r}" for c in self.columns
+                if not c.when and c.name not in frame.columns]
+        for name in frame.columns:
+            if name in known and str(frame[name].dtype) not in _DTYPES[known[name].dtype]:
+                out.append(f"{self.name}: column {name!r} is {frame[name].dtype}, expected {known[name].dtype}")
+        present = [n for n in self.names if n in frame.columns]
+        if [n for n in frame.columns if n in known] != present:
+            out.append(f"{self.name}: columns out of order; expected {present}")
+        return out
+
+
+_DTYPES = {"str": ("str", "object", "string"), "object": ("object",), "int64": ("int64",), "float64": ("float64",),
+           "bool": ("bool",)}
+"""The pandas dtypes each schema dtype accepts (text columns are ``str`` in pandas 3, ``object`` before)."""
+
+
+class SampleKey(NamedTuple):
+    """The key of ``Evaluation.samples``: one timed loop. Equal to the plain tuple it replaces."""
+    framework: str
+    batch_size: int
+    scenario: str
+
+
+_FRAMEWORK = Column("framework", "str", "", "canonical framework name: torch, onnxruntime or tensorflow")
+_BATCH = Column("batch_size", "int64", "inputs", "inputs per call")
+_SCENARIO = Column("scenario", "str", "", "LoadGen scenario: single-stream, offline or server")
+
+_STATISTICS = (
+    Column("samples", "int64", "calls", "timed calls"),
+    Column("mean_ms", "float64", "ms", "mean latency per call"),
+    Column("median_ms", "float64", "ms", "median latency per call"),
+    Column("p90_ms", "float64", "ms", "90th percentile"),
+    Column("p99_ms", "float64", "ms", "99th percentile"),
+    Column("min_ms", "float64", "ms", "fastest call"),
+    Column("max_ms", "float64", "ms", "slowest call"),
+    Column("std_ms", "float64", "ms", "sample standard deviation (ddof=1); 0 for one call"),
+    Column("iqr_ms", "float64", "ms", "interquartile range, p75 - p25"),
+    Column("median_ci_low_ms", "float64", "ms", "95% bootstrap CI of the median, low end"),
+    Column("median_ci_high_ms", "float64", "ms", "95% bootstrap CI of the median, high end"),
+    Column("throughput_per_s", "float64", "inputs/s", "batch size / mean latency (single-stream), or inputs / "
+           "loop wall time (offline, server)"),
+    Column("iqr_over_median", "float64", "fraction", "iqr_ms / median_ms"),
+    Column("unstable", "bool", "", "iqr_over_median > 0.1: the numbers move between runs"),
+)
+LATENCY_STATISTICS: tuple[str, ...] = tuple(c.name for c in _STATISTICS)
+"""The statistic columns of one timed loop, in the order :func:`~mlms_nb.evaluation.stats.latency_stats` gives."""
+
+_SERVER_ONLY = "server scenario only"
+LATENCY = FrameSchema("latency", (
+    _FRAMEWORK, _BATCH, _SCENARIO, *_STATISTICS,
+    Column("warmup_calls", "int64", "calls", "untimed calls before the timed loop"),
+    Column("target_qps", "float64", "queries/s", "Poisson arrival rate asked for", _SERVER_ONLY),
+    Column("achieved_qps", "float64", "queries/s", "queries served / loop wall time", _SERVER_ONLY),
+    Column("latency_bound_ms", "float64", "ms", "p99 bound asked for", "server scenario with a bound"),
+    Column("meets_bound", "bool", "", "p99_ms <= latency_bound_ms", "server scenario with a bound"),
+), key=("framework", "batch_size", "scenario"))
+
+COLD_START = FrameSchema("cold_start", (
+    _FRAMEWORK, _BATCH,
+    Column("load_ms", "float64", "ms", "opening the predictor (assets already fetched and converted)"),
+    Column("first_inference_ms", "float64", "ms", "the first predict call, at the first batch size"),
+), key=("framework",))
+
+ACCURACY = FrameSchema("accuracy", (
+    Column("n", "int64", "inputs", "labeled inputs scored"),
+    Column("top1", "float64", "fraction", "share of inputs whose top-1 class is the label (0..1)"),
+    Column("top5", "float64", "fraction", "share of inputs whose label is in the top 5 (0..1)"),
+    _FRAMEWORK,
+    Column("dataset", "str", "", "the dataset's name"),
+    Column("skipped", "int64", "inputs", "unreadable inputs left out"),
+), key=("framework",))
+
+PREDICTIONS = FrameSchema("predictions", (
+    _FRAMEWORK,
+    Column("input_id", "str", "", "the input's id (file name, or index)"),
+    Column("label", "int64", "class", "the true class index; -1 when unknown"),
+    Column("label_name", "str", "", "the true class name; missing when the manifest has no labels"),
+    Column("top1", "int64", "class", "predicted class index"),
+    Column("top1_name", "str", "", "predicted class name; missing when the manifest has no labels"),
+    Column("top1_prob", "float64", "probability", "the top-1 class's probability"),
+    Column("top5", "object", "class", "list of the 5 most probable class indices"),
+    Column("top5_probs", "object", "probability", "list of their probabilities"),
+    Column("correct_top1", "bool", "", "top1 == label"),
+    Column("correct_top5", "bool", "", "label in top5"),
+), key=("framework", "input_id"))
+
+SUMMARY = FrameSchema("summary", (
+    _FRAMEWORK, _BATCH,
+    Column("scenario", "str", "", _SCENARIO.doc, "when the latency frame holds several scenarios"),
+    Column("top1", "float64", "fraction", "top-1 accuracy (0..1); NaN without labeled data"),
+    Column("top5", "float64", "fraction", "top-5 accuracy (0..1); NaN without labeled data"),
+    LATENCY["median_ms"], LATENCY["p90_ms"], LATENCY["p99_ms"], LATENCY["throughput_per_s"],
+), key=("framework", "batch_size"))
+
+TRACE_OVERHEAD = FrameSchema("trace_overhead", (
+    _FRAMEWORK, _BATCH,
+    Column("trace_level", "str", "", "the deepest level traced"),
+    Column("untraced_median_ms", "float64", "ms", "median of the untraced timed loop"),
+    Column("traced_median_ms", "float64", "ms", "median of the traced calls"),
+    Column("traced_calls", "int64", "calls", "traced calls per batch size"),
+    Column("overhead_pct", "float64", "%", "100 * (traced / untraced - 1)"),
+), key=("framework", "batch_size"))
+
+HISTORY = FrameSchema("history", (
+    Column("id", "int64", "", "row id in the store (one row per evaluation and framework)"),
+    Column("evaluation_id", "str", "", "the evaluation's 32-hex id"),
+    Column("model", "str", "", "model name"),
+    Column("model_version", "str", "", "manifest version"),
+    _FRAMEWORK,
+    Column("framework_version", "str", "", "the framework's version on that stack"),
+    Column("stack_hash", "str", "", "hash of hardware + software with only this framework's version"),
+    Column("created_at", "str", "", "when it ran: ISO-8601, UTC"),
+    Column("complete", "bool", "", "False when the sweep was interrupted"),
+    Column("dataset", "str", "", "the dataset's name"),
+    Column("batch_sizes", "object", "inputs", "list of the batch sizes measured"),
+    Column("top1", "float64", "fraction", "top-1 accuracy (0..1)"),
+    Column("top5", "float64", "fraction", "top-5 accuracy (0..1)"),
+    Column("median_ms", "float64", "ms", "median latency at the smallest batch size"),
+), key=("id",))
+
+FRAMES: dict[str, FrameSchema] = {s.name: s for s in (LATENCY, COLD_START, ACCURACY, PREDICTIONS, TRACE_OVERHEAD)}
+"""The frames an `Evaluation` stores, by attribute name."""

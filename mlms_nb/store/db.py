@@ -1,0 +1,125 @@
+"""Engines and transactions of the history store: one engine per URL per process; SQLite in WAL mode with a
+busy timeout, written inside ``BEGIN IMMEDIATE``; every lock or serialization failure retried with backoff by
+:func:`retry_while_locked`, the one retry loop of the store."""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from mlms_nb.errors import MlmsError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 30_000
+WRITE_ATTEMPTS = 10
+
+
+class HistoryError(MlmsError):
+    """The history store cannot be opened, written or read; or what was asked for is not in it."""
+
+
+# ---------------------------------------------------------------- engines (one per URL per process)
+
+_engines: dict[tuple[str, int], Engine] = {}
+tables_ready: set[tuple[str, int]] = set()  # (url, pid) whose tables this process has created or checked
+_lock = threading.Lock()
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def _make_engine(url: str) -> Engine:
+    from sqlalchemy import create_engine
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise HistoryError(f"history URL {url!r} is not an SQLAlchemy URL (e.g. sqlite:///path/history.sqlite "
+                           "or postgresql+psycopg://user@host/db)") from None
+    kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database and database != ":memory:" and not database.startswith("file:"):
+            os.makedirs(os.path.dirname(os.path.abspath(database)) or ".", exist_ok=True)
+        kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000}
+    else:
+        kwargs["pool_pre_ping"] = True
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except (NoSuchModuleError, ModuleNotFoundError, ImportError) as err:
+        raise HistoryError(f"the history URL {parsed.render_as_string(hide_password=True)!r} needs a database "
+                           f"driver that is not installed ({err}); install it, e.g. `pip install psycopg` for "
+                           "postgresql+psycopg://") from None
+    if is_sqlite(engine):
+        _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """Busy timeout + WAL on every connection; our own BEGIN (IMMEDIATE for writes) instead of pysqlite's."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):  # noqa: ANN001
+        dbapi_connection.isolation_level = None  # autocommit at the driver: SQLAlchemy's "begin" event begins
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # switching to WAL needs a moment alone with the file
+            mode = retry_while_locked(lambda: cursor.execute("PRAGMA journal_mode = WAL").fetchone(),
+                                      what="switch to WAL")
+            if mode and str(mode[0]).lower() != "wal":
+                log.debug("SQLite journal mode is %s (WAL not available for this database)", mode[0])
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # noqa: ANN001
+        mode = conn.get_execution_options().get("mlms_begin", "")
+        conn.exec_driver_sql(f"BEGIN {mode}".strip())
+
+
+def engine_for(url: str) -> Engine:
+    key = (url, os.getpid())
+    with _lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _engines[key] = _make_engine(url)
+    return engine
+
+
+def _is_locked(err: BaseException) -> bool:
+    text = str(getattr(err, "orig", None) or err).lower()
+    return any(s in text for s in ("database is locked", "database table is locked", "database is busy",
+                                   "sqlite_busy", "deadlock detected", "could not serialize access"))
+
+
+def _backoff(attempt: int) -> float:
+    return min(0.02 * 2 ** attempt, 2.0) * (0.5 + random.random())
+
+
+def retry_while_locked(attempt_once: Callable[[], T], is_transient: Callable[[BaseException], bool] = None,
+                       what: str = "write") -> T:
+    """``attempt_once()``, retried with jittered exponential backoff (up to ``WRITE_ATTEMPTS`` tries) while it
+    raises an error ``is_transient`` accepts (default: the database is locked or busy); the last error is raised."""
+    transient = is_transient or _is_locked
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            return attempt_once()
+        except Exception as err:
+            if not transient(err) or attempt == WRITE_ATTEMPTS - 1:
+                raise
+            log.debug("history %s: database busy, retrying (%d)", what, attempt + 1)
+            time.sleep(_backoff(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,115 @@
+"""Helpers for the JupyterLab tests and the lab benchmark: a real JupyterLab on loopback (random free port, a
+token, a non-root base URL, its own MLMS_HOME), a small real traced evaluation, and Debian's Chromium."""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+BASE_URL = "/hub/user/x/"
+"""A JupyterHub-style base URL: every request of the extension must go under it."""
+SMALL_RUN = dict(framework="torch", dataset="synthetic:2", batch_sizes=[1], trace_level="FRAMEWORK", warmup=1,
+                 min_repeats=3, min_time_s=0.05, trace_repeats=2, progress=False)
+"""A small traced evaluation: EfficientNet-Lite0, two synthetic images, batch size 1, a short timed loop."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Lab:
+    process: subprocess.Popen
+    url: str          # http://127.0.0.1:PORT/hub/user/x/
+    token: str
+    root: Path        # the server's notebook folder
+    home: Path        # its MLMS_HOME
+    log: Path
+
+    def api(self, path: str) -> str:
+        return f"{self.url}mlms/api/{path}"
+
+    def get(self, path: str, token: str | None = "") -> tuple[int, bytes]:
+        """GET ``path`` under the base URL with the token (``token=None``: no credentials at all)."""
+        req = urllib.request.Request(self.url + path)
+        if token is not None:
+            req.add_header("Authorization", f"token {token or self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def start_lab(tmp: Path, home: Path, timeout_s: float = 90) -> Lab:
+    """``jupyter lab`` on 127.0.0.1 under :data:`BASE_URL`, as installed (the mlms_nb server extension and the
+    mlms-nb-lab extension come from the package's data files), settings and runtime files under ``tmp``."""
+    root = tmp / "notebooks"
+    root.mkdir(parents=True, exist_ok=True)
+    port, token = free_port(), secrets.token_hex(16)
+    env = dict(os.environ, MLMS_HOME=str(home), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+               JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), PYTHONUNBUFFERED="1")
+    quiet = tmp / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    quiet.parent.mkdir(parents=True, exist_ok=True)
+    quiet.write_text('{"fetchNews": "false", "checkForUpdates": false}')  # no news toast over the screenshots
+    log = tmp / "jupyterlab.log"
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+           f"--IdentityProvider.token={token}", f"--ServerApp.base_url={BASE_URL}", f"--ServerApp.root_dir={root}",
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=None"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=root)
+    lab = Lab(proc, f"http://127.0.0.1:{port}{BASE_URL}", token, root, home, log)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited ({proc.returncode}): {log.read_text()[-3000:]}")
+        try:
+            if lab.get("api/status")[0] == 200:
+                return lab
+        except OSError:
+            pass
+        time.sleep(0.3)
+    lab.stop()
+    raise RuntimeError(f"jupyter lab did not answer within {timeout_s} s: {log.read_text()[-3000:]}")
+
+
+def small_traced_run(home: Path):
+    """A real traced evaluation stored in ``home`` (history row + Parquet trace)."""
+    import mlms_nb
+
+    old = os.environ.get("MLMS_HOME")
+    os.environ["MLMS_HOME"] = str(home)
+    try:
+        return mlms_nb.evaluate("efficientnet_lite0", **SMALL_RUN)
+    finally:
+        if old is None:
+            os.environ.pop("MLMS_HOME", None)
+        else:
+            os.environ["MLMS_HOME"] = old
+
+
+def launch_chromium(pw):
+    return pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)

@@ -1,0 +1,57 @@
+"""The structure holds: the import-linter layers, the facade's names, where the analyses are installed."""
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlms_nb
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_import_layers_are_kept():
+    from importlinter import api as linter
+
+    report_lines = []
+    result = subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    report_lines.append(result.stdout[-3000:])
+    assert result.returncode == 0, "\n".join(report_lines)
+    contracts = linter.read_configuration(str(REPO / "pyproject.toml"))["contracts_options"]
+    assert {c["type"] for c in contracts} >= {"layers", "forbidden", "independence"}
+
+
+def test_no_public_name_is_also_a_subpackage():
+    """``mlms_nb.models`` was once a function and a subpackage: importing the subpackage replaced the function."""
+    submodules = {m.name for m in pkgutil.iter_modules(mlms_nb.__path__)}
+    assert not submodules & set(mlms_nb.__all__), submodules & set(mlms_nb.__all__)
+
+
+def test_models_still_callable_after_an_evaluation(tmp_path):
+    code = ("import mlms_nb\n"
+            "mlms_nb.evaluate('resnet50', dataset='synthetic:2', batch_sizes=[1], min_time_s=0.05, min_repeats=3,\n"
+            "                 warmup=1, progress=False, history=False)\n"
+            "frame = mlms_nb.models()\n"
+            "assert {'model', 'framework', 'version'} <= set(frame.columns), frame.columns\n"
+            "print(sorted(set(frame['model'])))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**_env(), "MLMS_HOME": str(tmp_path / "home")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resnet50" in result.stdout
+
+
+def test_analyses_ship_only_inside_mlms_nb(tmp_path):
+    outside = subprocess.run([sys.executable, "-c", "import analyses"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=60, env=_env())
+    assert outside.returncode != 0 and "No module named 'analyses'" in outside.stderr
+    inside = subprocess.run([sys.executable, "-c", "import mlms_nb.analyses.layers, mlms_nb.analyses.roofline"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=_env())
+    assert inside.returncode == 0, inside.stderr[-2000:]
+
+
+def _env() -> dict:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -1,0 +1,198 @@
+"""Reports read back: a real traced evaluation (EfficientNet-Lite0 in PyTorch and ONNX Runtime on 4 labelled photos,
+batch sizes 1 and 2, FRAMEWORK level) is reported by ``mlms report``, and the PDF is read back with poppler:
+the model, the median latencies exactly as the report formats them, figures present and not blank, every page
+the paper's size; then a comparison report of two runs, and the notebook's own screenshots.
+
+Slow: one evaluation (~20 s on 2 busy cores), shared by the module, then two reports (~30-45 s each: a kernel
+starts, and the roofline builds the model to count its FLOPs); the PDF checks themselves take a second.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from mlms_nb.analyses import FIGURE_MARK
+
+from tests.conftest import REPO, SESSION_HOME
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("chromium") is None and not os.environ.get("MLMS_CHROMIUM"),
+                       reason="Debian's chromium is not installed (scripts/setup.sh installs it)"),
+    pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils is not installed (scripts/setup.sh)"),
+]
+ARTIFACTS = Path(os.environ.get("MLMS_TEST_ARTIFACTS", REPO / ".mlms_home" / "artifacts"))
+PAPER_POINTS = {"A4": (595.0, 842.0), "Letter": (612.0, 792.0)}
+
+
+@pytest.fixture(scope="module")
+def home():
+    mp = pytest.MonkeyPatch()
+    SESSION_HOME.mkdir(parents=True, exist_ok=True)
+    mp.setenv("MLMS_HOME", str(SESSION_HOME))
+    mp.setenv("MLMS_VERBOSE", "0")
+    try:
+        yield SESSION_HOME
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def evaluation(home):
+    import mlms_nb
+
+    return mlms_nb.evaluate("efficientnet_lite0", framework="torch,onnxruntime", batch_sizes=[1, 2],
+                            dataset="imagenet-samples", limit=4, trace_level="FRAMEWORK", trace_repeats=3,
+                            warmup=2, min_repeats=5, min_time_s=0.05, progress=False)
+
+
+@pytest.fixture(scope="module")
+def report(evaluation, tmp_path_factory):
+    """``mlms report <evaluation id> --pdf --notebook --html``, as a user types it (timed)."""
+    out = tmp_path_factory.mktemp("report")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "mlms_nb.cli", "report", evaluation.id, "--pdf", str(out / "r.pdf"),
+                           "--notebook", str(out / "r.ipynb"), "--html", str(out / "r.html")],
+                          capture_output=True, text=True, timeout=600, cwd=out)
+    seconds = time.perf_counter() - start
+    assert done.returncode == 0, done.stderr
+    print(f"mlms report took {seconds:.1f} s:\n{done.stdout}")
+    return out, done
+
+
+def pdftotext(path: Path) -> str:
+    """The PDF's text in reading order (``-raw``: a table's header cells keep their words together), on one line."""
+    text = subprocess.run(["pdftotext", "-raw", str(path), "-"], capture_output=True, text=True, check=True).stdout
+    return " ".join(text.split())
+
+
+def page_sizes(path: Path) -> list[tuple[float, float]]:
+    info = subprocess.run(["pdfinfo", "-f", "1", "-l", "1000", str(path)], capture_output=True, text=True,
+                          check=True).stdout
+    return [(float(w), float(h)) for w, h in re.findall(r"Page\s+\d+ size:\s+([\d.]+) x ([\d.]+) pts", info)]
+
+
+def images_not_blank(path: Path, folder: Path) -> list[float]:
+    """Extract every image of the PDF; the spread (standard deviation of grey levels) of each."""
+    from PIL import Image, ImageStat
+
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["pdfimages", "-png", str(path), str(folder / "img")], check=True)
+    return [ImageStat.Stat(Image.open(p).convert("L")).stddev[0] for p in sorted(folder.glob("img-*.png"))]
+
+
+def check_pdf(pdf: Path, paper: str, folder: Path, figures_at_least: int) -> str:
+    sizes = page_sizes(pdf)
+    want = PAPER_POINTS[paper]
+    assert sizes and all(abs(w - want[0]) < 2 and abs(h - want[1]) < 2 for w, h in sizes), sizes
+    spreads = images_not_blank(pdf, folder)
+    assert len(spreads) >= figures_at_least, spreads
+    assert all(s > 5 for s in spreads), spreads  # a blank (one-colour) image has no spread
+    subprocess.run(["pdftoppm", "-r", "40", "-png", str(pdf), str(folder / "page")], check=True)
+    from PIL import Image, ImageStat
+
+    pages = sorted(folder.glob("page-*.png"))
+    assert len(pages) == len(sizes)
+    assert all(ImageStat.Stat(Image.open(p).convert("L")).stddev[0] > 5 for p in pages)
+    return pdftotext(pdf)
+
+
+def test_report_pdf_holds_the_model_and_the_median_latencies(evaluation, report, tmp_path):
+    from mlms_nb.reporting import sections
+    from mlms_nb.reporting.tables import format_frame
+
+    out, done = report
+    flat = check_pdf(out / "r.pdf", "A4", tmp_path / "images", figures_at_least=9)
+    assert "efficientnet_lite0" in flat and evaluation.id in flat
+    medians = format_frame(sections.latency_frame([evaluation], [""]))["median (ms)"]
+    assert len(medians) == 4
+    for fw, bs, median in zip(evaluation.latency["framework"], evaluation.latency["batch_size"], medians):
+        assert re.search(rf"{fw}\s+{bs}\s+\d+\s+{re.escape(median)}\s", flat), (fw, bs, median)
+    assert "median (ms)" in flat
+    for section in ("Contents", "What was measured and how", "Accuracy", "Latency and throughput", "Cold start",
+                    "Layers", "Roofline", "Divergence across frameworks", "Timeline of the traced pass",
+                    "Tracing overhead", "Warnings"):
+        assert section in flat, section
+    assert "sha256" in flat and "mlms eval efficientnet_lite0 --framework torch,onnxruntime" in flat
+    for noise in ("oneDNN", "USDT:", "absl::InitializeLog", "UserWarning", "sweep/s", "Traceback"):
+        assert noise not in flat, noise
+
+
+def test_report_notebook_is_executed_editable_and_quiet(evaluation, report):
+    out, _ = report
+    nb = nbformat.read(out / "r.ipynb", as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert not [o for o in outputs if o.output_type == "stream" and o.name == "stderr"]
+    assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells)  # papermill's cell stays editable
+    assert any(evaluation.id in "".join(c.source) for c in nb.cells if "injected-parameters" in
+               c.metadata.get("tags", []))
+    html = (out / "r.html").read_text(encoding="utf-8")
+    assert "mlms-toc" in html and "efficientnet_lite0" in html and "<script src=\"http" not in html
+
+
+def test_report_notebook_screenshots_show_nothing_cut_and_no_noise(report):
+    from mlms_nb.reporting.screenshots import notebook_screenshots
+
+    out, _ = report
+    shots = notebook_screenshots(out / "r.ipynb", ARTIFACTS / "report_screenshots")
+    assert shots.paths and all(p.stat().st_size > 1000 for p in shots.paths)
+    assert shots.output_width_px >= 900
+    assert shots.cut == [] and shots.noise == []
+
+
+def test_comparison_report_of_two_runs(evaluation, home, tmp_path):
+    """Run A from history; run B an untraced PyTorch-only Evaluation object stored nowhere (the report saves it
+    beside its notebook): compared on the framework they share, B's layer sections left out with the reason."""
+    import mlms_nb
+    from mlms_nb.reporting import build_report, sections
+    from mlms_nb.reporting.tables import format_frame
+
+    other = mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=[1, 2], dataset="imagenet-samples",
+                             limit=4, warmup=2, min_repeats=5, min_time_s=0.05, threads=1, progress=False,
+                             history=False)
+    result = build_report([evaluation.id, other], pdf=tmp_path / "cmp.pdf", notebook=tmp_path / "cmp.ipynb",
+                          paper="Letter")
+    assert result.pdf == tmp_path / "cmp.pdf" and result.pages and result.fit.get("overflow") == []
+    assert (tmp_path / "cmp_runs" / f"evaluation-{other.id}.json").exists()  # the notebook can be re-run
+    flat = check_pdf(result.pdf, "Letter", tmp_path / "images", figures_at_least=10)
+    assert "comparison of 2 runs" in flat and "B against A" in flat
+    assert evaluation.id[:8] in flat and other.id[:8] in flat
+    assert "A median (ms)" in flat and "B median (ms)" in flat and "p value" in flat
+    assert "Not compared: onnxruntime only in A" in flat
+    assert "run B was not traced" in flat  # its layer, timeline and per-layer sections say why they are empty
+    compared = format_frame(sections.latency_frame([evaluation, other], ["A", "B"]))
+    for run, fw, bs, median in compared[["run", "framework", "batch size", "median (ms)"]].itertuples(index=False):
+        assert re.search(rf"{run}\s+{fw}\s+{bs}\s+\d+\s+{re.escape(median)}\s", flat), (run, fw, bs, median)
+
+
+@pytest.mark.skipif(not (REPO / "example_notebooks" / "04_roofline_and_layers.ipynb").exists(), reason="no 04")
+def test_nbconvert_mlms_pdf_keeps_every_bokeh_figure_of_example_04(home, tmp_path):
+    """``jupyter nbconvert --to mlms_pdf`` on the executed example 04: every Bokeh figure is an image in the PDF."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(REPO / "example_notebooks" / "04_roofline_and_layers.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(REPO / "example_notebooks")}}).execute()
+    executed = tmp_path / "04.ipynb"
+    nbformat.write(nb, executed)
+    bokeh = sum(FIGURE_MARK in str(o.get("data", {}).get("text/html", "")) for c in nb.cells
+                for o in c.get("outputs", []))
+    pngs = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+    assert bokeh >= 4
+    done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "mlms_pdf", str(executed)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    pdf = tmp_path / "04.pdf"
+    flat = check_pdf(pdf, "A4", tmp_path / "images", figures_at_least=bokeh + pngs)
+    assert "Roofline and layers" in flat and "Contents" in flat
+    shutil.copy(pdf, ARTIFACTS / "04_roofline_and_layers.pdf") if ARTIFACTS.is_dir() else None

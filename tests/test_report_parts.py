@@ -1,0 +1,156 @@
+"""The report's parts that need no evaluation: the table formatter, the chatter filter on a real fd 2, the
+cleanup of notebook outputs, and the sentences a user gets for bad input or a missing Chromium. Seconds."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+
+from mlms_nb.errors import MlmsError
+from mlms_nb.reporting import build_report
+from mlms_nb.reporting.chromium import ChromiumNotFoundError
+from mlms_nb.reporting.cleanup import clean_stream, strip_noise
+from mlms_nb.reporting.tables import format_frame, split_columns, table_html, table_text, width_of
+
+TF_LINES = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    "I0000 00:00:1795450502.467845    9651 port.cc:153] oneDNN custom operations are on. You may see slightly "
+    "different numerical results due to floating-point round-off errors.\n"
+    "USDT:2026-11-23 16:14:53 9598:9598 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+def test_units_in_headers_one_precision_per_column_key_columns_first():
+    frame = pd.DataFrame({"median_ms": [36.8535, 247.2887, 10.335], "framework": ["torch", "torch", "onnxruntime"],
+                          "batch_size": [1, 2, 1], "memory_bytes": [1.6e6, 3.2e6, 4.8e6],
+                          "throughput_per_s": [26.78, 3.3868, 96.75], "iqr_over_median": [0.045, 2.7167, 0.2079],
+                          "flops": [7.9e8, 1.58e9, 7.9e8], "unstable": [False, True, True]})
+    table = format_frame(frame)
+    assert list(table.columns[:2]) == ["framework", "batch size"]
+    assert table["median (ms)"].tolist() == ["36.9", "247.3", "10.3"]  # decimals for the small values too
+    assert table["memory (MiB)"].tolist() == ["1.53", "3.05", "4.58"]
+    assert table["throughput (/s)"].tolist() == ["26.78", "3.39", "96.75"]  # three digits for the smallest
+    assert table["IQR/median (%)"].tolist() == ["4.5", "271.7", "20.8"]  # percentages: one decimal
+    assert table["flops (MFLOP)"].tolist() == ["790", "1,580", "790"]  # one prefix per column
+    assert table["unstable"].tolist() == ["no", "yes", "yes"]
+
+
+def test_large_numbers_get_separators_and_missing_values_a_dash():
+    table = format_frame(pd.DataFrame({"load_ms": [2521.4, np.nan], "samples": [100000, 6]}))
+    assert table["load (ms)"].tolist() == ["2,521", "-"]
+    assert table["calls"].tolist() == ["100,000", "6"]
+
+
+def test_a_wide_table_is_split_with_its_key_columns_repeated():
+    frame = pd.DataFrame({"framework": ["torch"], "batch_size": [1],
+                          **{f"metric_{i}_with_a_long_name_ms": [float(i)] for i in range(12)}})
+    parts = split_columns(format_frame(frame), max_chars=80)
+    assert len(parts) > 1
+    for part in parts:
+        assert list(part.columns[:2]) == ["framework", "batch size"]
+        assert sum(width_of(part[c], c) for c in part.columns) <= 80
+    shown = set().union(*(set(p.columns) for p in parts))
+    assert len(shown) == 2 + 12
+    html = table_html(frame, "Wide", max_chars=80)
+    assert html.count("<table") == len(parts) and "columns continue" in html
+    assert "Wide" in table_text(frame, "Wide", max_chars=80)
+
+
+# ---------------------------------------------------------------------------------------------- quiet
+
+QUIET_SCRIPT = textwrap.dedent("""
+    import os, sys, warnings
+    from mlms_nb._quiet import quiet
+    with quiet():
+        os.write(2, {lines!r}.encode())
+        os.write(2, b"a real error\\n")
+        print("python stderr", file=sys.stderr, flush=True)
+        warnings.warn_explicit("The structure of `inputs` doesn't match the expected structure", UserWarning,
+                               "keras/src/models/functional.py", 238, module="keras.src.models.functional")
+    os.write(2, b"after\\n")
+""")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_quiet_drops_framework_chatter_from_fd_2_unless_verbose(verbose):
+    env = dict(os.environ, MLMS_VERBOSE="1" if verbose else "0")
+    done = subprocess.run([sys.executable, "-c", QUIET_SCRIPT.format(lines=TF_LINES)], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    err = done.stderr
+    assert "a real error" in err and "python stderr" in err and err.rstrip().endswith("after")
+    assert ("oneDNN" in err and "USDT:" in err and "absl::InitializeLog" in err and "UserWarning" in err) == verbose
+    assert err.index("a real error") < err.index("python stderr") < err.index("after")  # order kept
+
+
+def test_quiet_drops_kineto_lines_of_a_real_torch_profiler():
+    script = textwrap.dedent("""
+        import os, torch
+        from torch.profiler import profile
+        from mlms_nb._quiet import quiet
+        os.write(2, b"--loud--\\n")
+        with profile():
+            torch.ones(3) + 1
+        os.write(2, b"--quiet--\\n")
+        with quiet(), profile():
+            torch.ones(3) + 1
+        os.write(2, b"--end--\\n")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, MLMS_VERBOSE="0"))
+    assert done.returncode == 0, done.stderr
+    loud, quiet = done.stderr.split("--loud--")[1].split("--quiet--")
+    if "USDT:" not in loud:
+        pytest.skip("this torch build prints no Kineto USDT lines")
+    assert "USDT:" not in quiet and quiet.strip() == "--end--"
+
+
+# ---------------------------------------------------------------------------------------------- cleanup
+
+def test_cleanup_keeps_real_errors_and_drops_chatter_progress_and_widgets():
+    text = (TF_LINES + "mlms eval efficientnet_lite0:   0%|          | 0/4 [00:00<?, ?sweep/s]\r"
+            "mlms eval efficientnet_lite0:  25%|██▌       | 1/4 [00:17<00:52, 17.55s/sweep]\r"
+            "/x/site-packages/keras/src/models/functional.py:238: UserWarning: The structure of `inputs` doesn't "
+            "match the expected structure.\nExpected: ['x']\nReceived: inputs=Tensor\n  warnings.warn(msg)\n"
+            "ValueError: something the user must see\n")
+    assert clean_stream(text) == "ValueError: something the user must see\n"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x", outputs=[
+        nbformat.v4.new_output("stream", name="stderr", text=TF_LINES),
+        nbformat.v4.new_output("display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": "1"},
+                                                     "text/plain": "HBox(children=(...))"}),
+        nbformat.v4.new_output("stream", name="stdout", text="kept\n")])])
+    counts = strip_noise(nb)
+    assert [o.get("text") for o in nb.cells[0].outputs] == ["kept\n"]
+    assert counts == {"streams": 1, "widgets": 1}
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+def test_bad_input_gets_one_sentence(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MlmsError, match="name at least one run"):
+        build_report([])
+    with pytest.raises(MlmsError, match="paper must be A4 or Letter"):
+        build_report(["1"], pdf="r.pdf", paper="A3")
+    monkeypatch.setenv("MLMS_CHROMIUM", str(tmp_path / "no-such-chromium"))
+    with pytest.raises(ChromiumNotFoundError) as err:
+        build_report(["1"], pdf="r.pdf")
+    message = str(err.value)
+    assert "apt-get install chromium" in message and "\n" not in message
+    assert not (tmp_path / "r.pdf").exists()
+
+
+def test_cli_without_chromium_says_what_to_install(tmp_path):
+    env = dict(os.environ, MLMS_CHROMIUM=str(tmp_path / "no-such-chromium"), MLMS_HOME=str(tmp_path / "home"))
+    done = subprocess.run([sys.executable, "-m", "mlms_nb.cli", "report", "1", "--pdf", str(tmp_path / "r.pdf")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("mlms report: PDF reports need Chromium")
+    assert "apt-get install chromium" in done.stderr and len(done.stderr.strip().splitlines()) == 1
