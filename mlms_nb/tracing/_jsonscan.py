@@ -307,8 +307,9 @@ class EventStream:
                     yield events
                 return tail
             if scan.eof:
-                raise TraceFormatError(f"trace file {self.path!r} is truncated: it ends inside the event array "
-                                       f"after {self.events_seen} events")
+                whole = self.events_seen + len(ev_ends)  # the whole events still in the buffer count too
+                raise TraceFormatError(f"trace file {self.path!r} is truncated at byte {scan.base + len(buf)}: it "
+                                       f"ends inside the event array after {whole} whole events")
             if len(ev_ends):
                 last = int(pos[int(ev_ends[-1])])
                 events = self._parse_copy(memoryview(buf)[1:last + 1], scan.base + 1)

@@ -27,9 +27,19 @@ NAN = float("nan")
 INT64_MAX = 2**63 - 1
 
 
+MAX_US = 2**62 // 1000
+"""The largest |time| in µs a trace may hold (about 146 years): its ns, a duration added to it, and an origin up to
+:data:`MAX_ORIGIN_NS` still fit in int64."""
+MAX_ORIGIN_NS = 2**62
+
+
 def us_to_ns(us: np.ndarray) -> np.ndarray:
-    """µs floats (as parsed from JSON, 3 decimals) -> int64 ns, exact while |us| < 2**43 (~100 days)."""
+    """µs floats (as parsed from JSON, 3 decimals) -> int64 ns, exact while |us| < 2**43 (~100 days). Raises
+    ValueError for a time that is not finite or beyond :data:`MAX_US` (it would wrap around in int64)."""
     us = np.asarray(us, dtype=np.float64)
+    if len(us) and not np.abs(us).max() <= MAX_US:  # also false for NaN
+        bad = us[~(np.abs(us) <= MAX_US)][0]
+        raise ValueError(f"a time of {bad!r} µs is not a finite number within ±{MAX_US} µs")
     whole = np.floor(us)
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 

@@ -20,7 +20,7 @@ from mlms_nb.schema.counters import counters_frame
 from mlms_nb.schema.spans import NO_ID, spans_frame
 from mlms_nb.tracing._jsonscan import EventStream
 from mlms_nb.tracing.chrome import generic, kineto, ort
-from mlms_nb.tracing.chrome._common import FORMAT, dense, id_rows, us_to_ns
+from mlms_nb.tracing.chrome._common import FORMAT, MAX_ORIGIN_NS, dense, id_rows, us_to_ns
 from mlms_nb.tracing.chrome.columns import EventColumns
 
 
@@ -30,9 +30,16 @@ class OwnColumns:
 
     def __init__(self, path: str, info: dict):
         self.path = path
-        self.origin = int(info.get("origin_ns", 0))
+        origin = info.get("origin_ns", 0)
+        devices = info.get("devices") or {}
+        if type(origin) is not int or not 0 <= origin <= MAX_ORIGIN_NS or not isinstance(devices, dict):
+            field = "devices is not an object" if not isinstance(devices, dict) else (
+                f"origin_ns is {origin!r}, not a time in ns")
+            raise TraceFormatError(f"trace file {path!r} is not a valid mlms-nb Chrome trace: otherData.mlms_nb."
+                                   f"{field}")
+        self.origin = origin
         self.trace_id = str(info.get("trace_id", ""))
-        self.devices = {str(k): v for k, v in (info.get("devices") or {}).items()}
+        self.devices = {str(k): v for k, v in devices.items()}
         self.rows: dict[str, list] = {k: [] for k in (
             "trace_id", "span_id", "parent_id", "name", "level", "kind", "ts", "dur", "thread", "device",
             "stream", "layer_index", "layer_type", "shape", "flops", "bytes", "memory", "attrs")}
@@ -118,7 +125,7 @@ class OwnColumns:
                                        "source": c["source"], "metric": c["metric"],
                                        "value": np.array(c["value"], np.float64), "unit": c["unit"],
                                        "device": c["device"]})
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise TraceFormatError(f"trace file {self.path!r} is not a valid mlms-nb Chrome trace: {exc}") from None
         return spans, counters
 
@@ -167,7 +174,10 @@ def read_chrome(path) -> "tuple[pd.DataFrame, pd.DataFrame, dict]":
         else:
             raise TraceFormatError(f"trace file {path_s!r} is not a valid trace: its top level is neither a JSON "
                                    f"object nor an array")
-        trace_id, spans, counters = cols.build(skeleton)
+        try:
+            trace_id, spans, counters = cols.build(skeleton)
+        except (TypeError, ValueError, OverflowError) as exc:  # a field's value, found when columns are built
+            raise TraceFormatError(f"trace file {path_s!r} is not a valid trace: {exc}") from None
         meta = _import_metadata(path_s, dialect, skeleton, cols, trace_id)
         return spans, counters, meta
     finally:
