@@ -15,12 +15,12 @@ from typing import Any, Callable, TypeVar
 
 import pandas as pd
 from sqlalchemy import delete, func, insert, select
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from mlms_nb._clock import now_utc
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
-from mlms_nb.store.db import HistoryError, engine_for, is_sqlite, retry_while_locked, tables_ready
+from mlms_nb.store.db import HistoryError, engine_for, is_locked, is_sqlite, retry_while_locked, tables_ready
 from mlms_nb.schema.evaluation import HISTORY
 from mlms_nb.store.tables import CEILING_FIGURES, QUERY_COLUMNS, ceilings, evaluations, metadata, traces
 
@@ -58,8 +58,10 @@ class HistoryStore:
         return f"HistoryStore({self.display_url!r})"
 
     # ------------------------------------------------------------------ plumbing
-    def _transaction(self, work: Callable[[Any], T], write: bool, what: str) -> T:
-        """Run ``work(conn)`` in one transaction; retried with backoff while the database is locked."""
+    def _transaction(self, work: Callable[[Any], T], write: bool, what: str,
+                     also_retry: Callable[[BaseException], bool] | None = None) -> T:
+        """Run ``work(conn)`` in one transaction; retried with backoff while the database is locked (or while
+        ``also_retry`` accepts the error)."""
         options = {"mlms_begin": "IMMEDIATE"} if write and is_sqlite(self.engine) else {}
 
         def attempt_once() -> T:
@@ -69,8 +71,9 @@ class HistoryStore:
                 with conn.begin():
                     return work(conn)
 
+        transient = None if also_retry is None else (lambda err: is_locked(err) or also_retry(err))
         try:
-            return retry_while_locked(attempt_once, what=what)
+            return retry_while_locked(attempt_once, transient, what=what)
         except (OperationalError, DBAPIError) as err:
             raise HistoryError(f"history store {self.display_url}: could not {what}: "
                                f"{getattr(err, 'orig', None) or err}") from None
@@ -114,7 +117,10 @@ class HistoryStore:
                 ids.append(int(result.inserted_primary_key[0]))
             return ids
 
-        return self._transaction(work, True, f"save evaluation {evaluation.id}")
+        # Two writers saving the same evaluation at once: SQLite's BEGIN IMMEDIATE serialises them; on PostgreSQL
+        # (read committed) both may find no row and insert, and the second then breaks the unique constraint.
+        # Its transaction is rolled back and tried again, when it finds the first one's rows.
+        return self._transaction(work, True, f"save evaluation {evaluation.id}", _saved_concurrently)
 
     @staticmethod
     def _row(evaluation, framework: str) -> dict:
@@ -320,6 +326,13 @@ class HistoryStore:
             return json.loads(payload)
         except ValueError as err:
             raise HistoryError(f"stored ceilings for {stack_hash}/{device} are not valid JSON ({err})") from None
+
+
+def _saved_concurrently(err: BaseException) -> bool:
+    """The unique (evaluation_id, framework) constraint, as PostgreSQL (its name) or SQLite (its columns) reports it."""
+    text = str(err)
+    return isinstance(err, IntegrityError) and ("uq_evaluations_evaluation_framework" in text or
+                                                "evaluations.evaluation_id, evaluations.framework" in text)
 
 
 def _float(value: Any) -> float | None:
