@@ -20,6 +20,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("ONNX Runtime", "onnx"),
     "tensorflow": ("TensorFlow", "tf"),
     "keras": ("Keras", "tf"),
+    "google": ("protobuf", "tf"),  # google.protobuf: reading TensorFlow profiles (.xplane.pb)
     "scipy": ("SciPy", "analysis"),
     "bokeh": ("Bokeh", "analysis"),
     "matplotlib": ("matplotlib", "analysis"),

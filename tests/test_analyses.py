@@ -13,7 +13,6 @@ from mlms_nb.analyses._plot import AnalysisError
 from mlms_nb.errors import MlmsError
 from tests.helpers import axis_labels, titles
 from mlms_nb.tracing import TraceLevel, Tracer
-from tests.conftest import SESSION_HOME
 
 BACKENDS = ("bokeh", "matplotlib")
 CATEGORICAL_AXES = {"layer", "layer type", "kernel", "framework, batch size"}  # bar rows: names, no unit
@@ -31,16 +30,14 @@ def layer_modules(model):
 
 
 @pytest.fixture(scope="module")
-def evaluation():
+def evaluation(models_home):
     """A real traced evaluation: EfficientNet-Lite0 in PyTorch, layer spans at FRAMEWORK level."""
     pytest.importorskip("torch")
     import mlms_nb
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MLMS_HOME", str(SESSION_HOME))
-        return mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=list(BATCHES),
-                                dataset="synthetic:4", trace_level="FRAMEWORK", trace_repeats=REPS, min_repeats=3,
-                                min_time_s=0, warmup=1, history=False, progress=False)
+    return mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=list(BATCHES), dataset="synthetic:4",
+                            trace_level="FRAMEWORK", trace_repeats=REPS, min_repeats=3, min_time_s=0, warmup=1,
+                            history=False, progress=False)
 
 
 @pytest.fixture(scope="module")

@@ -15,20 +15,12 @@ from mlms_nb.schema.evaluation import TRACE_OVERHEAD
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    from tests.conftest import SESSION_HOME
-
-    mp = pytest.MonkeyPatch()
-    SESSION_HOME.mkdir(parents=True, exist_ok=True)
-    mp.setenv("MLMS_HOME", str(SESSION_HOME))
+def runs(models_home):
     common = dict(batch_sizes=[1, 2], dataset="synthetic:2", warmup=1, min_repeats=5, min_time_s=0, progress=False)
-    try:
-        traced = mlms_nb.evaluate("efficientnet_lite0", framework="torch", trace_level="FRAMEWORK", trace_repeats=3,
-                                  **common)
-        plain = mlms_nb.evaluate("efficientnet_lite0", framework="onnxruntime", **common)
-        yield traced, plain
-    finally:
-        mp.undo()
+    traced = mlms_nb.evaluate("efficientnet_lite0", framework="torch", trace_level="FRAMEWORK", trace_repeats=3,
+                              **common)
+    plain = mlms_nb.evaluate("efficientnet_lite0", framework="onnxruntime", **common)
+    return traced, plain
 
 
 def cli_json(capsys, *argv) -> dict:

@@ -1,15 +1,18 @@
 """The same weights in three frameworks give the same answers on the 20 packaged ImageNet photos."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from mlms_nb.data.datasets import open_dataset
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import FrameworkNotInstalledError, PredictorError
-from mlms_nb.manifest import find_manifest
-from mlms_nb.frameworks import get_predictor_class, open_predictor
 from mlms_nb.frameworks import base as predictor_base
+from mlms_nb.frameworks import get_predictor_class, open_predictor
+from mlms_nb.manifest import find_manifest
 
 
 def outputs(model: str, framework: str):
@@ -23,16 +26,8 @@ def outputs(model: str, framework: str):
 
 
 @pytest.fixture(scope="module")
-def lite0(tmp_path_factory):
-    from tests.conftest import SESSION_HOME
-
-    mp = pytest.MonkeyPatch()
-    SESSION_HOME.mkdir(parents=True, exist_ok=True)
-    mp.setenv("MLMS_HOME", str(SESSION_HOME))
-    try:
-        yield {fw: outputs("efficientnet_lite0", fw) for fw in ("torch", "onnxruntime", "tensorflow")}
-    finally:
-        mp.undo()
+def lite0(models_home):
+    return {fw: outputs("efficientnet_lite0", fw) for fw in ("torch", "onnxruntime", "tensorflow")}
 
 
 def test_reference_accuracy(lite0):
@@ -54,20 +49,39 @@ def test_same_answers_as_pytorch(lite0, framework):
 
 
 def test_missing_framework_names_the_extra(monkeypatch):
-    import importlib
-
-    real = importlib.import_module
-
-    def no_tensorflow(name, *args, **kwargs):
-        if name == "tensorflow":
-            raise ImportError("No module named 'tensorflow'")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(predictor_base.importlib, "import_module", no_tensorflow)
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # what Python does for a module that cannot be imported
     monkeypatch.delitem(predictor_base._REGISTERED, "tensorflow", raising=False)
     with pytest.raises(FrameworkNotInstalledError) as info:
         get_predictor_class("tensorflow")
-    assert str(info.value) == "tensorflow is not installed: pip install 'mlms-nb[tf]'"
+    assert str(info.value) == ("running a model in tensorflow needs TensorFlow, which is not installed: "
+                               "pip install 'mlms-nb[tf]'")
+
+
+@pytest.mark.parametrize("framework", ["torch", "onnxruntime", "tensorflow"])
+def test_the_contract_declares_what_callers_read(lite0, framework):
+    """native_model, artifact_path and capture() are declared on Predictor and given by every framework; a
+    capture keys layer outputs by PyTorch module call, and after close() nothing is held."""
+    manifest = find_manifest("efficientnet_lite0", framework=framework)
+    predictor = open_predictor(manifest)
+    for name in ("native_model", "artifact_path", "capture", "tracing_levels", "start_tracing", "stop_tracing"):
+        assert hasattr(predictor_base.Predictor, name)
+    assert predictor.native_model is not None
+    assert predictor.artifact_path and Path(predictor.artifact_path).exists()
+    batch = next(open_dataset("imagenet-samples", find_manifest("efficientnet_lite0", framework="torch"))
+                 .iter_batches(1, Preprocessor(find_manifest("efficientnet_lite0", framework="torch")))).data
+    capture = predictor.capture()
+    try:
+        assert ("_fc", 0) in capture.keys and ("_blocks.3._depthwise_conv", 0) in capture.keys
+        outs, logits = capture.run(batch, [("_fc", 0), ("_blocks.3._depthwise_conv", 0)])
+        assert logits.shape == (1, 1000) and outs[("_fc", 0)].shape == (1, 1000)
+        assert outs[("_blocks.3._depthwise_conv", 0)].ndim == 4  # NCHW, whatever the framework's layout
+        np.testing.assert_allclose(outs[("_fc", 0)], lite0["torch"][0][:1], rtol=1e-4, atol=1e-4)
+    finally:
+        capture.close()
+        predictor.close()
+    assert predictor.native_model is None and predictor.artifact_path == ""
+    with pytest.raises(PredictorError, match="after close"):
+        predictor.capture()
 
 
 def test_unknown_framework_and_device():
@@ -101,6 +115,9 @@ def test_torchscript_manifest_runs_the_same_model(tmp_path, lite0):
     batch = next(dataset.iter_batches(len(dataset), Preprocessor(manifest)))
     with open_predictor(manifest) as predictor:
         assert predictor.info().details["kind"] == "torchscript"
+        assert predictor.artifact_path == str(tmp_path / "lite0.pt")
+        with pytest.raises(PredictorError, match="need an eager PyTorch module"):
+            predictor.capture()
         logits = predictor.predict(batch.data)
     assert np.abs(logits - lite0["torch"][0]).max() <= 1e-4
     shutil.rmtree(tmp_path, ignore_errors=True)

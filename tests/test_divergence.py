@@ -1,5 +1,6 @@
 """Cross-framework divergence: EfficientNet-Lite0 in PyTorch, ONNX Runtime, TensorFlow and an INT8 ONNX copy,
-compared layer by layer on the 20 packaged photos; plus the pure numbers on constructed arrays."""
+compared layer by layer on 4 of the packaged photos, with layer latencies from each predictor's own FRAMEWORK
+trace; plus the pure numbers on constructed arrays."""
 from __future__ import annotations
 
 import json
@@ -8,29 +9,25 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import mlms_nb
 from mlms_nb.analyses import divergence as A
 from mlms_nb.divergence import diverge
-from mlms_nb.divergence.align import Point, attribute_latency, onnx_key
+from mlms_nb.divergence.align import attribute_latency
 from mlms_nb.errors import MlmsError
+from mlms_nb.frameworks.capture import Point
+from mlms_nb.frameworks.onnxruntime.capture import onnx_key
 from tests.helpers import axis_labels, titles
 
 FP32_PAIRS = ("torch~onnxruntime", "torch~tensorflow", "onnxruntime~tensorflow")
 INT8_PAIR = "torch~onnxruntime-int8"
+PHOTOS = 4
 
 
 @pytest.fixture(scope="module")
-def lite0():
-    """One run, all 20 photos, three fp32 frameworks plus the INT8 copy (the slow part of this file, ~60 s)."""
-    from tests.conftest import SESSION_HOME
-
-    mp = pytest.MonkeyPatch()
-    SESSION_HOME.mkdir(parents=True, exist_ok=True)
-    mp.setenv("MLMS_HOME", str(SESSION_HOME))
-    try:
-        yield diverge("efficientnet_lite0", frameworks="torch,onnxruntime,tensorflow", quantized=True,
-                      latency_repeats=3)
-    finally:
-        mp.undo()
+def lite0(models_home):
+    """One run, 4 photos, three fp32 frameworks plus the INT8 copy (the slow part of this file)."""
+    return diverge("efficientnet_lite0", frameworks="torch,onnxruntime,tensorflow", quantized=True, limit=PHOTOS,
+                   latency_repeats=3)
 
 
 # ------------------------------------------------------------------------------------------ real models
@@ -71,9 +68,9 @@ def test_int8_first_divergent_layer_is_reported(lite0):
 
 
 @pytest.mark.slow
-def test_int8_accuracy_delta_matches_per_input_predictions(lite0, monkeypatch):
+def test_int8_accuracy_delta_matches_per_input_predictions(lite0):
     per_input = lite0.per_input
-    assert per_input["input_id"].nunique() == 20
+    assert per_input["input_id"].nunique() == PHOTOS
     acc = lite0.accuracy.set_index("framework")
     for fw, group in per_input.groupby("framework"):
         assert acc.loc[fw, "top1"] == pytest.approx(group["correct"].mean())
@@ -91,14 +88,12 @@ def test_int8_accuracy_delta_matches_per_input_predictions(lite0, monkeypatch):
     from mlms_nb.data.transforms import Preprocessor
     from mlms_nb.frameworks.onnxruntime.quantize import quantized_onnx
     from mlms_nb.manifest import find_manifest
-    from tests.conftest import SESSION_HOME
 
-    monkeypatch.setenv("MLMS_HOME", str(SESSION_HOME))
     manifest = find_manifest("efficientnet_lite0", framework="onnxruntime")
     artifact = quantized_onnx(manifest)
     meta = json.loads((artifact.path.parent / "artifact.json").read_text())
     assert meta["sha256"] == artifact.sha256 and meta["quantization"]["format"] == "QDQ"
-    batch = next(open_dataset("imagenet-samples", manifest).iter_batches(20, Preprocessor(manifest)))
+    batch = next(open_dataset("imagenet-samples", manifest).iter_batches(PHOTOS, Preprocessor(manifest)))
     session = ort.InferenceSession(str(artifact.path), providers=["CPUExecutionProvider"])
     logits = session.run(None, {"input": batch.data})[0]
     assert list(int8.loc[batch.ids, "top1"]) == list(logits.argmax(1))
@@ -115,6 +110,41 @@ def test_layer_latency_beside_error(lite0):
     summary = lite0.latency.set_index("framework")
     assert (summary["total_ms"] > 0).all() and (summary["timed_calls"] == 3).all()
     assert (summary["layers_ms"] <= summary["total_ms"] * (1 + 1e-9)).all()  # layers + unattributed = total
+
+
+@pytest.mark.slow
+def test_layer_latency_is_what_layers_reports_on_the_same_trace(lite0):
+    """%mlms diverge and ev.layers("latency") use one measurement: each framework's latencies come from the
+    FRAMEWORK trace its predictor recorded (kept in .traces), read as layers() reads it; a row that one layer
+    span lands on shows that layer's self_median_ms."""
+    for fw in lite0.frameworks:
+        trace = lite0.traces[fw]
+        assert trace.metadata["framework"] == fw
+        assert (trace.spans["name"] == "predict").sum() == 3 and (trace.spans["kind"] == "layer").any()
+        assert "self time of the FRAMEWORK layer spans" in lite0.notes[f"latency {fw}"]
+        reported = mlms_nb.layers(trace, "latency").table.sort_values("layer_index")
+        predict = trace.spans[trace.spans["name"] == "predict"]
+        assert lite0.latency.set_index("framework").at[fw, "total_ms"] == pytest.approx(
+            float(np.median(predict["duration_ns"])) / 1e6)
+        if fw in ("torch", "tensorflow"):  # layer spans named after their module: the k-th span is call k
+            reported = reported.assign(call=reported.groupby("name").cumcount())
+            col = A.column("latency_ms", fw)
+            both = lite0.layers.merge(reported, left_on=["layer_name", "call"], right_on=["name", "call"])
+            both = both[both[col].notna()]
+            assert len(both) > 0.9 * lite0.layers[col].notna().sum()
+            # a layer span of no row (PyTorch's Identity padding of a 1x1 conv) lands on the row after it, its
+            # parent's: there the row is the median of the per-call sum, never less than the layer's own median
+            rows = set(zip(lite0.layers["layer_name"], lite0.layers["call"]))
+            extra = [n for n, c in zip(reported["name"], reported["call"]) if (n, c) not in rows]
+            alone = both[[not any(e.startswith(f"{n}.") for e in extra) for n in both["layer_name"]]]
+            assert len(alone) > 0.5 * len(both) and (fw == "torch" or len(alone) == len(both))
+            np.testing.assert_allclose(alone[col], alone["self_median_ms"], rtol=1e-9, atol=1e-12)
+            assert (both[col] >= both["self_median_ms"] * (1 - 1e-9)).all()
+        # the classifier is one layer span in the fp32 frameworks (a Linear, a Gemm node, a Dense layer)
+        if fw != "onnxruntime-int8":
+            fc = lite0.layers.set_index("layer").at["_fc", A.column("latency_ms", fw)]
+            assert fc == pytest.approx(float(reported.loc[reported["name"] == "_fc", "self_median_ms"].iloc[0]),
+                                       rel=1e-9)
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 
 import numpy as np
 import pytest
@@ -24,8 +25,9 @@ TOLERANCE = 1e-4  # max |logit difference| allowed between frameworks
 
 
 @pytest.fixture(scope="module", autouse=True)
-def models_home(tmp_path_factory):
-    """One MLMS_HOME for this module, so each conversion is built once here and nowhere else."""
+def fresh_home(tmp_path_factory):
+    """An empty MLMS_HOME of this module's own: the conversions here are built from scratch (and one tampered with),
+    never the session's shared artifacts."""
     home = tmp_path_factory.mktemp("mlms_home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLMS_HOME", str(home))
@@ -165,9 +167,9 @@ def test_onnx_node_names_with_sequential_and_repeated_calls():
 
 # ----------------------------------------------------------------------------- the artifact cache
 
-def test_artifact_layout_and_metadata(lite0_onnx, models_home):
+def test_artifact_layout_and_metadata(lite0_onnx, fresh_home):
     path = lite0_onnx.path
-    assert path == models_home / "artifacts" / "efficientnet_lite0" / "1.0.0" / "onnxruntime" / "model.onnx"
+    assert path == fresh_home / "artifacts" / "efficientnet_lite0" / "1.0.0" / "onnxruntime" / "model.onnx"
     meta = json.loads((path.parent / "artifact.json").read_text())
     assert meta["sha256"] == lite0_onnx.sha256 == sha256_file(path, memo=False)
     assert meta["source_weights_sha256"] == find_manifest("efficientnet_lite0", framework="torch").model.sha256["weights_path"]
@@ -202,3 +204,12 @@ def test_resolve_artifact_uri(lite0_onnx):
         conv.resolve_artifact_uri("artifact://efficientnet_lite0")
     with pytest.raises(AssetError, match="cannot convert to 'caffe'"):
         conv.resolve_artifact_uri("artifact://efficientnet_lite0/caffe")
+
+
+def test_a_missing_framework_names_its_extra(monkeypatch):
+    from mlms_nb.errors import FrameworkNotInstalledError
+
+    monkeypatch.setitem(sys.modules, "keras", None)  # what Python does for a module that cannot be imported
+    with pytest.raises(FrameworkNotInstalledError, match=r"^building efficientnet_lite0 in Keras needs Keras, which "
+                                                         r"is not installed: pip install 'mlms-nb\[tf\]'$"):
+        build_keras_model("efficientnet_lite0")

@@ -20,6 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from mlms_nb.analyses import FIGURE_MARK
+
 from tests.conftest import REPO, SESSION_HOME
 
 pytestmark = [
@@ -183,7 +185,7 @@ def test_nbconvert_mlms_pdf_keeps_every_bokeh_figure_of_example_04(home, tmp_pat
                    resources={"metadata": {"path": str(REPO / "example_notebooks")}}).execute()
     executed = tmp_path / "04.ipynb"
     nbformat.write(nb, executed)
-    bokeh = sum("application/vnd.bokehjs_exec.v0+json" in o.get("data", {}) for c in nb.cells
+    bokeh = sum(FIGURE_MARK in str(o.get("data", {}).get("text/html", "")) for c in nb.cells
                 for o in c.get("outputs", []))
     pngs = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
     assert bokeh >= 4

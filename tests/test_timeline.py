@@ -169,8 +169,9 @@ def test_level_of_detail_at_scale_keeps_views_bounded(spans):
         for centre in (0.3, 0.7):
             v = timeline.view(tl, extent_ms * centre - width / 2, extent_ms * centre + width / 2, 1000)
             assert len(v) <= 4 * n_tracks * 1000, (width, len(v))
-            # every span at least a pixel wide that overlaps the window is drawn on its own
-            px_ns = width / 1000 * 1e6
+            # every span at least one level pixel wide (LEVEL_SLACK view pixels) that overlaps the window is
+            # drawn on its own
+            px_ns = width / 1000 * 1e6 * timeline.LEVEL_SLACK
             s = (big["start_ns"] - big["start_ns"].min()).to_numpy()
             d = big["duration_ns"].to_numpy()
             x0, x1 = v.attrs["window_ms"]

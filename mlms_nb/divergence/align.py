@@ -2,72 +2,35 @@
 
 A *point* is one call of one PyTorch module: ``(module name, call index)`` (a shared ``ReLU6`` called
 twice in a block gives ``(_blocks.1._swish, 0)`` and ``(_blocks.1._swish, 1)``), ordered by when the call
-returns (forward hooks). Every framework says which points it has a tensor for:
+returns (forward hooks; :class:`mlms_nb.frameworks.capture.Point`). Every framework's capture
+(``frameworks/<name>/capture.py``) says which points it has a tensor for:
 
 - PyTorch: every module call (forward hooks);
 - Keras: layer ``L``'s k-th call is point ``(keras_layer_to_torch_name(L), k)``; outputs NHWC -> NCHW;
 - ONNX: node ``/scope/.../Op`` is point ``(onnx_node_to_torch_name(node), k)`` where ``k`` is the
   ``_N`` call suffix of its last scope; a point's tensor is the output of its last node in graph order.
   The exporter folds an eval-mode BatchNorm into the Conv before it, so a Conv point whose output
-  PyTorch feeds straight into a BatchNorm is re-keyed to that BatchNorm's point: the ONNX Conv output is
-  compared with PyTorch's (and Keras') BatchNorm output, the conv+bn pair;
+  PyTorch feeds straight into a BatchNorm is re-keyed (:func:`fold_map`) to that BatchNorm's point: the ONNX
+  Conv output is compared with PyTorch's (and Keras') BatchNorm output, the conv+bn pair;
 - int8 ONNX (QDQ): a ``QuantizeLinear`` of fp32 tensor ``T`` gives the int8 copy of ``T``; it is
   dequantized (``(q - zero_point) * scale``) and takes ``T``'s fp32 point.
 
 A layer row exists for each point at least two of the compared frameworks have a tensor for; a pair's
 metrics are NaN on rows one of its two frameworks lacks.
 
-Latency: each framework reports durations per point it can time (ONNX Runtime per node, Keras per layer
-call, PyTorch per module call); a duration is added to the first row at or after its point in execution
-order that this framework has a tensor for (so time spent in a fused or unaligned op lands on the layer
-whose output it helps produce). Durations of ops outside any module scope are reported as unattributed.
+Latency (:mod:`.latency`): the self time of each layer span of the predictor's FRAMEWORK trace (ONNX Runtime:
+per node, Keras: per layer call, PyTorch: per layer-module call) goes to the point the span stands for, and a
+point's time is added to the first row at or after it in execution order that this framework has a tensor for
+(so time spent in a fused or unaligned op lands on the layer whose output it helps produce). Time outside any
+layer span, or in layers of no point, is reported as unattributed.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
-from mlms_nb.naming import onnx_node_to_torch_name
-
-Key = tuple  # (module name, call index)
-_CALL_SUFFIX = re.compile(r"^(.+)_(\d+)$")
-
-
-@dataclass(frozen=True)
-class Point:
-    """One PyTorch module call: position in execution order, module name, call index, module type, shape."""
-    position: int
-    name: str
-    call: int
-    layer_type: str
-    shape: tuple
-
-    @property
-    def key(self) -> Key:
-        return (self.name, self.call)
-
-    @property
-    def label(self) -> str:
-        """``_blocks.1._swish`` or ``_blocks.1._swish#1`` for a module's second call."""
-        return self.name if self.call == 0 else f"{self.name}#{self.call}"
-
-
-def onnx_key(node_name: str, module_names: Collection[str]) -> Key | None:
-    """The point an ONNX node (or a name built from one, such as an ORT profile name) belongs to; None
-    outside any module (``Constant_7``, ``input_QuantizeLinear``) or directly under the root (``/Reshape``)."""
-    module = onnx_node_to_torch_name(node_name, module_names)
-    if not module:
-        return None
-    scopes = node_name[1:].split("/")[:-1]
-    last_scope, last_name = scopes[-1], module.rsplit(".", 1)[-1]
-    call = 0
-    m = _CALL_SUFFIX.match(last_scope)
-    if m and last_scope != last_name and m.group(1).endswith(last_name):
-        call = int(m.group(2))
-    return (module, call)
+from mlms_nb.frameworks.capture import Key, Point
 
 
 def fold_map(points: Sequence[Point], conv_feeds_bn: Collection[Key]) -> dict[Key, Key]:

@@ -22,7 +22,9 @@ class Divergence:
     - ``accuracy``: top-1/top-5 per framework and the delta vs the reference (``frameworks[0]``);
     - ``first_divergent_layer``: per pair, the first layer whose ``max_rel_error`` exceeds ``tolerance``
       (None when no layer does);
-    - ``notes``: how things were aligned and measured.
+    - ``notes``: how things were aligned and measured;
+    - ``traces``: per framework, the FRAMEWORK-level trace its layer latencies were read from
+      (``mlms_nb.layers(div.traces["onnxruntime"])`` gives every layer's latency from the same calls).
     """
     model: str
     dataset: str
@@ -37,6 +39,7 @@ class Divergence:
     latency: pd.DataFrame
     notes: dict[str, str] = field(default_factory=dict)
     quantization: dict[str, Any] | None = None
+    traces: dict[str, Any] = field(default_factory=dict)
 
     @property
     def reference(self) -> str:

@@ -9,11 +9,16 @@ import pandas as pd
 
 from mlms_nb.analyses import divergence as _analysis
 
-from mlms_nb.errors import MlmsError
-from mlms_nb.manifest import FRAMEWORKS, canonical_framework, find_manifest
-from mlms_nb.divergence.align import attribute_latency, build_rows, fold_map
-from mlms_nb.frameworks.onnxruntime.quantize import ALIASES as INT8_ALIASES, FRAMEWORK as INT8
+from mlms_nb.divergence.align import build_rows, fold_map
+from mlms_nb.divergence.latency import how_measured, row_latency, traced_calls
 from mlms_nb.divergence.result import Divergence
+from mlms_nb.errors import MlmsError
+from mlms_nb.frameworks.base import Predictor, open_predictor
+from mlms_nb.frameworks.onnxruntime.quantize import ALIASES as INT8_ALIASES
+from mlms_nb.frameworks.onnxruntime.quantize import FRAMEWORK as INT8
+from mlms_nb.frameworks.onnxruntime.quantize import SETTINGS as INT8_SETTINGS
+from mlms_nb.frameworks.onnxruntime.quantize import quantized_manifest
+from mlms_nb.manifest import FRAMEWORKS, canonical_framework, find_manifest
 
 ALIGNMENT_RULE = ("rows are PyTorch module calls in execution order that at least two frameworks have a tensor "
                   "for; ONNX nodes map by scope name (a Conv with its BatchNorm folded in is compared with the "
@@ -59,31 +64,10 @@ def _check(tolerance, limit, batch_size, latency_repeats) -> float:
     return tol
 
 
-def _open(model: str, framework: str, module_names, fold):
-    """A capture of ``model`` in ``framework``, built on the opened predictor (its ``.model`` / artifact)."""
-    from mlms_nb.frameworks import open_predictor
-    from mlms_nb.divergence.capture import KerasCapture, OnnxCapture, TorchCapture
-
-    if framework == INT8:
-        from mlms_nb.frameworks.onnxruntime.quantize import quantized_onnx
-
-        fp32 = find_manifest(model, framework="onnxruntime")
-        with open_predictor(fp32) as predictor:
-            fp32_path = predictor.artifact
-        return OnnxCapture(str(quantized_onnx(fp32).path), module_names, fold, label=INT8, fp32_path=fp32_path)
-    manifest = find_manifest(model, framework=framework)
-    predictor = open_predictor(manifest)
-    if framework == "torch":
-        if predictor.kind != "eager":
-            raise MlmsError(f"{manifest.key}: divergence needs an eager PyTorch module, not {predictor.kind}")
-        return TorchCapture(predictor.model)
-    if framework == "onnxruntime":
-        path = predictor.artifact
-        predictor.close()
-        return OnnxCapture(path, module_names, fold)
-    if predictor.kind != "keras":
-        raise MlmsError(f"{manifest.key}: divergence needs a Keras model, not a {predictor.kind}")
-    return KerasCapture(predictor.model)
+def _open(model: str, framework: str) -> Predictor:
+    """The opened predictor of ``model`` in ``framework`` (the INT8 copy: ONNX Runtime on its quantized graph)."""
+    manifest = quantized_manifest(model) if framework == INT8 else find_manifest(model, framework=framework)
+    return open_predictor(manifest)
 
 
 def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: str = "imagenet-samples",
@@ -111,61 +95,69 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
     if not batches:
         raise MlmsError(f"dataset {dataset!r} gave no inputs")
 
-    structure = _open(model, "torch", (), {})
-    points = structure.structure(batches[0].data[:1])
-    fold = fold_map(points, structure.conv_feeds_bn)
+    predictors: dict[str, Predictor] = {}
     captures = {}
     try:
+        predictors["torch"] = _open(model, "torch")
+        structure = captures["torch"] = predictors["torch"].capture()
+        points = structure.structure(batches[0].data[:1])
+        fold = fold_map(points, structure.conv_feeds_bn)
         for fw in names:
-            captures[fw] = structure if fw == "torch" else _open(model, fw, structure.module_names, fold)
-        rows = build_rows(points, {fw: c.keys for fw, c in captures.items()})
+            if fw not in predictors:
+                predictors[fw] = _open(model, fw)
+                captures[fw] = predictors[fw].capture(structure.module_names, fold)
+        rows = build_rows(points, {fw: captures[fw].keys for fw in names})
         if not rows:
             raise MlmsError(f"{model}: no layer output is shared by two of {', '.join(names)}")
         pairs = list(itertools.combinations(names, 2))
-        stats = {(i, _analysis.pair_label(a, b)): _analysis.ErrorStats()
-                 for i, r in enumerate(rows) for a, b in pairs
+        stats = {(i, a, b): _analysis.ErrorStats() for i, r in enumerate(rows) for a, b in pairs
                  if r.key in captures[a].keys and r.key in captures[b].keys}
         wanted = [r.key for r in rows]
         logits = {fw: [] for fw in names}
         for batch in batches:
             outs = {}
-            for fw, capture in captures.items():
-                outs[fw], out = capture.run(batch.data, wanted)
+            for fw in names:
+                outs[fw], out = captures[fw].run(batch.data, wanted)
                 logits[fw].append(np.asarray(out, dtype=np.float32).reshape(len(batch), -1))
-            for (i, key), acc in stats.items():
-                a, b = key.split("~")
-                acc.update(outs[a][rows[i].key], outs[b][rows[i].key])
+            for i, row in enumerate(rows):  # each tensor made float64 once, for all the pairs it is in
+                flat = {fw: np.asarray(o[row.key], np.float64).ravel() for fw, o in outs.items() if row.key in o}
+                for a, b in pairs:
+                    if (i, a, b) in stats:
+                        stats[(i, a, b)].update(flat[a], flat[b])
+                del flat
             del outs
         logits = {fw: np.concatenate(v) for fw, v in logits.items()}
 
-        latency, notes, summary = {}, {"alignment": ALIGNMENT_RULE}, []
+        latency, notes, summary, traces = {}, {"alignment": ALIGNMENT_RULE}, [], {}
         x1 = batches[0].data[:1]
-        for fw, capture in captures.items():
-            durations, how = capture.durations(x1, latency_repeats)
-            per_row, unattributed = attribute_latency(points, rows, capture.keys, durations)
+        for fw in names:
+            trace = traces[fw] = traced_calls(predictors[fw], x1, latency_repeats, fw)
+            per_row, unattributed, total = row_latency(trace, captures[fw], points, rows)
             for i, row in enumerate(rows):
                 if i in per_row:
                     q25, med, q75 = np.percentile(per_row[i] / 1e6, [25, 50, 75])
                     latency[(i, fw)] = (float(med), float(q75 - q25))
-                elif row.key in capture.keys:  # its op was fused into a later one, timed there
+                elif row.key in captures[fw].keys:  # its op was fused into a later one, timed there
                     latency[(i, fw)] = (0.0, 0.0)
-            layers_ns = sum(per_row.values()) if per_row else np.zeros_like(unattributed)
-            total_ms = (layers_ns + unattributed) / 1e6
-            q25, q75 = np.percentile(total_ms, [25, 75])
+            layers_ns = sum(per_row.values()) if per_row else np.zeros_like(total)
+            q25, q75 = np.percentile(total / 1e6, [25, 75])
+            how = how_measured(predictors[fw], latency_repeats)
             summary.append(dict(framework=fw, layers_ms=float(np.median(layers_ns / 1e6)),
-                                unattributed_ms=float(np.median(unattributed / 1e6)), total_ms=float(np.median(total_ms)),
-                                total_iqr_ms=float(q75 - q25), timed_calls=int(latency_repeats), batch_size=1, how=how))
+                                unattributed_ms=float(np.median(unattributed / 1e6)),
+                                total_ms=float(np.median(total / 1e6)), total_iqr_ms=float(q75 - q25),
+                                timed_calls=int(latency_repeats), batch_size=1, how=how))
             notes[f"latency {fw}"] = how
     finally:
         for capture in captures.values():
             capture.close()
-        structure.close()
+        for predictor in predictors.values():
+            predictor.close()
 
     layers = pd.DataFrame({
         "layer_index": range(len(rows)), "layer": [r.label for r in rows], "layer_name": [r.name for r in rows],
         "call": [r.call for r in rows], "layer_type": [r.layer_type for r in rows],
         "shape": ["x".join(map(str, r.shape)) for r in rows]})
-    errors = {k: v.result() for k, v in stats.items()}
+    errors = {(i, _analysis.pair_label(a, b)): v.result() for (i, a, b), v in stats.items()}
     table = _analysis.layer_table(layers, errors, latency, pairs, names, tol)
     first = {}
     for a, b in pairs:
@@ -181,9 +173,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
     per_input = _analysis.per_input_table(ids, labels, logits, class_names)
     quant = None
     if INT8 in names:
-        from mlms_nb.frameworks.onnxruntime.quantize import SETTINGS
-
-        quant = dict(SETTINGS)
+        quant = dict(INT8_SETTINGS)
         notes["int8"] = ("onnxruntime.quantization.quantize_static, QDQ format, uint8 activations / int8 per-channel "
                          "weights, MinMax calibration on the imagenet-samples photos (the same photos accuracy is "
                          "measured on)")
@@ -191,4 +181,4 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
     return Divergence(model=model, dataset=str(dataset), frameworks=names, pairs=pairs, tolerance=tol,
                       layers=table, outputs=_analysis.output_table(logits, pairs), per_input=per_input,
                       accuracy=_analysis.accuracy_table(per_input, names[0]), first_divergent_layer=first,
-                      latency=pd.DataFrame(summary), notes=notes, quantization=quant)
+                      latency=pd.DataFrame(summary), notes=notes, quantization=quant, traces=traces)

@@ -6,13 +6,12 @@ from mlms_nb.frameworks.base import (
     Predictor,
     PredictorInfo,
     PredictorOptions,
-    framework_available,
     get_predictor_class,
     open_predictor,
     register_predictor,
 )
 
 __all__ = [
-    "Predictor", "PredictorInfo", "PredictorOptions", "framework_available", "get_predictor_class",
+    "Predictor", "PredictorInfo", "PredictorOptions", "get_predictor_class",
     "open_predictor", "register_predictor",
 ]

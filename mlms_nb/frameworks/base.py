@@ -1,8 +1,15 @@
 """The predictor contract and the registry of predictors by framework name.
 
-A predictor runs one model in one framework: ``open(manifest, device, options)`` loads it,
-``predict(batch)`` maps a float32 numpy batch laid out as the manifest's input (NCHW or NHWC) to a
-numpy array of outputs (logits for classifiers), ``close()`` frees it, ``info()`` says what ran it.
+A predictor runs one model in one framework. :class:`Predictor` declares everything a caller may use; nothing
+else is read from a predictor outside its own framework folder (``mlms_nb/frameworks/<name>/``):
+
+- ``open(manifest, device, options)`` loads the model, ``predict(batch)`` maps a float32 numpy batch laid out as
+  the manifest's input (NCHW or NHWC) to a numpy array of outputs (logits for classifiers), ``close()`` frees
+  it, ``info()`` says what ran it; ``manifest``, ``device`` and ``options`` are what ``open`` was given;
+- ``native_model``: the framework's own model object; ``artifact_path``: the file it was loaded from;
+- ``capture(...)``: per-layer outputs keyed by PyTorch module calls (:mod:`mlms_nb.frameworks.capture`);
+- tracing, below.
+
 Predictors never import the runner; the runner only talks to this contract.
 
 Tracing: ``start_tracing(tracer)`` makes a predictor emit its spans into a
@@ -11,6 +18,12 @@ layers at FRAMEWORK, ops at ML_LIBRARY), ``stop_tracing()`` ends it and flushes 
 ``tracing_levels()`` says, per level, how it is traced or why not. A predictor also follows the *current*
 tracer (:func:`mlms_nb.tracing.use_tracer`): called inside an active tracer it starts tracing into it by
 itself, and :func:`stop_auto_traced` stops every predictor that did so (``mlms_nb.trace()`` / ``%%mlms trace``).
+
+Writing a predictor for a fourth framework: subclass :class:`Predictor` in ``frameworks/<name>/predictor.py``,
+implement the abstract members, override ``_start_framework_tracing`` / ``_stop_framework_tracing`` to record
+layers and ops, add the class to ``_BUILTIN``. Note that **``predict`` is wrapped when the subclass is created**
+(``__init_subclass__``, :func:`_traced_predict`): the ``predict`` you write runs inside the MODEL ``predict``
+span of the tracer the predictor emits into, and outside any tracer it costs one context-variable read more.
 """
 from __future__ import annotations
 
@@ -20,11 +33,13 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Collection, Mapping
 
 import numpy as np
 
-from mlms_nb.errors import FrameworkNotInstalledError, PredictorError
+from mlms_nb._optional import require
+from mlms_nb.errors import PredictorError
+from mlms_nb.frameworks.capture import Key, LayerCapture
 from mlms_nb.manifest import FRAMEWORKS, Manifest, canonical_framework
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.tracing.tracer import _CURRENT
@@ -57,7 +72,12 @@ class PredictorInfo:
 
 
 class Predictor(ABC):
-    """One model, opened in one framework."""
+    """One model, opened in one framework (the contract: see the module docstring).
+
+    ``predict`` of every subclass is wrapped at class creation so that traced calls run inside a MODEL
+    ``predict`` span (see :func:`_traced_predict`); subclasses implement ``open``, ``predict``, ``info`` and
+    ``native_model``, and override ``artifact_path``, ``capture`` and the two tracing hooks where they can.
+    """
 
     framework: ClassVar[str]
     #: the pip extra that installs this framework
@@ -81,7 +101,10 @@ class Predictor(ABC):
 
     @abstractmethod
     def predict(self, batch: np.ndarray) -> np.ndarray:
-        """Run one batch (N first, manifest layout) and return the raw outputs as numpy (N first)."""
+        """Run one batch (N first, manifest layout) and return the raw outputs as numpy (N first).
+
+        A subclass's ``predict`` is replaced, when the class is created, by :func:`_traced_predict` wrapped around
+        it: callers always get the wrapper, which opens the MODEL ``predict`` span when the predictor traces."""
 
     def close(self) -> None:
         """Free the model (stopping any tracing first). Safe to call twice."""
@@ -92,6 +115,27 @@ class Predictor(ABC):
     @abstractmethod
     def info(self) -> PredictorInfo:
         """Framework, version, device and threads of the opened model."""
+
+    @property
+    @abstractmethod
+    def native_model(self) -> Any:
+        """The framework's own model object (an ``nn.Module`` or TorchScript module, an
+        ``onnxruntime.InferenceSession``, a ``keras.Model`` or a loaded SavedModel); None before open / after close."""
+
+    @property
+    def artifact_path(self) -> str:
+        """The file or folder the model was loaded from (graph, ``.keras`` file, TorchScript file or weights);
+        "" when it was built from an architecture with random weights, or is not open."""
+        return ""
+
+    def capture(self, module_names: Collection[str] = (), rekey: Mapping[Key, Key] | None = None) -> LayerCapture:
+        """Per-layer outputs of the opened model, keyed by PyTorch module calls (:mod:`mlms_nb.frameworks.capture`).
+
+        ``module_names``: the PyTorch model's module names, where a framework's layer names need them to map
+        back exactly; ``rekey``: points whose tensor stands for another point (an ONNX Conv with the following
+        BatchNorm folded into it gives that BatchNorm's output). Raises PredictorError where this model cannot
+        give its layers' outputs (say why)."""
+        raise PredictorError(f"{self.framework}: this predictor cannot capture per-layer outputs")
 
     # ------------------------------------------------------------------------------------------ tracing
 
@@ -190,11 +234,11 @@ def device_kind(device: str) -> str:
 
 # ---------------------------------------------------------------- registry
 
-#: framework name -> (module, class, pip extra, import name of the framework)
+#: framework name -> (predictor module, class, import name of the framework; its pip extra is in _optional.EXTRAS)
 _BUILTIN = {
-    "torch": ("mlms_nb.frameworks.torch.predictor", "TorchPredictor", "torch", "torch"),
-    "onnxruntime": ("mlms_nb.frameworks.onnxruntime.predictor", "OnnxRuntimePredictor", "onnx", "onnxruntime"),
-    "tensorflow": ("mlms_nb.frameworks.tensorflow.predictor", "TensorFlowPredictor", "tf", "tensorflow"),
+    "torch": ("mlms_nb.frameworks.torch.predictor", "TorchPredictor", "torch"),
+    "onnxruntime": ("mlms_nb.frameworks.onnxruntime.predictor", "OnnxRuntimePredictor", "onnxruntime"),
+    "tensorflow": ("mlms_nb.frameworks.tensorflow.predictor", "TensorFlowPredictor", "tensorflow"),
 }
 _REGISTERED: dict[str, type[Predictor]] = {}
 
@@ -205,19 +249,6 @@ def register_predictor(cls: type[Predictor]) -> type[Predictor]:
     return cls
 
 
-def framework_available(name: str) -> tuple[bool, str]:
-    """(True, version) when the framework imports, else (False, a sentence naming the extra)."""
-    name = canonical_framework(name)
-    if name not in _BUILTIN:
-        return False, f"unknown framework {name!r}; expected one of {', '.join(FRAMEWORKS)}"
-    _, _, extra, module = _BUILTIN[name]
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return False, f"{name} is not installed: pip install 'mlms-nb[{extra}]'"
-    return True, getattr(mod, "__version__", "unknown")
-
-
 def get_predictor_class(name: str) -> type[Predictor]:
     """The predictor class for a framework name (``torch``, ``onnxruntime``, ``tensorflow`` or an alias)."""
     name = canonical_framework(name)
@@ -225,10 +256,8 @@ def get_predictor_class(name: str) -> type[Predictor]:
         return _REGISTERED[name]
     if name not in _BUILTIN:
         raise PredictorError(f"unknown framework {name!r}; expected one of {', '.join(FRAMEWORKS)}")
-    ok, why = framework_available(name)
-    if not ok:
-        raise FrameworkNotInstalledError(why)
-    module, cls_name, _, _ = _BUILTIN[name]
+    module, cls_name, framework_module = _BUILTIN[name]
+    require(framework_module, f"running a model in {name}")
     cls = getattr(importlib.import_module(module), cls_name)
     _REGISTERED[name] = cls
     return cls

@@ -261,9 +261,13 @@ def convert(manifest_or_name: Manifest | str, to: str, force: bool = False) -> A
     target = folder / ARTIFACT_FILES[fw]
     label = f"{m.name}@{m.version} -> {fw}"
     meta = {"name": m.name, "version": m.version, "framework": fw, "architecture": arch,
-            "source_weights": m.model.weights_path, "versions": _versions(fw)}
-    digest = build_artifact(folder, target, label, lambda tmp: (_export_onnx if fw == "onnxruntime" else _export_keras)(
-        arch, weights, tmp), meta, force, source_weights_sha256=source_sha)
+            "source_weights": m.model.weights_path}
+
+    def build(tmp: Path) -> dict:
+        (_export_onnx if fw == "onnxruntime" else _export_keras)(arch, weights, tmp)
+        return {"versions": _versions(fw)}  # asked only when building: it imports the frameworks (seconds)
+
+    digest = build_artifact(folder, target, label, build, meta, force, source_weights_sha256=source_sha)
     return Artifact(path=target, sha256=digest, framework=fw, name=m.name, version=m.version)
 
 

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from mlms_nb._quiet import is_chatter
+from mlms_nb.analyses import FIGURE_MARK
 
 BOKEH_LOAD = "application/vnd.bokehjs_load.v0+json"
 BOKEH_EXEC = "application/vnd.bokehjs_exec.v0+json"
@@ -74,7 +75,8 @@ def strip_noise(nb) -> dict[str, int]:
 
 def _bokeh_figures(nb) -> tuple[str | None, list[dict[str, Any]]]:
     """The BokehJS load script (when the notebook holds one) and every Bokeh figure: ``{"cell", "html",
-    "js", "div", "exec"}`` (the output with the div and the one with the embedding script)."""
+    "js", "div", "exec"}`` (the output with the div and the one with the embedding script; a figure shown by
+    mlms-nb's own display is one output, carrying its embedding script, so ``exec`` is None)."""
     load_js = None
     figures = []
     for cell in nb.cells:
@@ -88,6 +90,9 @@ def _bokeh_figures(nb) -> tuple[str | None, list[dict[str, Any]]]:
             match = re.search(r'data-root-id="([^"]+)"', str(data.get("text/html", "")))
             if match:
                 divs[match.group(1)] = out
+            if FIGURE_MARK in str(data.get("text/html", "")):  # a self-displaying figure (mlms_nb.analyses)
+                figures.append({"cell": cell, "div": out, "exec": None, "html": data["text/html"], "js": ""})
+                continue
             meta = (out.get("metadata") or {}).get(BOKEH_EXEC) or {}
             if BOKEH_EXEC in data and meta.get("id") in divs:
                 div = divs[meta["id"]]
@@ -152,7 +157,8 @@ def static_bokeh(nb, browser, scale: float = 2.0) -> dict[str, int]:
                 png, width, _ = shot
                 div["data"] = {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": "<Bokeh figure>"}
                 div["metadata"] = {"image/png": {"width": width, "alt": "Bokeh figure"}}
-            script["data"], script["metadata"] = {}, {}
+            if script is not None:
+                script["data"], script["metadata"] = {}, {}
     for cell in nb.cells:  # the load scripts (4 MB each) and the emptied script outputs
         if cell.get("cell_type") == "code":
             cell["outputs"] = [o for o in cell.get("outputs", [])

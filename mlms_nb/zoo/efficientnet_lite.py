@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mlms_nb._optional import require
 from mlms_nb.naming import keras_layer_to_torch_name, torch_to_keras_name
 from mlms_nb.zoo.keras_port import port_torch_weights
 
@@ -101,9 +102,8 @@ def build_torch(name: str, weights_file: str | None = None) -> Any:
     way of tracing); activations are the package's ``nn.ReLU6``, so export and ``torch.jit.trace`` work.
     Without ``weights_file`` the weights are the package's initialisation under ``torch.manual_seed(0)``.
     """
-    import torch
-    from efficientnet_lite_pytorch import EfficientNet
-
+    torch = require("torch", f"building {name} in PyTorch")
+    EfficientNet = require("efficientnet_lite_pytorch", f"building {name} in PyTorch").EfficientNet
     v = _variant(name)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -122,9 +122,8 @@ def build_keras(name: str, state_dict: Mapping[str, np.ndarray] | None = None) -
     ``state_dict`` maps PyTorch parameter names to numpy arrays (``_blocks.0._bn1.running_var``, ...);
     without it the layers keep Keras' random initialisation.
     """
-    import keras
-    from keras import layers
-
+    keras = require("keras", f"building {name} in Keras")
+    layers = keras.layers
     v = _variant(name)
     size = v.image_size
 

@@ -7,13 +7,11 @@ architecture has no Keras definition.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from mlms_nb.errors import FrameworkNotInstalledError, PredictorError
-
-_EXTRAS = {"torch": "torch", "efficientnet_lite_pytorch": "torch", "keras": "tf", "tensorflow": "tf"}
+from mlms_nb._optional import require
+from mlms_nb.errors import PredictorError
 
 
 @dataclass(frozen=True)
@@ -25,21 +23,10 @@ class Architecture:
     build_keras: Callable[[dict | None], Any] | None = None
 
 
-def _import(module: str) -> Any:
-    """Import a builder module; a missing framework becomes a sentence naming the extra to install."""
-    try:
-        return importlib.import_module(f"mlms_nb.zoo.{module}")
-    except ImportError as err:
-        missing = (err.name or "").split(".")[0]
-        extra = _EXTRAS.get(missing)
-        if extra is None:
-            raise
-        raise FrameworkNotInstalledError(f"{missing} is not installed: pip install 'mlms-nb[{extra}]'") from None
-
-
 def _lazy(module: str, function: str, name: str) -> Callable[..., Any]:
     def build(*args: Any) -> Any:
-        return getattr(_import(module), function)(name, *args)
+        # a missing framework (torch, efficientnet_lite_pytorch, keras) becomes a sentence naming the extra
+        return getattr(require(f"mlms_nb.zoo.{module}", f"building {name}"), function)(name, *args)
 
     build.__name__ = build.__qualname__ = f"{function}[{name}]"
     return build
@@ -71,10 +58,7 @@ def build_torch_model(arch: str, weights_file: str | None = None) -> Any:
 
 def load_torch_state_dict(weights_file: str) -> dict[str, Any]:
     """A ``.pth`` state dict as numpy arrays (loaded with ``weights_only=True``, on the CPU)."""
-    try:
-        import torch
-    except ImportError:
-        raise FrameworkNotInstalledError("torch is not installed (needed to read .pth weights): pip install 'mlms-nb[torch]'") from None
+    torch = require("torch", "reading .pth weights")
     state = torch.load(str(weights_file), map_location="cpu", weights_only=True)
     return {k: v.detach().cpu().numpy() for k, v in state.items()}
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
+from mlms_nb._optional import require
+from mlms_nb.errors import MlmsError
 from mlms_nb.theory._costs import (
     AFFINE_FLOPS_PER_ELEMENT, COMMON_COLUMNS, INFERENCE_BATCHNORM_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_ELEMENT, attention_flops, finish_frame, numel, shape_json,
@@ -44,18 +45,10 @@ REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Re
                         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
 
 
-def _onnx():
-    try:
-        import onnx  # noqa: PLC0415 - imported on first use
-    except ImportError:
-        raise FrameworkNotInstalledError("onnx is not installed: pip install 'mlms-nb[onnx]'") from None
-    return onnx
-
-
 # ---------------------------------------------------------------- loading and shapes
 
 def _load(model: Any):
-    onnx = _onnx()
+    onnx = require("onnx")
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
@@ -98,7 +91,7 @@ def _fix_input_shapes(model, input_shapes: dict[str, list[int]] | None, batch_si
 
 def _value_shapes(model) -> tuple[dict[str, list[int] | None], dict[str, int]]:
     """Shapes (None where unknown) and element types of every named value after shape inference."""
-    onnx = _onnx()
+    onnx = require("onnx")
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception as err:  # InferenceError on malformed graphs
@@ -125,7 +118,7 @@ def _value_shapes(model) -> tuple[dict[str, list[int] | None], dict[str, int]]:
 
 
 def _itemsize(elem_type: int | None) -> int:
-    onnx = _onnx()
+    onnx = require("onnx")
     if not elem_type:
         return 0
     try:
@@ -135,7 +128,7 @@ def _itemsize(elem_type: int | None) -> int:
 
 
 def _attrs(node) -> dict[str, Any]:
-    onnx = _onnx()
+    onnx = require("onnx")
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 

@@ -1,16 +1,14 @@
 """ONNX Runtime predictor: an ONNX graph on the CPU execution provider, or CUDA when present.
 
 Tracing: at FRAMEWORK and deeper levels the session is re-created with ``SessionOptions.enable_profiling`` (ONNX
-Runtime only profiles sessions created so), ``predict`` runs on it and records the ``perf_counter_ns`` window
-of each ``session.run``; ``stop_tracing`` ends the profile, adds one ``layer`` span per node execution (see
-:mod:`mlms_nb.frameworks.onnxruntime.profile`), deletes the file and puts the untraced session back. Re-creating the session
-costs one model load (about 0.1-0.3 s for EfficientNet-Lite0) per ``start_tracing``.
+Runtime only profiles sessions created so), writing into a temporary folder (:mod:`mlms_nb.frameworks.profiling`);
+``predict`` runs on it and records the ``perf_counter_ns`` window of each ``session.run``; ``stop_tracing`` ends
+the profile, adds one ``layer`` span per node execution (see :mod:`mlms_nb.frameworks.onnxruntime.profile`),
+deletes the folder and puts the untraced session back. Re-creating the session costs one model load (about
+0.1-0.3 s for EfficientNet-Lite0) per ``start_tracing``.
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +19,7 @@ from mlms_nb.errors import PredictorError
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.frameworks.base import Predictor, PredictorInfo, PredictorOptions, device_kind, register_predictor
-
-_perf_ns = time.perf_counter_ns
+from mlms_nb.frameworks.profiling import FrameworkProfile
 
 
 @register_predictor
@@ -36,7 +33,7 @@ class OnnxRuntimePredictor(Predictor):
         self.artifact = ""
         self._providers: list = []
         self._plain_session: ort.InferenceSession | None = None  # the untraced session, while profiling
-        self._profile: dict | None = None   # profiling state: temp dir, clock anchors, predict windows
+        self._profile: FrameworkProfile | None = None   # while profiling (state: the profiling start, Unix ns)
 
     def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "OnnxRuntimePredictor":
         self.manifest, self.device, self.options = manifest, device, options or PredictorOptions()
@@ -85,11 +82,27 @@ class OnnxRuntimePredictor(Predictor):
         profile = self._profile
         if profile is None:
             return self.session.run(self._outputs, {self._input: batch})[0]
-        parent = self._tracer.current_span_id() if self._tracer is not None else 0
-        t0 = _perf_ns()
-        out = self.session.run(self._outputs, {self._input: batch})[0]
-        profile["windows"].append((t0, _perf_ns(), parent))
-        return out
+        with profile.call(self._tracer.current_span_id() if self._tracer is not None else 0):
+            return self.session.run(self._outputs, {self._input: batch})[0]
+
+    @property
+    def native_model(self) -> ort.InferenceSession | None:
+        """The untraced session (while tracing, ``predict`` runs on a profiling copy of it)."""
+        return self._plain_session if self._profile is not None else self.session
+
+    @property
+    def artifact_path(self) -> str:
+        return self.artifact if self.session is not None else ""
+
+    def capture(self, module_names=(), rekey=None):
+        """The graph file with every point's tensor as an output (see :class:`~.capture.OnnxCapture`), in a
+        session of its own; an INT8 copy (``manifest.attributes["quantized_from"]``: the fp32 graph,
+        :func:`~.quantize.quantized_manifest`) gives its dequantized tensors."""
+        from mlms_nb.frameworks.onnxruntime.capture import OnnxCapture
+
+        if self.session is None:
+            raise PredictorError("capture() before open(), or after close()")
+        return OnnxCapture(self.artifact, module_names, rekey, fp32_path=self.manifest.attributes.get("quantized_from"))
 
     # ------------------------------------------------------------------------------------------ tracing
 
@@ -112,35 +125,33 @@ class OnnxRuntimePredictor(Predictor):
     def _start_framework_tracing(self, tracer) -> None:
         if self.session is None or not tracer.enabled(TraceLevel.FRAMEWORK):
             return
-        from mlms_nb.tracing._align import wall_offset_ns
 
-        folder = tempfile.mkdtemp(prefix="mlms_ort_profile_")
-        so = self.session_options()
-        so.enable_profiling = True
-        so.profile_file_prefix = str(Path(folder) / "ort")
-        try:
-            profiled = self._new_session(so)
-        except Exception:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-        self._profile = {"folder": folder, "windows": [], "start_ns": profiled.get_profiling_start_time_ns(),
-                         "wall_offset_ns": wall_offset_ns()}
-        self._plain_session, self.session = self.session, profiled
+        def profiled_session(folder: Path) -> tuple[ort.InferenceSession, int]:
+            so = self.session_options()
+            so.enable_profiling = True
+            so.profile_file_prefix = str(folder / "ort")
+            session = self._new_session(so)
+            return session, session.get_profiling_start_time_ns()
+
+        self._profile = FrameworkProfile.start("mlms_ort_profile_", profiled_session)
+        self._plain_session, self.session = self.session, self._profile.state[0]
 
     def _stop_framework_tracing(self, tracer) -> None:
         profile, self._profile = self._profile, None
         if profile is None:
             return
-        profiled, self.session, self._plain_session = self.session, self._plain_session, None
-        try:
-            path = profiled.end_profiling()
-            del profiled
+        self.session, self._plain_session = self._plain_session, None
+
+        def read(profile: FrameworkProfile) -> dict:
             from mlms_nb.frameworks.onnxruntime.profile import add_ort_profile
 
-            found = add_ort_profile(tracer, path, profile["start_ns"], profile["wall_offset_ns"], profile["windows"])
-            tracer.metadata.setdefault("onnxruntime.profiler", {}).update(found)
-        finally:
-            shutil.rmtree(profile["folder"], ignore_errors=True)
+            (profiled, start_ns), profile.state = profile.state, None
+            path = profiled.end_profiling()
+            del profiled
+            return add_ort_profile(tracer, path, start_ns, profile.wall_offset_ns,
+                                   [w[:3] for w in profile.windows.values()])
+
+        profile.finish(tracer, "onnxruntime.profiler", read)
 
     def close(self) -> None:
         super().close()  # stops tracing first (restores the untraced session)

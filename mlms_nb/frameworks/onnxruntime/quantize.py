@@ -15,7 +15,8 @@
 The artifact lives next to the other conversions, ``artifacts_dir()/NAME/VERSION/onnxruntime-int8/model.onnx``,
 with an ``artifact.json`` (sha256, the fp32 ONNX's sha256, the settings, versions); it is rebuilt when the
 fp32 graph, the settings or the file's own sha256 change. Built under the same lock and temp-file rules as
-:mod:`mlms_nb.frameworks.convert`.
+:mod:`mlms_nb.frameworks.convert`. :func:`quantized_manifest` is the ONNX Runtime manifest pointed at it, so the
+INT8 copy opens, runs and traces like any model (``open_predictor``).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlms_nb.errors import FrameworkNotInstalledError, PredictorError
+from mlms_nb._optional import require
+from mlms_nb.errors import PredictorError
 from mlms_nb.manifest import Manifest
 from mlms_nb.frameworks.convert import Artifact, artifact_folder, build_artifact, convert
 
@@ -48,10 +50,9 @@ def _calibration_batch(manifest: Manifest) -> tuple[np.ndarray, list[str]]:
 
 
 def _quantize(source: Path, out: Path, manifest: Manifest) -> list[str]:
-    try:
-        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-    except ImportError:
-        raise FrameworkNotInstalledError("onnxruntime is not installed (needed to quantize): pip install 'mlms-nb[onnx]'") from None
+    quantization = require("onnxruntime.quantization", "quantizing a model")
+    CalibrationDataReader, QuantFormat, QuantType = (quantization.CalibrationDataReader, quantization.QuantFormat,
+                                                     quantization.QuantType)
     data, ids = _calibration_batch(manifest)
 
     class Reader(CalibrationDataReader):
@@ -65,22 +66,36 @@ def _quantize(source: Path, out: Path, manifest: Manifest) -> list[str]:
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # "consider pre-processing" warnings: the graph is already folded by convert
     try:
-        quantize_static(str(source), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        quantization.quantize_static(str(source), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     finally:
         quiet.setLevel(level)
     return ids
 
 
-def quantized_onnx(model: str | Manifest, force: bool = False) -> Artifact:
-    """Build (or reuse) the INT8 ONNX copy of ``model`` (a name or its ``onnxruntime`` manifest)."""
-    import onnxruntime
-
+def _onnxruntime_manifest(model: str | Manifest) -> Manifest:
     from mlms_nb.manifest import find_manifest
 
     m = model if isinstance(model, Manifest) else find_manifest(model, framework="onnxruntime")
-    if m.framework.name != "onnxruntime":
-        m = find_manifest(m.name, framework="onnxruntime")
+    return m if m.framework.name == "onnxruntime" else find_manifest(m.name, framework="onnxruntime")
+
+
+def quantized_manifest(model: str | Manifest) -> Manifest:
+    """The model's ONNX Runtime manifest with ``model.graph_path`` set to its INT8 copy (built on first use);
+    ``attributes["quantization"]`` holds the settings and ``attributes["quantized_from"]`` the fp32 graph it was
+    quantized from (its node names say which layer each quantized tensor belongs to)."""
+    m = _onnxruntime_manifest(model)
+    artifact = quantized_onnx(m)
+    fp32 = json.loads((artifact.path.parent / "artifact.json").read_text(encoding="utf-8"))["source"]
+    spec = m.model.model_copy(update={"graph_path": str(artifact.path), "sha256": {"graph_path": artifact.sha256}})
+    return m.model_copy(update={"model": spec, "description": f"{m.description} (INT8 copy: {FRAMEWORK})".strip(),
+                                "attributes": {**m.attributes, "quantization": dict(SETTINGS), "quantized_from": fp32}})
+
+
+def quantized_onnx(model: str | Manifest, force: bool = False) -> Artifact:
+    """Build (or reuse) the INT8 ONNX copy of ``model`` (a name or its ``onnxruntime`` manifest)."""
+    onnxruntime = require("onnxruntime", "quantizing a model")
+    m = _onnxruntime_manifest(model)
     try:
         fp32 = convert(m, to="onnxruntime")
     except PredictorError as err:

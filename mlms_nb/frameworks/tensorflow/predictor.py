@@ -1,7 +1,7 @@
 """TensorFlow predictor: a Keras model (``.keras`` file or built-in architecture) or a SavedModel folder.
 
-Tracing: at FRAMEWORK and deeper levels ``tf.profiler`` (``tf.profiler.experimental.start``) runs from
-``start_tracing`` to ``stop_tracing``; each traced ``predict`` wraps its call in a profiler marker
+Tracing: at FRAMEWORK and deeper levels ``tf.profiler`` (``tf.profiler.experimental.start``, writing into a
+temporary folder: :mod:`mlms_nb.frameworks.profiling`) runs from ``start_tracing`` to ``stop_tracing``; each traced ``predict`` wraps its call in a profiler marker
 (:data:`~mlms_nb.frameworks.tensorflow.xplane.MARKER`, ``step_num`` = the call's number) and records its
 ``perf_counter_ns`` window. On stop the XSpace is read and turned into Keras-layer spans (FRAMEWORK) and TF-op
 spans (ML_LIBRARY), see :mod:`mlms_nb.frameworks.tensorflow.xplane`. The model keeps running as the same ``tf.function``
@@ -13,11 +13,6 @@ predictor traces, another cannot (its FRAMEWORK/ML_LIBRARY levels are then noted
 """
 from __future__ import annotations
 
-import itertools
-import shutil
-import tempfile
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +22,9 @@ from mlms_nb.data.assets import resolve_asset
 from mlms_nb.errors import PredictorError
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
-from mlms_nb.frameworks.tensorflow.xplane import MARKER
 from mlms_nb.frameworks.base import Predictor, PredictorInfo, PredictorOptions, device_kind, register_predictor
+from mlms_nb.frameworks.profiling import FrameworkProfile
+from mlms_nb.frameworks.tensorflow.xplane import MARKER, PROFILER_OPTIONS
 
 
 @register_predictor
@@ -43,7 +39,7 @@ class TensorFlowPredictor(Predictor):
         self.kind = ""
         self.artifact = ""
         self.notes: list[str] = []
-        self._profile: dict | None = None  # profiling state while tracing: log dir, clock anchor, windows
+        self._profile: FrameworkProfile | None = None  # while tf.profiler runs
 
     def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "TensorFlowPredictor":
         self.manifest, self.device, self.options = manifest, device, options or PredictorOptions()
@@ -107,16 +103,31 @@ class TensorFlowPredictor(Predictor):
         if profile is None:
             with tf.device(self._tf_device):
                 return self._fn(tf.convert_to_tensor(batch)).numpy()
-        step = profile["next_step"]()
         parent = self._tracer.current_span_id() if self._tracer is not None else 0
         with tf.device(self._tf_device):
             x = tf.convert_to_tensor(batch)
-            t0 = time.perf_counter_ns()
-            with tf.profiler.experimental.Trace(MARKER, step_num=step):
+            with profile.call(parent) as step, tf.profiler.experimental.Trace(MARKER, step_num=step):
                 out = self._fn(x)
-            t1 = time.perf_counter_ns()
-        profile["windows"][step] = (t0, t1, parent, threading.get_native_id())
         return out.numpy()
+
+    @property
+    def native_model(self):
+        """The ``keras.Model``, or the loaded SavedModel object."""
+        return self.model
+
+    @property
+    def artifact_path(self) -> str:
+        return self.artifact if self.model is not None and not self.artifact.endswith("(random weights)") else ""
+
+    def capture(self, module_names=(), rekey=None):
+        """Every Keras layer call's output (see :class:`~.capture.KerasCapture`)."""
+        from mlms_nb.frameworks.tensorflow.capture import KerasCapture
+
+        if self.model is None:
+            raise PredictorError("capture() before open(), or after close()")
+        if self.kind != "keras":
+            raise PredictorError(f"{self.manifest.key}: per-layer outputs need a Keras model, not a {self.kind}")
+        return KerasCapture(self.model)
 
     # ------------------------------------------------------------------------------------------ tracing
 
@@ -138,63 +149,34 @@ class TensorFlowPredictor(Predictor):
     def _start_framework_tracing(self, tracer) -> None:
         if self._fn is None or not tracer.enabled(TraceLevel.FRAMEWORK):
             return
-        from mlms_nb.tracing._align import wall_offset_ns
 
-        folder = tempfile.mkdtemp(prefix="mlms_tf_profile_")
-        # host events at level 1 (ops are level-1 events; level 2 adds executor internals), no Python tracer,
-        # no device tracer: CUPTI is left to the runner's kernel recorder (it takes one subscriber)
-        options = tf.profiler.experimental.ProfilerOptions(host_tracer_level=1, python_tracer_level=0,
-                                                           device_tracer_level=0)
+        def start_profiler(folder: Path) -> None:
+            tf.profiler.experimental.start(str(folder), options=tf.profiler.experimental.ProfilerOptions(
+                **PROFILER_OPTIONS))
+
         try:
-            tf.profiler.experimental.start(folder, options=options)
+            self._profile = FrameworkProfile.start("mlms_tf_profile_", start_profiler)
         except Exception as err:  # AlreadyExistsError: one profiler per process
-            shutil.rmtree(folder, ignore_errors=True)
             why = (f"unavailable: tf.profiler could not start ({type(err).__name__}: "
                    f"{str(err).strip() or 'another profiler session is running in this process'})")
             unavailable = tracer.metadata.setdefault("unavailable", {})
             for level in ("FRAMEWORK", "ML_LIBRARY"):
                 unavailable[f"tensorflow {level}"] = why
-            return
-        self._profile = {"folder": folder, "windows": {}, "next_step": itertools.count().__next__,
-                         "wall_offset_ns": wall_offset_ns()}
 
     def _stop_framework_tracing(self, tracer) -> None:
         profile, self._profile = self._profile, None
         if profile is None:
             return
-        try:
+
+        def read(profile: FrameworkProfile) -> dict:
+            from mlms_nb.frameworks.tensorflow import graph, xplane
+
             tf.profiler.experimental.stop()
-            from mlms_nb.frameworks.tensorflow import xplane as tf_xplane
+            events = xplane.host_events(xplane.load_xspace(xplane.find_xplane(profile.folder)))
+            return xplane.add_tf_profile(tracer, events, profile.wall_offset_ns, profile.windows,
+                                         graph.model_graph(self.model if self.kind == "keras" else None, self._fn))
 
-            events = tf_xplane.host_events(tf_xplane.load_xspace(tf_xplane.find_xplane(profile["folder"])))
-            keras = self.kind == "keras"
-            found = tf_xplane.add_tf_profile(
-                tracer, events, profile["wall_offset_ns"], profile["windows"],
-                layer_types=self._layer_types() if keras else {},
-                model_name=getattr(self.model, "name", "") if keras else "",
-                weights_only=self._weights_only_ops())
-            tracer.metadata.setdefault("tensorflow.profiler", {}).update(found)
-        finally:
-            shutil.rmtree(profile["folder"], ignore_errors=True)
-
-    def _layer_types(self) -> dict[str, str]:
-        """Keras layer name -> class name, nested layers included."""
-        flatten = getattr(self.model, "_flatten_layers", None)
-        layers = flatten(include_self=False, recursive=True) if flatten else self.model.layers
-        return {layer.name: type(layer).__name__ for layer in layers}
-
-    def _weights_only_ops(self) -> set[str]:
-        """Op names that depend only on weights, over every graph the tf.function has traced (empty when the
-        graphs cannot be listed: then only ReadVariableOp counts as weights-only)."""
-        from mlms_nb.frameworks.tensorflow.xplane import weights_only_ops
-
-        listing = getattr(self._fn, "_list_all_concrete_functions", None)
-        if listing is None:
-            return set()
-        names: set[str] = set()
-        for concrete in listing():
-            names |= weights_only_ops(concrete.graph)
-        return names
+        profile.finish(tracer, "tensorflow.profiler", read)
 
     def close(self) -> None:
         super().close()  # stops tracing first, while the model is still there

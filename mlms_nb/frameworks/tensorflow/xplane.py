@@ -1,8 +1,7 @@
 """TensorFlow profiler XSpace (``.xplane.pb``) -> FRAMEWORK ``layer`` spans per Keras layer call and ML_LIBRARY
 ``op`` spans per TensorFlow op, on the tracer's clock.
 
-What the XSpace holds (TF 2.21, read with the ``XSpace`` protobuf class TensorFlow ships,
-``tensorflow.tsl.profiler.protobuf.xplane_pb2``): a ``/host:CPU`` plane with one line per thread. The line
+What the XSpace holds (TF 2.21; read with the ``XSpace`` message of :mod:`.xspace_proto`, no TensorFlow needed): a ``/host:CPU`` plane with one line per thread. The line
 ``python`` has the caller's events (our ``mlms_nb.predict`` markers, ``EagerLocalExecute: __inference_...``);
 the lines ``tf_Compute/...`` (the inter-op pool) have one event per executed op, its metadata named
 ``<op name>:<op type>`` with ``display_name`` = the op type. Op names carry the Keras name scopes of the
@@ -20,14 +19,23 @@ BatchNorm) run early, in parallel with other layers. A layer call's span is ther
 kept as op spans parented to the ``predict`` span, with ``attrs["weights_only"] = true``. Layer spans are
 named after the PyTorch module (:func:`~mlms_nb.naming.keras_layer_to_torch_name`), ``layer_type`` =
 the Keras class, ``layer_index`` = the call's position by start time in its run, ``attrs``: ``keras_layer``,
-``keras_call`` (the name scope), ``ops``. Op spans: ``name`` = ``layer_type`` = the op type, ``attrs``:
-``tf_op`` (full op name), ``keras_layer``. Each run (one ``predict`` call, found by its marker) is moved into
+``keras_call`` (the name scope), ``ops``. Op spans: ``name`` = ``layer_type`` = the standard op type (:func:`standard_op_type`: oneDNN's
+``_MklNativeConv2D`` and grappler's ``_FusedMatMul`` are ``Conv2D`` and ``MatMul``), ``attrs``: ``tf_op`` (full
+op name), ``tf_op_type`` (the kernel's own spelling, where it differs), ``keras_layer``. Each run (one ``predict`` call, found by its marker) is moved into
 the ``perf_counter_ns`` window of that call (:mod:`mlms_nb.tracing._align`).
+
+Fused layers. The graph optimizer may fold a layer's ops into an op of the layer that consumes its output: on
+oneDNN builds the remapper turns ``Pad`` (a ``ZeroPadding2D`` layer) + ``Conv2D`` into one
+``_MklNativePadWithConv2D`` op named after the convolution, so the padding layer runs no op of its own. The
+layer calls to expect come from the traced graph (:class:`ModelGraph`, before optimization); a call that ran no
+op gets a zero-length layer span at the start of the call it was fused into (the first downstream call that ran
+ops), with ``attrs["fused_into"]`` (that call's layer name) and ``ops`` = 0, and is listed in the summary's
+``fused_layers``: a trace never silently loses a layer.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Mapping
 
@@ -40,22 +48,13 @@ from mlms_nb.schema.levels import TraceLevel
 
 MARKER = "mlms_nb.predict"
 """Name of the profiler event (``tf.profiler.experimental.Trace``) wrapped around each traced call."""
+PROFILER_OPTIONS = {"host_tracer_level": 1, "python_tracer_level": 0, "device_tracer_level": 0}
+"""``tf.profiler.experimental.ProfilerOptions``: host events at level 1 (ops are level-1 events; level 2 adds
+executor internals), no Python tracer, no device tracer (CUPTI is left to the runner's kernel recorder: it takes
+one subscriber)."""
 _FRAMEWORK = TraceLevel.FRAMEWORK + 0
 _ML_LIBRARY = TraceLevel.ML_LIBRARY + 0
 _CALL_SUFFIX = re.compile(r"^(.+)_\d+$")
-
-
-def xplane_pb2():
-    """TensorFlow's ``xplane_pb2`` module (the XSpace protobuf classes)."""
-    try:
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2 as mod
-    except ImportError:
-        try:
-            from tsl.profiler.protobuf import xplane_pb2 as mod  # standalone tsl / older layouts
-        except ImportError:
-            raise TraceFormatError("reading a TensorFlow profile needs TensorFlow's xplane_pb2 module: "
-                                   "pip install 'mlms-nb[tf]'") from None
-    return mod
 
 
 def find_xplane(logdir) -> Path:
@@ -69,12 +68,58 @@ def find_xplane(logdir) -> Path:
 
 def load_xspace(path):
     """Parse an ``.xplane.pb`` file into an ``XSpace`` message."""
-    space = xplane_pb2().XSpace()
+    from mlms_nb.frameworks.tensorflow.xspace_proto import xspace_class
+
+    space = xspace_class()()
     try:
         space.ParseFromString(Path(path).read_bytes())
     except Exception as err:  # protobuf's DecodeError
         raise TraceFormatError(f"{path} is not a TensorFlow XSpace file: {err}") from None
     return space
+
+
+@dataclass
+class ModelGraph:
+    """What importing a profile needs to know of the model and the graphs its ``tf.function`` ran (JSON-able).
+
+    ``layer_types``: Keras layer name -> class name; ``model_name``: the Keras model's name (its ops' first
+    scope); ``weights_only``: op names that depend on weights only (else only ``ReadVariableOp`` counts as
+    such); ``calls``: the layer-call scopes that have data-path ops, in graph order; ``consumers``: call scope ->
+    the call scopes that read its outputs."""
+    layer_types: dict[str, str] = field(default_factory=dict)
+    model_name: str = ""
+    weights_only: set[str] = field(default_factory=set)
+    calls: list[str] = field(default_factory=list)
+    consumers: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"layer_types": self.layer_types, "model_name": self.model_name,
+                "weights_only": sorted(self.weights_only), "calls": self.calls, "consumers": self.consumers}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "ModelGraph":
+        return cls(dict(data["layer_types"]), data["model_name"], set(data["weights_only"]), list(data["calls"]),
+                   {k: list(v) for k, v in data["consumers"].items()})
+
+
+_KERNEL_PREFIXES = ("_MklNative", "_Mkl")
+_FUSABLE = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMul", "BatchMatMulV2"})
+
+
+def standard_op_type(op_type: str) -> str:
+    """The TensorFlow op a kernel's op type stands for: ``_MklNativeConv2D`` -> ``Conv2D``,
+    ``_MklNativePadWithConv2D`` -> ``Conv2D``, ``_FusedMatMul`` / ``_MklNativeFusedMatMul`` -> ``MatMul``; other
+    types as they are (``FusedBatchNormV3`` is an op of its own)."""
+    t = op_type
+    for prefix in _KERNEL_PREFIXES:
+        if t.startswith(prefix):
+            t = t[len(prefix):]
+            break
+    if t.startswith("_Fused") or (t.startswith("Fused") and t[5:] in _FUSABLE):
+        t = t[t.index("Fused") + 5:]
+    if t.startswith("PadWith"):
+        t = t[7:]
+    return t or op_type
 
 
 @dataclass
@@ -169,38 +214,18 @@ def _uncalled(scope: str) -> str | None:
     return called.group(1) if called else None
 
 
-def weights_only_ops(graph) -> set[str]:
-    """Names of the ops of a ``tf.Graph`` that do not depend on its non-resource inputs (the function's data):
-    variable reads and arithmetic on weights alone."""
-    import tensorflow as tf
-
-    data = [t.op for t in getattr(graph, "inputs", []) if t.dtype != tf.resource]
-    seen = {op.name for op in data}
-    stack = list(data)
-    while stack:
-        op = stack.pop()
-        for out in op.outputs:
-            for consumer in out.consumers():
-                if consumer.name not in seen:
-                    seen.add(consumer.name)
-                    stack.append(consumer)
-    return {op.name for op in graph.get_operations() if op.name not in seen}
-
-
 def add_tf_profile(tracer, events: HostEvents, wall_offset_ns: int,
-                   windows: Mapping[int, tuple[int, int, int, int]], layer_types: Mapping[str, str],
-                   model_name: str = "", weights_only: Collection[str] = ()) -> dict:
+                   windows: Mapping[int, tuple[int, int, int, int]], graph: ModelGraph) -> dict:
     """Add the layer and op spans of the profiled runs to ``tracer``.
 
     ``windows``: marker step -> ``(start_ns, end_ns, predict_span_id, thread)`` (``perf_counter_ns`` around the
     marked call, and the native id of the thread that made it: layer spans and the ``python`` line's ops are
-    filed under it); ``layer_types``: Keras layer name -> class name; ``weights_only``: op names that depend on
-    weights only (:func:`weights_only_ops`), else only ``ReadVariableOp`` counts as such. Returns a summary
+    filed under it); ``graph``: the model's layers and traced graphs (:class:`ModelGraph`). Returns a summary
     (runs, spans, spans clipped to their call's window -- 0 unless an op sticks out of its marker --, the
-    largest clock shift).
+    largest clock shift, and the layer calls that ran no op of their own, with the call they were fused into).
     """
     summary = {"runs": 0, "layer_spans": 0, "op_spans": 0, "ops_outside_layers": 0, "clipped_spans": 0,
-               "max_shift_ns": 0,
+               "max_shift_ns": 0, "fused_layers": {},
                "clock": "TensorFlow profiler: Unix ns (profile_start_time + offsets) -> perf_counter_ns, each "
                         "marked predict call then moved into its window"}
     marks = np.flatnonzero(events.step >= 0)
@@ -212,8 +237,8 @@ def add_tf_profile(tracer, events: HostEvents, wall_offset_ns: int,
     op_rows = op_rows[np.argsort(events.start_ns[op_rows], kind="stable")]
     op_start = events.start_ns[op_rows]
     scope_cache: dict[str, tuple[str, str] | None] = {}
-    layers = set(layer_types)
-    weights_only = set(weights_only)
+    layers = set(graph.layer_types)
+    graph_order = {scope: i for i, scope in enumerate(graph.calls)}
     python_line = events.line_names.index("python") if "python" in events.line_names else -1
     shifts = []
     add = tracer.add_span
@@ -230,17 +255,31 @@ def add_tf_profile(tracer, events: HostEvents, wall_offset_ns: int,
             name = events.name[r]
             found = scope_cache.get(name, False)
             if found is False:
-                found = scope_cache[name] = scope_layer(name, layers, model_name)
-            weights = name in weights_only if weights_only else events.op_type[r] == "ReadVariableOp"
+                found = scope_cache[name] = scope_layer(name, layers, graph.model_name)
+            weights = name in graph.weights_only if graph.weights_only else events.op_type[r] == "ReadVariableOp"
             op_layer.append((found, weights))
         calls = _layer_calls(events, rows, op_layer)
+        fused = fused_calls(graph, calls)
+        summary["fused_layers"].update(fused)
+        entries = [((s, 1, graph_order.get(scope, len(graph_order)), scope), scope, layer, s, e, n, None)
+                   for scope, (layer, s, e, n) in calls.items()]
+        last_end = max((c[2] for c in calls.values()), default=int(events.start_ns[m]))
+        for scope, into in fused.items():
+            at = calls[into][1] if into is not None else last_end
+            layer = scope_layer(f"{scope}/op", layers, graph.model_name)[0]
+            entries.append(((at, 0, graph_order[scope], scope), scope, layer, at, at, 0, into))
         call_ids: dict[str, int] = {}
-        for index, (scope, (layer, s, e, n)) in enumerate(sorted(calls.items(), key=lambda kv: (kv[1][1], kv[0]))):
+        for index, (_, scope, layer, s, e, n, into) in enumerate(sorted(entries, key=lambda entry: entry[0])):
             start, end = _clip(s + shift, e + shift, lo, hi, summary)
+            extra = {}
+            if scope in fused:
+                extra["fused"] = True
+                if into is not None:
+                    extra["fused_into"] = keras_layer_to_torch_name(calls[into][0])
             call_ids[scope] = add(keras_layer_to_torch_name(layer), _FRAMEWORK, "layer", start, end, predict_id,
-                                  thread=caller_thread, layer_index=index, layer_type=layer_types.get(layer, ""),
-                                  keras_layer=layer, keras_call=scope, ops=n)
-        summary["layer_spans"] += len(calls)
+                                  thread=caller_thread, layer_index=index, layer_type=graph.layer_types.get(layer, ""),
+                                  keras_layer=layer, keras_call=scope, ops=n, **extra)
+        summary["layer_spans"] += len(entries)
         if not tracer.enabled(_ML_LIBRARY):
             continue
         for r, (found, weights) in zip(rows, op_layer):
@@ -249,15 +288,46 @@ def add_tf_profile(tracer, events: HostEvents, wall_offset_ns: int,
             if parent == predict_id:
                 summary["ops_outside_layers"] += 1
             li = int(events.line[r])
+            kernel = events.op_type[r]
+            op = standard_op_type(kernel)
             fields = {"keras_layer": found[0]} if found is not None else {}
             if weights:
                 fields["weights_only"] = True
-            add(events.op_type[r], _ML_LIBRARY, "op", start, end, parent,
+            if op != kernel:
+                fields["tf_op_type"] = kernel
+            add(op, _ML_LIBRARY, "op", start, end, parent,
                 thread=caller_thread if li == python_line else events.line_ids[li],
-                layer_type=events.op_type[r], tf_op=events.name[r], **fields)
+                layer_type=op, tf_op=events.name[r], **fields)
         summary["op_spans"] += len(rows)
     summary["max_shift_ns"] = int(np.abs(shifts).max()) if shifts else 0
+    if summary["fused_layers"]:
+        summary["note"] = ("layer calls listed in fused_layers ran no TensorFlow op of their own: the graph optimizer "
+                           "fused their ops into an op of the call named beside them (None: no later call ran); each "
+                           "has a zero-length layer span at that call's start, with attrs fused_into")
     return summary
+
+
+def fused_calls(graph: ModelGraph, ran: Collection[str]) -> dict[str, str | None]:
+    """Call scope -> the call it was fused into, for each call of ``graph.calls`` that is not in ``ran`` (the
+    scopes that ran ops): the first call downstream of it (through ``graph.consumers``, breadth first) that ran."""
+    out: dict[str, str | None] = {}
+    for scope in graph.calls:
+        if scope in ran:
+            continue
+        into, seen, frontier = None, {scope}, list(graph.consumers.get(scope, ()))
+        while frontier and into is None:
+            nxt = []
+            for c in frontier:
+                if c in seen:
+                    continue
+                seen.add(c)
+                if c in ran:
+                    into = c
+                    break
+                nxt.extend(graph.consumers.get(c, ()))
+            frontier = nxt
+        out[scope] = into
+    return out
 
 
 def _layer_calls(events: HostEvents, rows: list[int], op_layer: list) -> dict[str, list]:

@@ -21,7 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
+from mlms_nb._optional import require
+from mlms_nb.errors import MlmsError
 from mlms_nb.theory._costs import (
     AFFINE_FLOPS_PER_ELEMENT, COMMON_COLUMNS, INFERENCE_BATCHNORM_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_ELEMENT, attention_flops, finish_frame, numel, shape_json,
@@ -46,14 +47,6 @@ POOLING_OPS = frozenset({"max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_w
                          "avg_pool3d"})
 
 
-def _torch():
-    try:
-        import torch  # noqa: PLC0415 - imported on first use
-    except ImportError:
-        raise FrameworkNotInstalledError("PyTorch is not installed: pip install 'mlms-nb[torch]'") from None
-    return torch
-
-
 # ---------------------------------------------------------------- one op's FLOPs
 
 def _shape(value: Any) -> list[int] | None:
@@ -62,7 +55,7 @@ def _shape(value: Any) -> list[int] | None:
 
 
 def _first_tensor(value: Any):
-    torch = _torch()
+    torch = require("torch")
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, (tuple, list)):
@@ -75,7 +68,7 @@ def _first_tensor(value: Any):
 
 def _tensors(values: Any) -> list:
     """Tensors in ``values`` (nested tuples, lists and dicts), each once, in order."""
-    torch = _torch()
+    torch = require("torch")
     out, seen = [], set()
 
     def walk(v: Any) -> None:
@@ -103,7 +96,7 @@ def op_kind_and_flops(func, args: tuple, kwargs: dict, out: Any) -> tuple[str, f
 
     ``flops_matmul_conv`` is FlopCounterMode's registry formula (0 for ops outside its registry).
     """
-    torch = _torch()
+    torch = require("torch")
     from torch.utils.flop_counter import flop_registry
 
     packet = func._overloadpacket
@@ -252,7 +245,7 @@ class _Recorder:
 def _dispatch_mode(recorder: _Recorder):
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    torch = _torch()
+    torch = require("torch")
 
     class _Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -294,7 +287,7 @@ def torch_layer_costs(model, example_input) -> pd.DataFrame:
     ``example_input``: a tensor, or a tuple of tensors passed as positional arguments. FLOPs and bytes
     follow ``frame.attrs["convention"]``; ``flops_matmul_conv`` sums to FlopCounterMode's total.
     """
-    torch = _torch()
+    torch = require("torch")
     if not isinstance(model, torch.nn.Module):
         raise MlmsError(f"torch_layer_costs needs a torch.nn.Module, got {type(model).__name__}")
     inputs = tuple(example_input) if isinstance(example_input, (tuple, list)) else (example_input,)

@@ -23,8 +23,9 @@ class TorchPredictor(Predictor):
     def __init__(self) -> None:
         super().__init__()
         self.model: torch.nn.Module | None = None
-        self.kind = ""
-        self.artifact = ""
+        self.kind = ""       # "eager" (a built-in architecture) or "torchscript"
+        self.artifact = ""   # what PredictorInfo.artifact says: a file, or "<architecture> (random weights)"
+        self._path = ""      # the file loaded: TorchScript graph or weights; "" for random weights
         self._layer_hooks = None
         self._op_profiler = None
 
@@ -40,7 +41,7 @@ class TorchPredictor(Predictor):
         if spec.graph_path and spec.graph_path.endswith(TORCHSCRIPT_SUFFIXES):
             path = resolve_asset(spec.graph_path, spec.sha256.get("graph_path"), base)
             model = torch.jit.load(str(path), map_location=device)
-            self.kind, self.artifact = "torchscript", str(path)
+            self.kind, self.artifact, self._path = "torchscript", str(path), str(path)
         elif spec.architecture:
             from mlms_nb.zoo.registry import build_torch_model
 
@@ -50,7 +51,7 @@ class TorchPredictor(Predictor):
                     raise PredictorError(f"manifest {manifest.key}: pretrained weights need model.weights_path")
                 weights = str(resolve_asset(spec.weights_path, spec.sha256.get("weights_path"), base))
             model = build_torch_model(spec.architecture, weights)
-            self.kind, self.artifact = "eager", weights or f"{spec.architecture} (random weights)"
+            self.kind, self.artifact, self._path = "eager", weights or f"{spec.architecture} (random weights)", weights or ""
         else:
             raise PredictorError(
                 f"manifest {manifest.key}: PyTorch needs model.architecture or a TorchScript model.graph_path "
@@ -64,6 +65,28 @@ class TorchPredictor(Predictor):
         with torch.inference_mode():
             out = self.model(torch.from_numpy(np.ascontiguousarray(batch)).to(self.device))
         return out.cpu().numpy() if self.device != "cpu" else out.numpy()
+
+    @property
+    def native_model(self) -> torch.nn.Module | None:
+        return self.model
+
+    @property
+    def artifact_path(self) -> str:
+        return self._path if self.model is not None else ""
+
+    def capture(self, module_names=(), rekey=None):
+        """Forward hooks on every submodule of the eager module (see :class:`~.capture.TorchCapture`); its points
+        are found by one forward pass of zeros of the manifest's input shape."""
+        from mlms_nb.frameworks.torch.capture import TorchCapture
+
+        if self.model is None:
+            raise PredictorError("capture() before open(), or after close()")
+        if self.kind != "eager":
+            raise PredictorError(f"{self.manifest.key}: per-layer outputs need an eager PyTorch module (a built-in "
+                                 f"architecture), not a {self.kind} model whose graph calls no module forwards")
+        capture = TorchCapture(self.model)
+        capture.structure(np.zeros((1, *self.manifest.inputs[0].dimensions), np.float32))
+        return capture
 
     # ------------------------------------------------------------------------------------------ tracing
 
