@@ -38,6 +38,7 @@ from mlms_nb.options import (
 from mlms_nb.paths import mlms_home
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.store.history import HistoryStore
+from mlms_nb.store.keeping import HistoryKeeper
 from mlms_nb.theory.ceilings import Ceilings
 from mlms_nb.theory.ceilings import machine_ceilings as _machine_ceilings
 from mlms_nb.tracing.otel import parent_from_otel
@@ -91,23 +92,13 @@ def evaluate(model: str | Manifest, options: EvaluateOptions) -> Evaluation:
     ``evaluation.trace_overhead``). ``history``: store the result (True: the default store; a string: an
     SQLAlchemy URL; False: don't); a failing store is a warning on the result, never a lost measurement.
     """
-    evaluation = EvaluationRunner(resolve_manifests(model, options.framework), options).run()
-    if options.history:
-        _store(evaluation, None if options.history is True else str(options.history))
+    keeper = HistoryKeeper(None if options.history is True else str(options.history)) if options.history else None
+    manifests = resolve_manifests(model, options.framework, explicit="framework" in options.model_fields_set)
+    evaluation = EvaluationRunner(manifests, options, sink=keeper).run()
+    if keeper is not None:
+        keeper.finish(evaluation)
+        evaluation.saved = keeper.saved
     return evaluation
-
-
-def _store(evaluation: Evaluation, url: str | None) -> None:
-    """Save to history; a failing store is a warning on the result, never a lost measurement."""
-    try:
-        store = HistoryStore(url)
-        evaluation.history_ids = store.save(evaluation)
-        for fw, trace in evaluation.traces.items():
-            path = trace.save(mlms_home() / "traces" / evaluation.id / fw)
-            store.add_trace(evaluation.id, trace.trace_id or f"{evaluation.id}-{fw}", "parquet", path=str(path))
-    except Exception as err:  # the measurement is worth more than the store: keep it, say why
-        evaluation.warnings.append(f"not saved to history: {err}")
-        log.warning("not saved to history: %s", err)
 
 
 @takes(HistoryOptions)

@@ -36,19 +36,17 @@ Sink = Callable[[Evaluation, str], None]
 def resolve_manifests(model: str | Manifest, frameworks: list[str], explicit: bool = True) -> list[Manifest]:
     """One manifest per requested framework. A `Manifest` or a manifest path names one framework: asking for
     another (``explicit``: the frameworks were given, not the default) is refused with a sentence."""
-    found = [model] if isinstance(model, Manifest) else [find_manifest(model, framework=canonical_framework(fw))
-                                                         for fw in frameworks]
-    named = isinstance(model, Manifest) or str(model).endswith((".yaml", ".yml")) or "/" in str(model)
-    if named:
-        manifest = found[0]
+    text = "" if isinstance(model, Manifest) else str(model)
+    if isinstance(model, Manifest) or text.endswith((".yaml", ".yml")) or "/" in text:
+        manifest = find_manifest(model)
         others = [fw for fw in frameworks if fw != manifest.framework.name]
         if explicit and others:
             where = manifest.source or manifest.key
             raise MlmsError(f"{where} is a {manifest.framework.name} manifest, so {spell('framework', ','.join(frameworks))} "
                             f"cannot run it in {', '.join(others)}: give the model's name ({manifest.name}) to run it "
-                            f"in several frameworks, or that framework's manifest")
+                            "in several frameworks, or that framework's manifest")
         return [manifest]
-    return found
+    return [find_manifest(model, framework=canonical_framework(fw)) for fw in dict.fromkeys(frameworks)]
 
 
 def default_dataset(manifest: Manifest) -> str:
