@@ -84,6 +84,9 @@ class Assembler:
         elif isinstance(record, TimedLoop):
             self._rows.append(self._latency_row(record))
             ev.latency = pd.DataFrame(self._rows)
+            running = ev.outcomes.get(fw)
+            if running is not None and running.get("status") == "running" and record.complete:
+                running.setdefault("measured_batch_sizes", []).append(int(record.batch_size))
         elif isinstance(record, TracedPass):
             ev.traces[fw] = record.trace
             ev.trace_ids.append(record.trace_id)

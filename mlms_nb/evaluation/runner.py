@@ -76,6 +76,7 @@ class EvaluationRunner:
         if opts.dataset is None:
             opts.dataset = default_dataset(first)
         check_before_loading(self.manifests, opts, self.launcher.name)
+        _sweep_orphans()
         frameworks = [m.framework.name for m in self.manifests]
         evaluation = Evaluation(
             model=first.name, model_version=first.version, frameworks=frameworks,
@@ -146,6 +147,19 @@ class EvaluationRunner:
     def _store(self, evaluation: Evaluation, fw: str) -> None:
         if self.sink is not None:
             self.sink(evaluation, fw)
+
+
+def _sweep_orphans() -> None:
+    """Remove what earlier runs killed outright (SIGKILL, the OOM killer) left behind: temporary files in
+    MLMS_HOME (artifacts, assets, fallback files) and profiling folders in the temp dir."""
+    import tempfile
+
+    from mlms_nb._fs import sweep_orphans
+    from mlms_nb.paths import mlms_home
+
+    removed = sweep_orphans(tempfile.gettempdir()) + sweep_orphans(mlms_home(), depth=3)
+    if removed:
+        log.info("removed %d temporary file(s) left by runs that were killed", len(removed))
 
 
 def _progress(total: int, enabled: bool, name: str):

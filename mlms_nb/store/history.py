@@ -91,6 +91,40 @@ class HistoryStore:
         retry_while_locked(lambda: self._transaction(lambda conn: upgrade(conn, self.display_url), True,
                                                      "create or migrate its tables"), raced, "create its tables")
         tables_ready.add(key)
+        self.mark_abandoned()
+
+    def mark_abandoned(self) -> int:
+        """Rows still ``running`` whose measuring process (on this host) is gone -- killed outright, so it could
+        not say so -- become ``partial`` with reason ``crash``; returns how many."""
+        import socket
+
+        host = socket.gethostname()
+
+        def work(conn) -> int:
+            rows = conn.execute(select(evaluations.c.id, evaluations.c.framework, evaluations.c.payload)
+                                .where(evaluations.c.status == "running")).all()
+            fixed = 0
+            for row_id, framework, payload in rows:
+                data = json.loads(payload)
+                outcome = (data.get("outcomes") or {}).get(framework) or {}
+                owner_host, _, pid = str(outcome.get("owner", "")).rpartition(" ")
+                if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+                    continue
+                measured = sorted({int(b) for b in outcome.get("measured_batch_sizes") or []})
+                batch_sizes = json.loads(conn.execute(select(evaluations.c.batch_sizes)
+                                                      .where(evaluations.c.id == row_id)).scalar() or "[]")
+                outcome.update(status="partial", reason="crash",
+                               message=f"{framework}: the process measuring it (pid {pid}) ended without finishing "
+                                       "(killed, or it crashed); what it had measured is kept",
+                               missing_batch_sizes=[b for b in batch_sizes if b not in measured])
+                data.setdefault("outcomes", {})[framework] = outcome
+                data["complete"] = False
+                conn.execute(update(evaluations).where(evaluations.c.id == row_id).values(
+                    status="partial", reason="crash", complete=False, payload=json.dumps(data)))
+                fixed += 1
+            return fixed
+
+        return self._transaction(work, True, "mark abandoned rows")
 
     # ------------------------------------------------------------------ writing
     def save(self, evaluation) -> list[int]:
@@ -345,6 +379,16 @@ class HistoryStore:
             return json.loads(payload)
         except ValueError as err:
             raise HistoryError(f"stored ceilings for {stack_hash}/{device} are not valid JSON ({err})") from None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _float(value: Any) -> float | None:

@@ -13,6 +13,7 @@ import logging
 import os
 from pathlib import Path
 
+from mlms_nb._fs import owned
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.paths import mlms_home
 from mlms_nb.store.history import HistoryStore
@@ -74,7 +75,7 @@ class HistoryKeeper:
         path = fallback_path(evaluation)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = path.with_name(owned(f".{path.name}.") + ".tmp")
             tmp.write_text(evaluation.to_json(), encoding="utf-8")
             os.replace(tmp, path)  # whole or absent, never half written
             self.fallback = path

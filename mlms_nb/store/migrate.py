@@ -45,6 +45,16 @@ def recognise(conn: sa.Connection) -> str | None:
 
 def upgrade(conn: sa.Connection, where: str) -> None:
     """Bring the store on ``conn`` (inside the caller's transaction) to the newest revision."""
+    quiet = logging.getLogger("alembic")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # Alembic narrates each step at INFO; the CLI logs INFO to stderr
+    try:
+        _upgrade(conn, where)
+    finally:
+        quiet.setLevel(level)
+
+
+def _upgrade(conn: sa.Connection, where: str) -> None:
     script = script_directory()
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
@@ -68,15 +78,9 @@ def upgrade(conn: sa.Connection, where: str) -> None:
     def steps(revision, context):  # noqa: ANN001 - Alembic's callback
         return script._upgrade_revs("head", revision)
 
-    quiet = logging.getLogger("alembic")
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)  # Alembic narrates each step at INFO; the CLI logs INFO to stderr
-    try:
-        with EnvironmentContext(config, script, fn=steps) as env:
-            env.configure(connection=conn, render_as_batch=True)
-            env.run_migrations()
-    finally:
-        quiet.setLevel(level)
+    with EnvironmentContext(config, script, fn=steps) as env:
+        env.configure(connection=conn, render_as_batch=True)
+        env.run_migrations()
 
 
 def _stamp(conn: sa.Connection, revision: str) -> None:
