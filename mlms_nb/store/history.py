@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from mlms_nb._clock import now_utc
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
-from mlms_nb.store.db import HistoryError, engine_for, is_sqlite, retry_while_locked, tables_ready
+from mlms_nb.store.db import HistoryError, LockedError, engine_for, is_sqlite, retry_while_locked, tables_ready
 from mlms_nb.schema.evaluation import HISTORY
 from mlms_nb.store.migrate import upgrade
 from mlms_nb.store.tables import CEILING_FIGURES, QUERY_COLUMNS, ceilings, evaluations, traces
@@ -72,6 +72,8 @@ class HistoryStore:
 
         try:
             return retry_while_locked(attempt_once, what=what)
+        except LockedError as err:
+            raise HistoryError(f"history store {self.display_url}: could not {what}: {err}") from None
         except (OperationalError, DBAPIError) as err:
             raise HistoryError(f"history store {self.display_url}: could not {what}: "
                                f"{getattr(err, 'orig', None) or err}") from None
