@@ -42,7 +42,7 @@ def resolve_manifests(model: str | Manifest, frameworks: list[str], explicit: bo
         others = [fw for fw in frameworks if fw != manifest.framework.name]
         if explicit and others:
             where = manifest.source or manifest.key
-            raise MlmsError(f"{where} is a {manifest.framework.name} manifest, so {spell('framework', ','.join(frameworks))} "
+            raise MlmsError(f"{where} is a manifest for {manifest.framework.name}, so {spell('framework', ','.join(frameworks))} "
                             f"cannot run it in {', '.join(others)}: give the model's name ({manifest.name}) to run it "
                             "in several frameworks, or that framework's manifest")
         return [manifest]
