@@ -96,7 +96,10 @@ class EvaluationRunner:
             first_failure = next(iter(outcomes.values()))
             for o in outcomes.values():
                 log.debug("%s", o.detail)
-            raise first_failure.error if isinstance(first_failure.error, MlmsError) else MlmsError(first_failure.message)
+            error = first_failure.error
+            if isinstance(error, MlmsError) and str(error) == first_failure.message:
+                raise error  # bad input: its own sentence, its own type
+            raise MlmsError(first_failure.message)
         return evaluation
 
     def _one(self, manifest: Manifest, evaluation: Evaluation, assembler: Assembler, progress,

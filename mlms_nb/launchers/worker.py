@@ -45,6 +45,14 @@ def _limit_memory(limit_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit_bytes, hard))
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """An allocation that failed under the memory limit: a MemoryError, or a library (an extension module and
+    its shared objects) that could not be loaded -- which is how a too-low limit shows while importing."""
+    from mlms_nb.errors import FrameworkNotInstalledError
+
+    return isinstance(err, (MemoryError, ImportError, FrameworkNotInstalledError))
+
+
 def main(argv: list[str]) -> None:
     fd, clock_fd, parent_pid, memory_limit = (int(a) for a in argv[:4])
     call_timeout_s, log_level, spelled = float(argv[4]) or None, int(argv[5]), argv[6]
@@ -74,9 +82,12 @@ def main(argv: list[str]) -> None:
             end = Outcome()
         except BaseException as err:  # noqa: BLE001 - everything goes back to the parent as an outcome
             end = outcome_of(err, label)
-            if isinstance(err, MemoryError) and memory_limit > 0:
-                end.message = (f"{label} ran out of memory within {spell('memory_limit_bytes', f'{memory_limit / 2**30:.3g}GiB')} "
-                               f"({err or 'an allocation failed'}): raise the limit or use smaller batch sizes")
+            if memory_limit > 0 and _out_of_memory(err):
+                size = (f"{memory_limit / 2**30:.3g}GiB" if memory_limit >= 2**30 else f"{memory_limit / 2**20:.3g}MiB")
+                limit = spell("memory_limit_bytes", size)
+                end.status = "error"
+                end.message = (f"{label} ran out of memory within {limit} ({err or 'an allocation failed'}): raise "
+                               "the limit or use smaller batch sizes")
         try:
             with stopping.deferred():
                 try:
