@@ -28,7 +28,8 @@ def owned(prefix: str) -> str:
     return f"{prefix}~{os.getpid()}~"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -48,7 +49,7 @@ def sweep_orphans(folder: str | os.PathLike, depth: int = 0) -> list[Path]:
         return removed
     for entry in entries:
         match = _OWNER.search(entry.name)
-        if match and entry.name.startswith((".", "mlms")) and not _alive(int(match.group(1))):
+        if match and entry.name.startswith((".", "mlms")) and not alive(int(match.group(1))):
             try:
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
                 removed.append(entry)

@@ -100,6 +100,9 @@ class EvaluationRunner:
             if isinstance(error, MlmsError) and str(error) == first_failure.message:
                 raise error  # bad input: its own sentence, its own type
             raise MlmsError(first_failure.message)
+        for fw, outcome in evaluation.outcomes.items():  # frameworks not run at all
+            if outcome.get("status") == "not run":
+                _warn_missing(evaluation, fw)
         return evaluation
 
     def _one(self, manifest: Manifest, evaluation: Evaluation, assembler: Assembler, progress,
@@ -140,6 +143,7 @@ class EvaluationRunner:
 
     def _finish(self, fw: str, outcome: Outcome, evaluation: Evaluation, assembler: Assembler) -> None:
         result = assembler.finish(fw, outcome)
+        _warn_missing(evaluation, fw)
         if not outcome.ok:
             log.debug("%s ended: %s\n%s", fw, outcome.message, outcome.detail)
         if fw in assembler.measured:
@@ -150,6 +154,13 @@ class EvaluationRunner:
     def _store(self, evaluation: Evaluation, fw: str) -> None:
         if self.sink is not None:
             self.sink(evaluation, fw)
+
+
+def _warn_missing(evaluation: Evaluation, fw: str) -> None:
+    """The sentence saying what ``fw`` did not measure and why, among the result's warnings (shown, stored)."""
+    for sentence in evaluation.missing():
+        if sentence.startswith(f"{fw}:") and sentence not in evaluation.warnings:
+            evaluation.warnings.append(sentence)
 
 
 def _sweep_orphans() -> None:

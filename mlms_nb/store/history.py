@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from mlms_nb._clock import now_utc
+from mlms_nb._fs import alive
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
 from mlms_nb.store.db import HistoryError, LockedError, engine_for, is_sqlite, retry_while_locked, tables_ready
@@ -110,7 +111,7 @@ class HistoryStore:
                 data = json.loads(payload)
                 outcome = (data.get("outcomes") or {}).get(framework) or {}
                 owner_host, _, pid = str(outcome.get("owner", "")).rpartition(" ")
-                if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+                if owner_host != host or not pid.isdigit() or alive(int(pid)):
                     continue
                 measured = sorted({int(b) for b in outcome.get("measured_batch_sizes") or []})
                 batch_sizes = json.loads(conn.execute(select(evaluations.c.batch_sizes)
@@ -381,16 +382,6 @@ class HistoryStore:
             return json.loads(payload)
         except ValueError as err:
             raise HistoryError(f"stored ceilings for {stack_hash}/{device} are not valid JSON ({err})") from None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _float(value: Any) -> float | None:

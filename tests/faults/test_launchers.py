@@ -43,6 +43,18 @@ def test_a_call_that_never_returns_is_stopped_by_the_timeout(tmp_path, monkeypat
     assert ok.complete and ok.latency["samples"].iloc[0] >= 3
 
 
+def test_a_run_past_its_run_timeout_is_stopped(tmp_path, monkeypatch):
+    import mlms_nb
+
+    tiny_onnx(tmp_path / "spin.onnx", never_returns=True)
+    monkeypatch.setenv("MLMS_HOME", str(tmp_path / "home"))
+    ev = mlms_nb.evaluate(str(manifest(tmp_path, "spin", "spin.onnx")), dataset="synthetic:2", batch_sizes=[1],
+                          min_time_s=0, warmup=1, history=False, progress=False, isolate=True, run_timeout_s=3.0)
+    outcome = ev.outcomes["onnxruntime"]
+    assert (outcome["status"], outcome["reason"]) == ("failed", "timeout")
+    assert "run_timeout_s=3.0" in outcome["message"] and "worker process was stopped" in outcome["message"]
+
+
 def test_a_timeout_for_a_framework_that_cannot_cancel_says_to_isolate(tmp_path):
     rc, _, err = run_mlms(["eval", "efficientnet_lite0", "--framework", "torch", "--call-timeout", "2", *QUICK],
                           fault_env(tmp_path / "home"))

@@ -42,14 +42,15 @@ def stored_evaluation(env, row_id: int):
     return store(env).load(int(row_id))
 
 
-@pytest.mark.parametrize("signals, reason, code", [
-    ([signal.SIGINT], "interrupt", 130),
-    ([signal.SIGINT, signal.SIGINT], "interrupt", 130),
-    ([signal.SIGTERM], "signal", 143),
-])
-def test_a_stop_mid_sweep_keeps_every_completed_batch_size(tiny, signals, reason, code):
+@pytest.mark.parametrize("signals, reason, code, isolate", [
+    ([signal.SIGINT], "interrupt", 130, False),
+    ([signal.SIGINT, signal.SIGINT], "interrupt", 130, False),
+    ([signal.SIGTERM], "signal", 143, False),
+    ([signal.SIGTERM], "signal", 143, True),  # passed on to the worker, which sends what it measured first
+], ids=["sigint", "sigint-twice", "sigterm", "sigterm-isolated"])
+def test_a_stop_mid_sweep_keeps_every_completed_batch_size(tiny, signals, reason, code, isolate):
     path, env = tiny
-    run = Mlms(sweep(path), env)
+    run = Mlms(sweep(path, *(["--isolate"] if isolate else [])), env)
     run.wait_for("timing onnxruntime at batch size 2")
     time.sleep(0.3)  # inside batch size 2's timed loop (its warm-up is one call of microseconds)
     for sig in signals:
