@@ -76,9 +76,11 @@ class Outcome:
         return self.status == "complete"
 
 
-def outcome_of(err: BaseException, label: str) -> Outcome:
-    """The outcome of work that raised ``err`` (one sentence for the user, the traceback kept aside)."""
+def outcome_of(err: BaseException, label: str, phase: str = "") -> Outcome:
+    """The outcome of work that raised ``err`` (one sentence for the user, the traceback kept aside); ``phase``
+    says what the work was doing (``timing batch size 8``)."""
     detail = "".join(traceback.format_exception(err))
+    during = f" while {phase}" if phase else ""
     if isinstance(err, KeyboardInterrupt):
         return Outcome("interrupt", "interrupted (Ctrl-C)", None, detail)
     if isinstance(err, StopRequested):
@@ -91,7 +93,8 @@ def outcome_of(err: BaseException, label: str) -> Outcome:
                                 "memory is free", err, detail)
     if isinstance(err, MlmsError):
         return Outcome("error", str(err), err, detail)
-    return Outcome("error", f"{label} failed with {type(err).__name__}: {err}", err, detail)
+    text = " ".join(str(err).split())  # a framework's multi-line message, as one sentence
+    return Outcome("error", f"{label} failed{during} with {type(err).__name__}: {text}", err, detail)
 
 
 class Launcher(ABC):

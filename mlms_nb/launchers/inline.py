@@ -23,7 +23,7 @@ class InlineLauncher(Launcher):
             except (KeyboardInterrupt, StopRequested):
                 raise
             except Exception as err:  # MemoryError included: the work's outcome, never the caller's crash
-                return outcome_of(err, work.label)
+                return outcome_of(err, work.label, watch.phase)
         return Outcome()
 
     def describe(self) -> str:

@@ -81,7 +81,7 @@ def main(argv: list[str]) -> None:
             work.function(*work.args, emit=emit, watch=watch)
             end = Outcome()
         except BaseException as err:  # noqa: BLE001 - everything goes back to the parent as an outcome
-            end = outcome_of(err, label)
+            end = outcome_of(err, label, clock.phase)
             if memory_limit > 0 and _out_of_memory(err):
                 size = (f"{memory_limit / 2**30:.3g}GiB" if memory_limit >= 2**30 else f"{memory_limit / 2**20:.3g}MiB")
                 limit = spell("memory_limit_bytes", size)
