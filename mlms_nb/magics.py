@@ -80,7 +80,8 @@ class MlmsMagics(Magics):
             print(parser.format_help())
             return None
         args = parser.parse_args(words[1:])
-        for name in ("run", "run_a", "run_b"):  # RUN may name a notebook variable holding an Evaluation or Trace
+        # RUN may name a notebook variable holding an Evaluation or Trace; eval's MODEL a live model or Manifest
+        for name in ("run", "run_a", "run_b", "model", "inputs"):
             ref = getattr(args, name, None)
             if isinstance(ref, str) and ref.isidentifier() and ref in self.shell.user_ns:
                 setattr(args, name, self.shell.user_ns[ref])

@@ -236,7 +236,9 @@ class EvaluateOptions(Options):
     isolation: Isolation = Field(default_factory=Isolation)
     limit: int | None = _opt(None, "use at most this many dataset inputs", "--limit", "inputs", ge=1)
     keep_probabilities: bool = _opt(False, "keep every input's class probabilities (Evaluation.probabilities)")
-    trust: bool = _opt(False, "allow the manifest's code steps to run", "--trust")
+    trust: bool = _opt(False, "trust this run's model and manifest: code steps, model.entrypoint, and model files that "
+                       "can run code (TorchScript, .pt2, SavedModel, Keras with custom objects); see docs/trust.md",
+                       "--trust")
     progress: bool = _opt(True, "show a progress bar")
     history: bool | str = _opt(True, "store the result in the history store (True: the default store; a string: an "
                                "SQLAlchemy URL)", "--no-history",
@@ -410,10 +412,13 @@ def takes(cls: type[Options], *leading: str) -> Callable:
     lists them with their defaults), validates them through ``cls`` and passes the model as the last argument."""
     def decorate(function: Callable) -> Callable:
         own = inspect.signature(function)
-        params = [own.parameters[name] for name in leading]
+        kw_only = [name for name in leading if own.parameters[name].kind is inspect.Parameter.KEYWORD_ONLY]
+        positional = [name for name in leading if name not in kw_only]
+        params = [own.parameters[name] for name in positional]
         params += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=python_default(info),
                                      annotation=(info.json_schema_extra or {}).get("python_type", info.annotation))
                    for name, info in fields(cls)]
+        params += [own.parameters[name] for name in kw_only]  # keyword-only ones of the function's own, last
         signature = inspect.Signature(params, return_annotation=own.return_annotation)
 
         @functools.wraps(function)
@@ -426,8 +431,9 @@ def takes(cls: type[Options], *leading: str) -> Callable:
                     cls.from_keywords(**extra)
                 raise TypeError(f"{function.__name__}(): {err}") from None
             given = dict(bound.arguments)
-            lead = [given.pop(name) for name in leading if name in given]
-            return function(*lead, cls.from_keywords(**given))
+            lead = [given.pop(name) for name in positional if name in given]
+            own_keywords = {name: given.pop(name) for name in kw_only if name in given}
+            return function(*lead, cls.from_keywords(**given), **own_keywords)
 
         wrapper.__signature__ = signature  # type: ignore[attr-defined]
         wrapper.__doc__ = (function.__doc__ or "").rstrip() + "\n\n" + doc(cls)

@@ -19,8 +19,10 @@ def test_evaluate_keeps_its_python_signature():
         "model", "framework", "batch_sizes", "dataset", "scenario", "device", "threads", "trace_level",
         "trace_repeats", "warmup", "min_repeats", "min_time_s", "max_time_s", "target_qps", "latency_bound_ms",
         "isolate", "call_timeout_s", "run_timeout_s", "memory_limit_bytes",
-        "limit", "keep_probabilities", "trust", "progress", "history"]
-    defaults = {name: p.default for name, p in params.items() if name != "model"}
+        "limit", "keep_probabilities", "trust", "progress", "history",
+        "inputs", "outputs", "preprocess", "postprocess"]  # keyword-only: a live model's description
+    defaults = {name: p.default for name, p in params.items()
+                if name not in ("model", "inputs", "outputs", "preprocess", "postprocess")}
     assert defaults == {
         "framework": "torch", "batch_sizes": (1,), "dataset": None, "scenario": "single-stream", "device": "cpu",
         "threads": None, "trace_level": "NONE", "trace_repeats": 5, "warmup": "auto", "min_repeats": 20,

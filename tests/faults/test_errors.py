@@ -84,7 +84,7 @@ def test_a_manifest_path_runs_only_its_own_framework(tmp_path):
     tiny_onnx(tmp_path / "tiny.onnx")
     path, env = manifest(tmp_path, "tiny", "tiny.onnx"), fault_env(tmp_path / "home")
     rc, _, err = run_mlms(["eval", str(path), "--framework", "torch", *QUICK], env)
-    assert rc == 2 and "is a manifest for onnxruntime" in err and "--framework torch" in err
+    assert rc == 2 and "is for framework onnxruntime" in err and "--framework asks for torch" in err
     assert not (Path(env["MLMS_HOME"]) / "history.sqlite").exists()
     rc, out, err = run_mlms(["eval", str(path), "--framework", "onnxruntime", "--batch-sizes", "1", *QUICK], env)
     assert rc == 0, err

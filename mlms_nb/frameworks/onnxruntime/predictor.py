@@ -15,10 +15,11 @@ import numpy as np
 import onnxruntime as ort
 
 from mlms_nb.data.assets import resolve_asset
-from mlms_nb.errors import PredictorError
+from mlms_nb.errors import ModelFileError, PredictorError
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.frameworks.base import Predictor, PredictorInfo, PredictorOptions, device_kind, register_predictor
+from mlms_nb.frameworks.modelfiles import refuse_other_framework, unreadable
 from mlms_nb.frameworks.profiling import FrameworkProfile
 
 
@@ -44,6 +45,9 @@ class OnnxRuntimePredictor(Predictor):
             raise PredictorError(f"manifest {manifest.key}: ONNX Runtime needs model.graph_path (an .onnx file)")
         base = Path(manifest.source).parent if manifest.source else None
         path = resolve_asset(manifest.model.graph_path, manifest.model.sha256.get("graph_path"), base)
+        refuse_other_framework(path, "onnxruntime", manifest)
+        if path.is_dir():
+            raise ModelFileError(f"model.graph_path {path} is a folder; ONNX Runtime runs an .onnx file")
         self.artifact = str(path)
         providers = ["CPUExecutionProvider"]
         if device_kind(device) == "cuda":
@@ -63,7 +67,7 @@ class OnnxRuntimePredictor(Predictor):
         try:
             return ort.InferenceSession(self.artifact, sess_options=so, providers=self._providers)
         except Exception as err:  # ORT raises its own exception types; say which file failed
-            raise PredictorError(f"ONNX Runtime could not load {self.artifact}: {err}") from None
+            raise unreadable(self.artifact, "onnxruntime", "an ONNX graph", err) from None
 
     def session_options(self) -> ort.SessionOptions:
         """Session options from the predictor options (threads; ``extra`` keys set as attributes)."""
