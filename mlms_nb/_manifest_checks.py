@@ -167,3 +167,57 @@ def _shorter_side_to(size: tuple[int, int], short_side: int) -> tuple[int, int]:
     if w <= h:
         return int(short_side * h / w), short_side
     return short_side, int(short_side * w / h)
+
+
+# ---------------------------------------------------------------- pydantic errors as field paths
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    in_steps = bool(loc) and loc[0] in ("preprocess", "postprocess")
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif (in_steps and i == 2 and part in ("op", "args")) or str(part).startswith("function-"):
+            continue
+        else:
+            text = str(part)
+            if not text or not text.isprintable() or len(text) > 60:  # an empty or odd key: shown quoted
+                text = repr(text[:60])
+            path += f".{text}" if path else text
+    return path
+
+
+def _join(path: str, sub: str) -> str:
+    if not sub:
+        return path
+    if not path or sub.startswith("["):
+        return path + sub
+    return f"{path}.{sub}"
+
+
+def _clean(msg: str) -> str:
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix):]
+    return msg
+
+
+def _errors(err: Any) -> list[tuple[str, str]]:
+    """``(field path, message)`` for every error pydantic found, with one wording for unknown/missing fields."""
+    out = []
+    for e in err.errors():
+        path = _field_path(tuple(e["loc"]))
+        if e["type"] == "mlms_problems":
+            out += [(_join(path, sub), msg) for sub, msg in e["ctx"]["problems"]]
+            continue
+        msg = _clean(e["msg"])
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        # A validator's own message may start with the sub-field it is about (``[1]: ...``, ``size: ...``).
+        head, sep, rest = msg.partition(": ")
+        if sep and head and " " not in head and (head.startswith("[") or head.isidentifier()):
+            path, msg = _join(path, head), rest
+        out.append((path, msg))
+    return out

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from mlms_nb import _manifest_checks as checks
+from mlms_nb._manifest_checks import _errors, _join  # noqa: F401 - the field-path helpers, re-exported
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
 MAX_NAME = 128
@@ -59,6 +60,7 @@ def _text(value: Any, limit: int, what: str) -> Any:
 # ---------------------------------------------------------------- pre/post-processing steps
 
 class DecodeArgs(_Strict):
+    """Read the image file and convert it to ``color_mode`` (the first preprocess step; added when missing)."""
     color_mode: Literal["RGB", "BGR", "GRAY"] = "RGB"
 
 
@@ -178,8 +180,10 @@ class Step(BaseModel):
 # ---------------------------------------------------------------- framework, inputs, outputs, model
 
 class FrameworkSpec(_Strict):
-    name: str
-    version: str = "*"
+    """The framework that runs the model."""
+    name: str = Field(examples=["torch"], description="torch, onnxruntime or tensorflow (aliases: pytorch, ort, "
+                                                      "onnx, tf, keras)")
+    version: str = Field("*", examples=[">=2.0"], description="npm-style range the installed version must satisfy")
 
     @field_validator("name")
     @classmethod
@@ -211,14 +215,18 @@ class FrameworkSpec(_Strict):
 class InputSpec(_Strict):
     """One model input. ``dimensions`` exclude the batch and follow ``layout`` (NCHW: [C, H, W]); an image's
     height and width are 1 to 4096 pixels, each dimension 1 to 2^20, 2^26 elements in all."""
-    name: str | None = None
-    type: Literal["image", "tensor"] = "image"
-    element_type: Literal["float32", "float16", "uint8", "int32", "int64"] = "float32"
-    layout: Literal["NCHW", "NHWC"] = "NCHW"
-    dimensions: list[int]
-    color_mode: Literal["RGB", "BGR", "GRAY"] = "RGB"
-    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0])
-    scale: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0])
+    name: str | None = Field(None, description="the input's name in the graph (informative)")
+    type: Literal["image", "tensor"] = Field("image", description="image: datasets of photos are decoded and "
+                                                                  "preprocessed; tensor: synthetic or .npz inputs")
+    element_type: Literal["float32", "float16", "uint8", "int32", "int64"] = Field("float32",
+                                                                                   description="element type fed")
+    layout: Literal["NCHW", "NHWC"] = Field("NCHW", description="axis order (NCHW: PyTorch and ONNX; NHWC: Keras)")
+    dimensions: list[int] = Field(examples=[[3, 224, 224]], description="the shape without the batch, in `layout`")
+    color_mode: Literal["RGB", "BGR", "GRAY"] = Field("RGB", description="channel order images are decoded to")
+    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0], examples=[[123.675, 116.28, 103.53]],
+                              description="subtracted per channel from pixel values 0..255 (default normalize)")
+    scale: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0], examples=[[58.395, 57.12, 57.375]],
+                               description="divides per channel after the mean (default normalize); not 0")
 
     @field_validator("name", mode="before")
     @classmethod
@@ -271,10 +279,12 @@ class InputSpec(_Strict):
 class OutputSpec(_Strict):
     """``labels``: asset URI of a text file, one label per line; ``classes``: how many the output has (1 to 10^7),
     checked against the labels file when both are known."""
-    name: str | None = None
-    type: Literal["classification", "tensor"] = "classification"
-    labels: str | None = None
-    classes: int | None = None
+    name: str | None = Field(None, description="the output's name in the graph (informative)")
+    type: Literal["classification", "tensor"] = Field("classification", description="classification: top-1/top-5 "
+                                                                                    "accuracy on labeled datasets")
+    labels: str | None = Field(None, examples=["../labels/imagenet1k.txt"], description="asset URI of a text "
+                                                                                       "file, one label per line")
+    classes: int | None = Field(None, examples=[1000], description="how many classes the output has")
 
     @field_validator("name", mode="before")
     @classmethod
@@ -295,19 +305,43 @@ class OutputSpec(_Strict):
 ASSET_FIELDS = ("graph_path", "weights_path")
 
 
+ENTRYPOINT_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
 class ModelSpec(_Strict):
-    """Where the model comes from. ``architecture`` names a built-in builder (eager PyTorch / Keras);
-    ``graph_path`` and ``weights_path`` are asset URIs; ``sha256`` maps an asset field to its digest."""
-    architecture: str | None = None
-    graph_path: str | None = None
-    weights_path: str | None = None
-    sha256: dict[str, str] = Field(default_factory=dict)
-    weights: Literal["pretrained", "random"] = "pretrained"
+    """Where the model comes from: ``architecture`` (a built-in builder), ``graph_path`` (a model file or SavedModel
+    folder, used first when given) or ``entrypoint`` (your own code building the model); ``weights_path`` holds
+    weights for an architecture or an entrypoint. Paths are asset URIs; ``sha256`` maps an asset field to its digest."""
+    architecture: str | None = Field(None, description="a built-in architecture: efficientnet_lite0, "
+                                                       "efficientnet_lite1 or resnet50")
+    graph_path: str | None = Field(None, description="a model file (asset URI): TorchScript .pt/.ts/.jit, torch.export "
+                                                     ".pt2, .onnx, .keras/.h5, or a SavedModel folder")
+    weights_path: str | None = Field(None, description="weights for an architecture or an entrypoint (asset URI): "
+                                                       ".safetensors, or a state dict torch.load reads with "
+                                                       "weights_only=True (.pth/.pt/.bin); .weights.h5 for Keras")
+    entrypoint: str | None = Field(None, description="\"package.module:callable\" returning an nn.Module (torch) or a "
+                                                     "keras.Model (tensorflow); runs only with trust")
+    entrypoint_args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the entrypoint "
+                                                                              "callable")
+    sha256: dict[str, str] = Field(default_factory=dict, description="asset field -> expected sha256 (64 hex "
+                                                                     "digits), checked before the asset is used")
+    weights: Literal["pretrained", "random"] = Field("pretrained", description="random: performance runs only "
+                                                                               "(no accuracy)")
+    instance: Any = Field(None, exclude=True, repr=False)  # a live model object (mlms_nb.evaluate(obj)); never saved
 
     @field_validator("graph_path", "weights_path", "architecture", mode="before")
     @classmethod
     def _uri(cls, value: Any) -> Any:
         return _text(value, MAX_URI, "an asset URI")
+
+    @field_validator("entrypoint", mode="before")
+    @classmethod
+    def _entrypoint(cls, value: Any) -> Any:
+        _text(value, MAX_URI, "an entrypoint")
+        if isinstance(value, str) and not ENTRYPOINT_PATTERN.match(value):
+            raise ValueError(f"expected \"package.module:callable\" (a Python import path, a colon, a callable), "
+                             f"got {value[:100]!r}")
+        return value
 
     @field_validator("sha256")
     @classmethod
@@ -321,63 +355,17 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="after")
     def _something(self) -> "ModelSpec":
-        if not (self.architecture or self.graph_path):
-            raise ValueError("expected an architecture or a graph_path")
-        if self.weights == "pretrained" and not (self.graph_path or self.weights_path):
+        given = [name for name in ("architecture", "graph_path", "entrypoint") if getattr(self, name)]
+        if self.instance is not None:
+            return self
+        if not given:
+            raise ValueError("expected one of architecture (built in), graph_path (a model file) or entrypoint "
+                             "(\"package.module:callable\")")
+        if self.entrypoint and self.architecture:
+            raise ValueError("give an entrypoint or an architecture, not both")
+        if self.entrypoint_args and not self.entrypoint:
+            raise _problems([("entrypoint_args", "needs an entrypoint")])
+        if self.architecture and not self.graph_path and self.weights == "pretrained" and not self.weights_path:
             raise _problems([("weights_path", f"architecture {self.architecture!r} with pretrained weights needs a "
                                               "weights_path (or weights: random for performance runs)")])
         return self
-
-
-# ---------------------------------------------------------------- pydantic errors as field paths
-
-def _field_path(loc: tuple[Any, ...]) -> str:
-    path = ""
-    in_steps = bool(loc) and loc[0] in ("preprocess", "postprocess")
-    for i, part in enumerate(loc):
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif (in_steps and i == 2 and part in ("op", "args")) or str(part).startswith("function-"):
-            continue
-        else:
-            text = str(part)
-            if not text or not text.isprintable() or len(text) > 60:  # an empty or odd key: shown quoted
-                text = repr(text[:60])
-            path += f".{text}" if path else text
-    return path
-
-
-def _join(path: str, sub: str) -> str:
-    if not sub:
-        return path
-    if not path or sub.startswith("["):
-        return path + sub
-    return f"{path}.{sub}"
-
-
-def _clean(msg: str) -> str:
-    for prefix in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(prefix):
-            return msg[len(prefix):]
-    return msg
-
-
-def _errors(err: ValidationError) -> list[tuple[str, str]]:
-    """``(field path, message)`` for every error pydantic found, with one wording for unknown/missing fields."""
-    out = []
-    for e in err.errors():
-        path = _field_path(tuple(e["loc"]))
-        if e["type"] == "mlms_problems":
-            out += [(_join(path, sub), msg) for sub, msg in e["ctx"]["problems"]]
-            continue
-        msg = _clean(e["msg"])
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif e["type"] == "missing":
-            msg = "required field is missing"
-        # A validator's own message may start with the sub-field it is about (``[1]: ...``, ``size: ...``).
-        head, sep, rest = msg.partition(": ")
-        if sep and head and " " not in head and (head.startswith("[") or head.isidentifier()):
-            path, msg = _join(path, head), rest
-        out.append((path, msg))
-    return out

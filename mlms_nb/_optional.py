@@ -16,6 +16,7 @@ from mlms_nb.errors import FrameworkNotInstalledError
 EXTRAS: dict[str, tuple[str, str]] = {
     "torch": ("PyTorch", "torch"),
     "efficientnet_lite_pytorch": ("efficientnet-lite-pytorch", "torch"),
+    "safetensors": ("safetensors", "torch"),
     "onnx": ("onnx", "onnx"),
     "onnxruntime": ("ONNX Runtime", "onnx"),
     "tensorflow": ("TensorFlow", "tf"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -25,19 +26,22 @@ from mlms_nb.analyses import Displayable
 from mlms_nb.analyses.result import Analysis
 from mlms_nb.divergence import Divergence
 from mlms_nb.divergence.run import diverge as _diverge
+from mlms_nb import trust as _trust
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.runner import EvaluationRunner, resolve_manifests
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
 from mlms_nb.frameworks.costs import model_costs
-from mlms_nb.manifest import Manifest, ManifestCatalog, canonical_framework
+from mlms_nb.frameworks.live import check_trust, manifest_for
+from mlms_nb.frameworks.modelfiles import file_kind
+from mlms_nb.manifest import Manifest, ManifestCatalog, canonical_framework, find_manifest
 from mlms_nb.options import (
     DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions, spell, takes,
 )
-from mlms_nb.paths import mlms_home
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.store.history import HistoryStore
+from mlms_nb.store.keeping import HistoryKeeper
 from mlms_nb.theory.ceilings import Ceilings
 from mlms_nb.theory.ceilings import machine_ceilings as _machine_ceilings
 from mlms_nb.tracing.otel import parent_from_otel
@@ -49,7 +53,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Analysis", "TraceSession", "batch_scaling", "compare", "convert", "diverge", "evaluate", "history",
            "kernels", "layer_costs", "layers", "load_evaluation", "load_trace", "machine_ceilings", "model_costs",
-           "models", "resolve_run", "roofline", "timeline", "trace"]
+           "models", "resolve_run", "roofline", "timeline", "trace", "trust_add", "trust_list", "trust_remove"]
 
 
 # ---------------------------------------------------------------------------------------------- models, evaluate
@@ -79,10 +83,16 @@ def models(framework: str | None = None) -> pd.DataFrame:
     return frame
 
 
-@takes(EvaluateOptions, "model")
-def evaluate(model: str | Manifest, options: EvaluateOptions) -> Evaluation:
-    """Evaluate ``model`` (a name, see :func:`models`, or a `Manifest`) in one or more frameworks; returns an
-    `Evaluation`.
+@takes(EvaluateOptions, "model", "inputs", "outputs", "preprocess", "postprocess")
+def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, outputs: Any = None, preprocess: Any = None,
+             postprocess: Any = None) -> Evaluation:
+    """Evaluate ``model`` in one or more frameworks; returns an `Evaluation`. ``model``: a name (see
+    :func:`models`), a manifest path or `Manifest`, or a live ``torch.nn.Module`` / ``keras.Model`` whose
+    ``inputs`` (an example batch, N first, or an `InputSpec` / dict), ``outputs``, ``preprocess`` and
+    ``postprocess`` describe it as a manifest would (:func:`mlms_nb.frameworks.live.manifest_for`).
+
+    Trust (docs/trust.md): entrypoints, code steps and model files that can run code (TorchScript, .pt2,
+    SavedModel, Keras custom objects) run only with ``trust=True`` or when in the trust store (:func:`trust_add`).
 
     The timed loop runs until both ``min_repeats`` calls and ``min_time_s`` seconds are reached (LoadGen style);
     ``scenario``: single-stream (report p90), offline (throughput) or server (Poisson arrivals at ``target_qps``;
@@ -91,23 +101,41 @@ def evaluate(model: str | Manifest, options: EvaluateOptions) -> Evaluation:
     ``evaluation.trace_overhead``). ``history``: store the result (True: the default store; a string: an
     SQLAlchemy URL; False: don't); a failing store is a warning on the result, never a lost measurement.
     """
-    evaluation = EvaluationRunner(resolve_manifests(model, options.framework), options).run()
-    if options.history:
-        _store(evaluation, None if options.history is True else str(options.history))
+    manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess)
+    for manifest in manifests:
+        check_trust(manifest, options.trust)
+    keeper = HistoryKeeper(None if options.history is True else str(options.history)) if options.history else None
+    evaluation = EvaluationRunner(manifests, options, sink=keeper).run()
+    if keeper is not None:
+        keeper.finish(evaluation)
+        evaluation.saved = keeper.saved
     return evaluation
 
 
-def _store(evaluation: Evaluation, url: str | None) -> None:
-    """Save to history; a failing store is a warning on the result, never a lost measurement."""
-    try:
-        store = HistoryStore(url)
-        evaluation.history_ids = store.save(evaluation)
-        for fw, trace in evaluation.traces.items():
-            path = trace.save(mlms_home() / "traces" / evaluation.id / fw)
-            store.add_trace(evaluation.id, trace.trace_id or f"{evaluation.id}-{fw}", "parquet", path=str(path))
-    except Exception as err:  # the measurement is worth more than the store: keep it, say why
-        evaluation.warnings.append(f"not saved to history: {err}")
-        log.warning("not saved to history: %s", err)
+def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, preprocess: Any,
+               postprocess: Any) -> list[Manifest]:
+    """The manifests to run; a manifest file or object asked for with another framework is refused."""
+    live = not isinstance(model, (str, Path, Manifest))
+    if live:
+        model = manifest_for(model, inputs, outputs, preprocess, postprocess)
+    elif any(x is not None for x in (inputs, outputs, preprocess, postprocess)):
+        raise MlmsError("inputs, outputs, preprocess and postprocess describe a live model object; a model name or "
+                        "manifest already describes them")
+    if isinstance(model, (str, Path)) and file_kind(model) is not None and Path(model).exists():
+        raise MlmsError(f"{model} is a model file, not a manifest: write a manifest whose model.graph_path names it "
+                        "(docs/byom.md), or pass the loaded model object with inputs=...")
+    if isinstance(model, Path) or (isinstance(model, str) and (model.endswith((".yaml", ".yml")) or "/" in model)):
+        model = find_manifest(model)
+    if isinstance(model, Manifest):
+        if "framework" in options.model_fields_set and options.framework != [model.framework.name]:
+            asked = ",".join(options.framework)
+            raise MlmsError(f"{model.source or 'the manifest'} is for framework {model.framework.name}, but "
+                            f"{spell('framework')} asks for {asked}: give a manifest of that framework (one file per "
+                            "framework), or its model name")
+        if not live:
+            options.framework = [model.framework.name]
+        return [model]
+    return resolve_manifests(model, options.framework)
 
 
 @takes(HistoryOptions)
@@ -327,3 +355,28 @@ for _name, _function in (("layers", layers), ("roofline", roofline), ("batch_sca
 for _name, _function in (("layers", layers), ("timeline", timeline), ("kernels", kernels)):
     _lend(Trace, _name, _function, "Lent by the facade")
 del _name, _function
+
+
+# ---------------------------------------------------------------------------------------------- trust
+
+def trust_add(path: str | Path) -> pd.DataFrame:
+    """Trust the model file, SavedModel folder or manifest at ``path`` as it is now (its sha256 is pinned in the
+    trust store under MLMS_HOME; a changed file is refused again). Returns the trust store (:func:`trust_list`)."""
+    kind = "manifest" if str(path).endswith((".yaml", ".yml")) else (file_kind(path) or "")
+    _trust.add(path, kind)
+    return trust_list()
+
+
+def trust_list() -> pd.DataFrame:
+    """The trust store: one row per trusted asset (path, sha256, kind, added_at in UTC)."""
+    rows = [{"path": e.path, "sha256": e.sha256, "kind": e.kind, "added_at": e.added_at} for e in _trust.entries()]
+    frame = pd.DataFrame(rows, columns=["path", "sha256", "kind", "added_at"])
+    frame.attrs["note"] = f"trust store: {_trust.store_path()}; built-in manifests and mlms-nb's own conversions " \
+                          "are trusted by their checksums"
+    return frame
+
+
+def trust_remove(path_or_sha256: str | Path) -> pd.DataFrame:
+    """Stop trusting an asset (by its path, or a sha256 prefix of 8+ hex digits). Returns the trust store."""
+    _trust.remove(path_or_sha256)
+    return trust_list()

@@ -73,6 +73,7 @@ VERBS: dict[str, str] = {
     "diverge": "where frameworks' layer outputs diverge on the same inputs (and an INT8 copy's)",
     "timeline": "zoomable timeline of a traced run (Bokeh; matplotlib for print)",
     "report": "a PDF/HTML report and an executed, editable notebook of one run, or a comparison of several",
+    "trust": "trust a model file or manifest that can run code (add PATH), list the trust store, or remove PATH",
 }
 
 JSON_FLAG = Argument(("--json",), {"action": "store_true", "help": "print one JSON object instead of a table"})
@@ -84,7 +85,15 @@ MODEL = Argument(("model",), {"help": "model name (see `models`) or a manifest .
 
 ARGUMENTS: dict[str, list[Argument]] = {
     "models": [Argument(("--framework",), {"help": "only this framework (torch, onnxruntime, tensorflow)"}), JSON_FLAG],
-    "eval": [MODEL, *arguments(EvaluateOptions), JSON_FLAG],
+    "eval": [MODEL, *arguments(EvaluateOptions),
+             Argument(("--inputs",), {"metavar": "VARIABLE", "default": None,
+                                      "help": "in a notebook, for a live model object: a variable holding an example "
+                                              "input batch (N first) or an input description"}),
+             JSON_FLAG],
+    "trust": [Argument(("action",), {"choices": ["add", "list", "remove"], "help": "add PATH, list, or remove PATH"}),
+              Argument(("path",), {"nargs": "?", "default": None,
+                                   "help": "the model file, SavedModel folder or manifest (remove: or a sha256 prefix)"}),
+              JSON_FLAG],
     "history": [*arguments(HistoryOptions), JSON_FLAG],
     "layers": [RUN, *arguments(LayersOptions), PLOT, HTML, JSON_FLAG],
     "roofline": [RUN, *arguments(RooflineOptions), PLOT, HTML, JSON_FLAG],
@@ -164,13 +173,27 @@ def run_models(args: argparse.Namespace) -> Output:
 
 
 def run_eval(args: argparse.Namespace) -> Output:
-    evaluation = api.evaluate(args.model, **given(EvaluateOptions, args), progress=not args.json)
+    inputs = getattr(args, "inputs", None)
+    if isinstance(inputs, str):
+        raise MlmsError(f"--inputs {inputs}: names a notebook variable describing a live model's input; from the "
+                        "command line, describe the model by a manifest")
+    evaluation = api.evaluate(args.model, inputs=inputs, **given(EvaluateOptions, args), progress=not args.json)
     parts = [evaluation]
     if not evaluation.trace_overhead.empty:
         parts.append(display.Table(evaluation.trace_overhead, "Tracing overhead (traced ÷ untraced median)"))
         parts += [display.Section(fw, trace) for fw, trace in evaluation.traces.items()]
-    return Output(evaluation, display.Page(parts), display.render_json(evaluation),
-                  exit_code=0 if evaluation.complete else 130)
+    return Output(evaluation, display.Page(parts), display.render_json(evaluation), exit_code=eval_exit_code(evaluation))
+
+
+def eval_exit_code(evaluation) -> int:
+    """0: everything measured and stored; 130: stopped by Ctrl-C, 143: by a stop signal (what was measured is
+    shown and stored); 1: something not measured (an error, a timeout, a crash) or not stored."""
+    reasons = {o.get("reason") for o in evaluation.outcomes.values()}
+    if "interrupt" in reasons or (not evaluation.complete and not evaluation.outcomes):
+        return 130
+    if "signal" in reasons:
+        return 143
+    return 0 if evaluation.complete and evaluation.saved else 1
 
 
 def run_history(args: argparse.Namespace) -> Output:
@@ -244,10 +267,19 @@ def run_report(args: argparse.Namespace) -> Output:
     return Output(result, result, result.to_dict())
 
 
+def run_trust(args: argparse.Namespace) -> Output:
+    if args.action in ("add", "remove") and not args.path:
+        raise MlmsError(f"trust {args.action} needs a PATH (remove: or a sha256 prefix)")
+    frame = {"add": api.trust_add, "remove": api.trust_remove}[args.action](args.path) if args.path and \
+        args.action != "list" else api.trust_list()
+    page = display.Table(frame, "Trusted assets", empty="nothing is trusted yet")
+    return Output(frame, page, {"trusted": display.records(frame), "store": frame.attrs["note"]})
+
+
 RUNNERS: dict[str, Callable[[argparse.Namespace], Output]] = {
     "models": run_models, "eval": run_eval, "history": run_history, "convert": run_convert,
     "layers": run_layers, "roofline": run_roofline, "compare": run_compare, "diverge": run_diverge,
-    "timeline": run_timeline, "report": run_report,
+    "timeline": run_timeline, "report": run_report, "trust": run_trust,
 }
 
 

@@ -47,3 +47,13 @@ class TraceSchemaError(MlmsError, ValueError):
 
 class AnalysisError(MlmsError, ValueError):
     """An analysis cannot run on what it was given (no layer spans, unknown plot backend, ...)."""
+
+
+class UntrustedError(MlmsError):
+    """An asset that can run code (a TorchScript or SavedModel file, an entrypoint, a code step) was not trusted;
+    the message names it, says why it can run code and how to trust it (:mod:`mlms_nb.trust`)."""
+
+
+class ModelFileError(PredictorError):
+    """A model file is not what its framework can load (garbage, truncated, the wrong format or framework); the
+    message names the file and the framework."""

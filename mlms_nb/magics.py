@@ -80,7 +80,8 @@ class MlmsMagics(Magics):
             print(parser.format_help())
             return None
         args = parser.parse_args(words[1:])
-        for name in ("run", "run_a", "run_b"):  # RUN may name a notebook variable holding an Evaluation or Trace
+        # RUN may name a notebook variable holding an Evaluation or Trace; eval's MODEL a live model or Manifest
+        for name in ("run", "run_a", "run_b", "model", "inputs"):
             ref = getattr(args, name, None)
             if isinstance(ref, str) and ref.isidentifier() and ref in self.shell.user_ns:
                 setattr(args, name, self.shell.user_ns[ref])
@@ -97,6 +98,11 @@ class MlmsMagics(Magics):
             kept = f"; it is in `{args.save}`" if args.save else ""
             raise UsageError(f"%mlms {verb}: interrupted (Ctrl-C); the result above holds what was measured before "
                              f"it{kept}")
+        if verb == "eval" and out.exit_code:  # an error, timeout, crash or stop signal in a framework, or not stored
+            display(out)
+            kept = f" (it is in `{args.save}`)" if args.save else ""
+            missing = "; ".join(out.value.missing()) or "; ".join(w for w in out.value.warnings if "not saved" in w)
+            raise UsageError(f"%mlms {verb}: {missing}; the result above holds what was measured{kept}")
         if args.return_value:
             return out.value
         display(out)

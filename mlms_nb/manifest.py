@@ -48,18 +48,27 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------- the manifest
 
 class Manifest(_Strict):
-    name: str = Field(pattern=NAME_PATTERN.pattern, max_length=MAX_NAME)
-    version: str = "1.0.0"
-    description: str = ""
-    license: str | None = None
-    references: list[str] = Field(default_factory=list)
-    framework: FrameworkSpec
-    inputs: list[InputSpec] = Field(min_length=1)
-    outputs: list[OutputSpec] = Field(min_length=1)
-    preprocess: list[Step] = Field(default_factory=list)
-    postprocess: list[Step] = Field(default_factory=list)
-    model: ModelSpec
-    attributes: dict[str, Any] = Field(default_factory=dict)
+    """One model in one framework (one YAML file)."""
+    name: str = Field(pattern=NAME_PATTERN.pattern, max_length=MAX_NAME, examples=["my_cnn"],
+                      description="lower-case letters, digits and . _ - ; with `framework.name` it identifies the model")
+    version: str = Field("1.0.0", examples=["1.2.0"], description="semantic version of the model (quoted in YAML)")
+    description: str = Field("", description="free text")
+    license: str | None = Field(None, examples=["Apache-2.0"], description="the model's license")
+    references: list[str] = Field(default_factory=list, examples=[["https://arxiv.org/abs/1512.03385"]],
+                                  description="papers or pages about the model")
+    framework: FrameworkSpec = Field(description="which framework runs it (see FrameworkSpec)")
+    inputs: list[InputSpec] = Field(min_length=1, description="the model's inputs; the first is fed (see InputSpec)")
+    outputs: list[OutputSpec] = Field(min_length=1, description="the model's outputs; the first is read (see "
+                                                                "OutputSpec)")
+    preprocess: list[Step] = Field(default_factory=list, examples=[[{"resize": {"size": 256}},
+                                                                    {"center_crop": {"size": 224}}]],
+                                   description="steps from an image file to the input tensor (default: decode, "
+                                               "resize, center_crop, normalize, to_layout from inputs[0])")
+    postprocess: list[Step] = Field(default_factory=list, examples=[["softmax", {"top_k": {"k": 5}}]],
+                                    description="steps from the output to class probabilities (softmax, top_k, code)")
+    model: ModelSpec = Field(description="where the model comes from (see ModelSpec)")
+    attributes: dict[str, Any] = Field(default_factory=dict, examples=[{"top1": 75.1}],
+                                       description="free key/values kept with results (top1: published accuracy, %)")
     source: str | None = Field(default=None, exclude=True)  # the file it was read from
 
     @field_validator("name", mode="before")
@@ -125,6 +134,20 @@ class Manifest(_Strict):
         data["preprocess"] = [{s.op: s.args.model_dump(mode="json")} for s in self.preprocess]
         data["postprocess"] = [{s.op: s.args.model_dump(mode="json")} for s in self.postprocess]
         return data
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write this manifest as YAML that `load_manifest` reads back to the same manifest; returns the path.
+        Relative asset paths are read relative to the file's folder, so save it where they resolve."""
+        import yaml
+
+        from mlms_nb._fs import atomic_write_text
+
+        if self.model.instance is not None:
+            raise ManifestError(f"manifest {self.key} holds a live model object, which YAML cannot keep: describe "
+                                "the model by model.entrypoint (and weights_path) or a graph_path file to save it")
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+        parse_manifest(yaml.safe_load(text), source=str(path))  # what is written must read back
+        return atomic_write_text(path, text)
 
 
 def _semver_hint(value: int | float) -> str:

@@ -67,7 +67,8 @@ def test_eval_json_schema_and_history(shared_home, tmp_path):
     (shared_home / "artifacts").mkdir(parents=True, exist_ok=True)
     (home / "artifacts").symlink_to(shared_home / "artifacts", target_is_directory=True)
     out = mlms("eval", "efficientnet_lite0", "--framework", "torch,onnxruntime", "--batch-sizes", "1,2",
-               "--dataset", "imagenet-samples", "--min-repeats", "5", "--min-time", "0.1", "--json", home=home)
+               "--dataset", "imagenet-samples", "--min-repeats", "5", "--min-time", "0.1", "--warmup", "3", "--json",
+               home=home)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert [r["framework"] for r in data["results"]] == ["torch", "onnxruntime"]

@@ -11,7 +11,7 @@ from mlms_nb.data.datasets import open_dataset
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import FrameworkNotInstalledError, PredictorError
 from mlms_nb.frameworks import base as predictor_base
-from mlms_nb.frameworks import get_predictor_class, open_predictor
+from mlms_nb.frameworks import PredictorOptions, get_predictor_class, open_predictor
 from mlms_nb.manifest import find_manifest
 
 
@@ -113,7 +113,7 @@ def test_torchscript_manifest_runs_the_same_model(tmp_path, lite0):
     manifest = find_manifest(str(tmp_path / "lite0_ts.yaml"))
     dataset = open_dataset("imagenet-samples", manifest)
     batch = next(dataset.iter_batches(len(dataset), Preprocessor(manifest)))
-    with open_predictor(manifest) as predictor:
+    with open_predictor(manifest, options=PredictorOptions(trust=True)) as predictor:  # TorchScript needs trust
         assert predictor.info().details["kind"] == "torchscript"
         assert predictor.artifact_path == str(tmp_path / "lite0.pt")
         with pytest.raises(PredictorError, match="need an eager PyTorch module"):

@@ -75,7 +75,7 @@ def test_missing_required_fields():
     assert "framework: required field is missing" in error_of(data)
     data = copy.deepcopy(GOOD)
     data["model"] = {}
-    assert "model: expected an architecture or a graph_path" in error_of(data)
+    assert "model: expected one of architecture (built in), graph_path (a model file) or entrypoint" in error_of(data)
 
 
 def test_bad_yaml_and_file_name_in_message(tmp_path):

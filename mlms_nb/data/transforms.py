@@ -40,7 +40,8 @@ import numpy as np
 from PIL import Image
 
 from mlms_nb._manifest_checks import MAX_IMAGE_SIDE
-from mlms_nb.errors import DatasetError, ManifestError, MlmsError
+from mlms_nb.errors import DatasetError, ManifestError, MlmsError, UntrustedError
+from mlms_nb.trust import require_trust
 from mlms_nb.manifest import (CenterCropArgs, DecodeArgs, Manifest, NormalizeArgs, ResizeArgs, SoftmaxArgs, Step,
                         ToLayoutArgs, TopKArgs)
 
@@ -62,8 +63,8 @@ _INTERPOLATION = {
 _PIL_MODE = {"RGB": "RGB", "BGR": "RGB", "GRAY": "L"}
 
 
-class UntrustedCodeError(MlmsError):
-    """A manifest has ``code`` steps and the caller did not pass ``trust=True``."""
+class UntrustedCodeError(UntrustedError):
+    """A manifest has ``code`` steps, the caller did not pass ``trust=True`` and the manifest file is not trusted."""
 
 
 class ImageDecodeError(DatasetError):
@@ -74,10 +75,12 @@ class ImageTooLargeError(ImageDecodeError):
     """Resizing one image would exceed `MAX_RESIZE_PIXELS` (datasets skip it and record why)."""
 
 
-def _untrusted(manifest: Manifest, where: str) -> UntrustedCodeError:
-    return UntrustedCodeError(
-        f"manifest {manifest.key} has a code step in {where} (Python source that would run in this process); "
-        "refusing to run it: pass trust=True (--trust) if you trust the manifest's author")
+def _check_code(manifest: Manifest, where: str, trust: bool) -> None:
+    """Code steps run with this run's trust, or when the manifest file is trusted (:mod:`mlms_nb.trust`)."""
+    try:
+        require_trust(manifest.source, "code", trust, f"manifest {manifest.key} (a code step in {where})")
+    except UntrustedError as err:
+        raise UntrustedCodeError(str(err)) from None
 
 
 def _compile_code(source: str, manifest: Manifest, where: str) -> Callable[[Any], Any]:
@@ -113,8 +116,8 @@ class Preprocessor:
         self.shape = tuple(int(d) for d in self.input.dimensions)
         self.dtype = np.dtype(self.input.element_type)
         steps = list(manifest.preprocess) or self.default_steps(manifest)
-        if any(s.op == "code" for s in steps) and not trust:
-            raise _untrusted(manifest, "preprocess")
+        if any(s.op == "code" for s in steps):
+            _check_code(manifest, "preprocess", trust)
         is_image = self.input.type == "image"
         if is_image and not any(s.op == "decode" for s in steps):
             steps.insert(0, Step(op="decode", args=DecodeArgs(color_mode=self.input.color_mode)))
@@ -338,8 +341,8 @@ class Postprocessor:
         self.trust = trust
         steps = list(manifest.postprocess) or [Step(op="softmax", args=SoftmaxArgs()),
                                                Step(op="top_k", args=TopKArgs(k=DEFAULT_TOP_K))]
-        if any(s.op == "code" for s in steps) and not trust:
-            raise _untrusted(manifest, "postprocess")
+        if any(s.op == "code" for s in steps):
+            _check_code(manifest, "postprocess", trust)
         self.steps: list[Step] = steps
         self.k = next((s.args.k for s in reversed(steps) if s.op == "top_k"), DEFAULT_TOP_K)
         self._code = {i: _compile_code(s.args.source, manifest, f"postprocess[{i}]")

@@ -82,6 +82,9 @@ class Predictor(ABC):
     framework: ClassVar[str]
     #: the pip extra that installs this framework
     extra: ClassVar[str]
+    #: True when :meth:`cancel` can stop a ``predict`` call in progress from another thread (the per-call timeout
+    #: without a worker process; see :mod:`mlms_nb.launchers.watch`)
+    cancellable: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.manifest: Manifest | None = None
@@ -111,6 +114,11 @@ class Predictor(ABC):
         if self._tracer is not None:
             self.stop_tracing()
         self.manifest = None
+
+    def cancel(self) -> None:
+        """Stop the ``predict`` call in progress (called from another thread); it then raises. Only where
+        ``cancellable``; later calls run normally."""
+        raise NotImplementedError(f"{type(self).__name__} cannot cancel a call in progress")
 
     @abstractmethod
     def info(self) -> PredictorInfo:

@@ -23,10 +23,29 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 WRITE_ATTEMPTS = 10
+LOCK_TIMEOUT_S = 60.0
+"""How long a write waits, in all, for a store another process holds locked (``MLMS_HISTORY_LOCK_TIMEOUT_S``)."""
+
+
+def lock_timeout_s() -> float:
+    """``$MLMS_HISTORY_LOCK_TIMEOUT_S`` (seconds), else :data:`LOCK_TIMEOUT_S`."""
+    try:
+        return max(float(os.environ.get("MLMS_HISTORY_LOCK_TIMEOUT_S", LOCK_TIMEOUT_S)), 0.0)
+    except ValueError:
+        return LOCK_TIMEOUT_S
+
+
+def busy_timeout_ms() -> int:
+    """SQLite's own wait per statement: within the overall lock timeout."""
+    return int(min(BUSY_TIMEOUT_MS, lock_timeout_s() * 1000 / 4))
 
 
 class HistoryError(MlmsError):
     """The history store cannot be opened, written or read; or what was asked for is not in it."""
+
+
+class LockedError(HistoryError):
+    """The store stayed locked by another process past the lock timeout."""
 
 
 # ---------------------------------------------------------------- engines (one per URL per process)
@@ -55,7 +74,7 @@ def _make_engine(url: str) -> Engine:
         database = parsed.database or ""
         if database and database != ":memory:" and not database.startswith("file:"):
             os.makedirs(os.path.dirname(os.path.abspath(database)) or ".", exist_ok=True)
-        kwargs["connect_args"] = {"timeout": BUSY_TIMEOUT_MS / 1000}
+        kwargs["connect_args"] = {"timeout": busy_timeout_ms() / 1000}
     else:
         kwargs["pool_pre_ping"] = True
     try:
@@ -72,12 +91,14 @@ def _make_engine(url: str) -> Engine:
 def _configure_sqlite(engine: Engine) -> None:
     """Busy timeout + WAL on every connection; our own BEGIN (IMMEDIATE for writes) instead of pysqlite's."""
 
+    busy_ms = busy_timeout_ms()
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):  # noqa: ANN001
         dbapi_connection.isolation_level = None  # autocommit at the driver: SQLAlchemy's "begin" event begins
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
             # switching to WAL needs a moment alone with the file
             mode = retry_while_locked(lambda: cursor.execute("PRAGMA journal_mode = WAL").fetchone(),
                                       what="switch to WAL")
@@ -123,12 +144,19 @@ def retry_while_locked(attempt_once: Callable[[], T], is_transient: Callable[[Ba
     """``attempt_once()``, retried with jittered exponential backoff (up to ``WRITE_ATTEMPTS`` tries) while it
     raises an error ``is_transient`` accepts (default: the database is locked or busy); the last error is raised."""
     transient = is_transient or is_locked
+    give_up_at = time.monotonic() + lock_timeout_s()
     for attempt in range(WRITE_ATTEMPTS):
         try:
             return attempt_once()
         except Exception as err:
-            if not transient(err) or attempt == WRITE_ATTEMPTS - 1:
+            if not transient(err) or attempt == WRITE_ATTEMPTS - 1 or time.monotonic() >= give_up_at:
+                if transient(err) and is_locked(err):
+                    raise LockedError(f"{getattr(err, 'orig', None) or err} (another process held it locked past "
+                                      f"{lock_timeout_s():g} s; set MLMS_HISTORY_LOCK_TIMEOUT_S to wait longer)") from err
                 raise
+            if attempt == 0 and is_locked(err):
+                log.warning("mlms: the history store is locked by another process; retrying for up to %g s",
+                            lock_timeout_s())
             log.debug("history %s: database busy, retrying (%d)", what, attempt + 1)
-            time.sleep(_backoff(attempt))
+            time.sleep(min(_backoff(attempt), max(give_up_at - time.monotonic(), 0.0)))
     raise AssertionError("unreachable")  # pragma: no cover

@@ -15,10 +15,11 @@ import numpy as np
 import onnxruntime as ort
 
 from mlms_nb.data.assets import resolve_asset
-from mlms_nb.errors import PredictorError
+from mlms_nb.errors import ModelFileError, PredictorError
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.frameworks.base import Predictor, PredictorInfo, PredictorOptions, device_kind, register_predictor
+from mlms_nb.frameworks.modelfiles import refuse_other_framework, unreadable
 from mlms_nb.frameworks.profiling import FrameworkProfile
 
 
@@ -26,6 +27,7 @@ from mlms_nb.frameworks.profiling import FrameworkProfile
 class OnnxRuntimePredictor(Predictor):
     framework = "onnxruntime"
     extra = "onnx"
+    cancellable = True  # RunOptions.terminate stops a run in progress
 
     def __init__(self) -> None:
         super().__init__()
@@ -34,6 +36,7 @@ class OnnxRuntimePredictor(Predictor):
         self._providers: list = []
         self._plain_session: ort.InferenceSession | None = None  # the untraced session, while profiling
         self._profile: FrameworkProfile | None = None   # while profiling (state: the profiling start, Unix ns)
+        self._run_options = ort.RunOptions()  # the calls' RunOptions: `cancel` terminates them, then swaps in new ones
 
     def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "OnnxRuntimePredictor":
         self.manifest, self.device, self.options = manifest, device, options or PredictorOptions()
@@ -42,6 +45,9 @@ class OnnxRuntimePredictor(Predictor):
             raise PredictorError(f"manifest {manifest.key}: ONNX Runtime needs model.graph_path (an .onnx file)")
         base = Path(manifest.source).parent if manifest.source else None
         path = resolve_asset(manifest.model.graph_path, manifest.model.sha256.get("graph_path"), base)
+        refuse_other_framework(path, "onnxruntime", manifest)
+        if path.is_dir():
+            raise ModelFileError(f"model.graph_path {path} is a folder; ONNX Runtime runs an .onnx file")
         self.artifact = str(path)
         providers = ["CPUExecutionProvider"]
         if device_kind(device) == "cuda":
@@ -61,7 +67,7 @@ class OnnxRuntimePredictor(Predictor):
         try:
             return ort.InferenceSession(self.artifact, sess_options=so, providers=self._providers)
         except Exception as err:  # ORT raises its own exception types; say which file failed
-            raise PredictorError(f"ONNX Runtime could not load {self.artifact}: {err}") from None
+            raise unreadable(self.artifact, "onnxruntime", "an ONNX graph", err) from None
 
     def session_options(self) -> ort.SessionOptions:
         """Session options from the predictor options (threads; ``extra`` keys set as attributes)."""
@@ -81,9 +87,15 @@ class OnnxRuntimePredictor(Predictor):
             raise PredictorError("predict() before open(), or after close()")
         profile = self._profile
         if profile is None:
-            return self.session.run(self._outputs, {self._input: batch})[0]
+            return self.session.run(self._outputs, {self._input: batch}, self._run_options)[0]
         with profile.call(self._tracer.current_span_id() if self._tracer is not None else 0):
-            return self.session.run(self._outputs, {self._input: batch})[0]
+            return self.session.run(self._outputs, {self._input: batch}, self._run_options)[0]
+
+    def cancel(self) -> None:
+        """Terminate the run in progress (ONNX Runtime checks the flag between nodes and inside loops); the next
+        call gets fresh RunOptions."""
+        current, self._run_options = self._run_options, ort.RunOptions()
+        current.terminate = True
 
     @property
     def native_model(self) -> ort.InferenceSession | None:

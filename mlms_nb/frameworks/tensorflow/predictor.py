@@ -24,6 +24,7 @@ from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.frameworks.base import Predictor, PredictorInfo, PredictorOptions, device_kind, register_predictor
 from mlms_nb.frameworks.profiling import FrameworkProfile
+from mlms_nb.frameworks.tensorflow.loading import build_entrypoint, load_model_file
 from mlms_nb.frameworks.tensorflow.xplane import MARKER, PROFILER_OPTIONS
 
 
@@ -51,18 +52,26 @@ class TensorFlowPredictor(Predictor):
         base = Path(manifest.source).parent if manifest.source else None
         spec = manifest.model
         with tf.device(tf_device):
-            if spec.graph_path:
+            if spec.instance is not None:  # a live keras.Model from the notebook: the user's own object
+                import keras
+
+                if not isinstance(spec.instance, keras.Model):
+                    raise PredictorError(f"{manifest.key}: TensorFlow runs a keras.Model, got {type(spec.instance).__name__}")
+                self.model, self.kind = spec.instance, "keras"
+                self.artifact = f"{type(spec.instance).__name__} (a live object)"
+            elif spec.graph_path:
                 path = resolve_asset(spec.graph_path, spec.sha256.get("graph_path"), base)
                 self.artifact = str(path)
-                if path.is_dir():  # a SavedModel
-                    loaded = tf.saved_model.load(str(path))
-                    signature = loaded.signatures["serving_default"]
-                    self.model, self.kind = loaded, "saved_model"
+                self.model, self.kind = load_model_file(path, manifest, self.options.trust)
+                if self.kind == "saved_model":
+                    signature = self.model.signatures["serving_default"]
                     self._fn = lambda x: next(iter(signature(x).values()))
-                else:
-                    import keras
-
-                    self.model, self.kind = keras.models.load_model(str(path), compile=False), "keras"
+            elif spec.entrypoint:
+                weights = None
+                if spec.weights_path and spec.weights == "pretrained":
+                    weights = resolve_asset(spec.weights_path, spec.sha256.get("weights_path"), base)
+                self.model, self.kind = build_entrypoint(manifest, self.options.trust, weights), "keras"
+                self.artifact = str(weights) if weights else f"{spec.entrypoint} ({spec.weights} weights)"
             elif spec.architecture:
                 from mlms_nb.zoo.registry import build_keras_model
 
@@ -74,7 +83,8 @@ class TensorFlowPredictor(Predictor):
                 self.model, self.kind = build_keras_model(spec.architecture, weights), "keras"
                 self.artifact = weights or f"{spec.architecture} (random weights)"
             else:
-                raise PredictorError(f"manifest {manifest.key}: TensorFlow needs model.graph_path or model.architecture")
+                raise PredictorError(f"manifest {manifest.key}: TensorFlow needs model.graph_path (.keras, SavedModel "
+                                     "folder), model.entrypoint or model.architecture")
             if self._fn is None:
                 model = self.model
                 self._fn = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
@@ -117,7 +127,7 @@ class TensorFlowPredictor(Predictor):
 
     @property
     def artifact_path(self) -> str:
-        return self.artifact if self.model is not None and not self.artifact.endswith("(random weights)") else ""
+        return self.artifact if self.model is not None and Path(self.artifact).exists() else ""
 
     def capture(self, module_names=(), rekey=None):
         """Every Keras layer call's output (see :class:`~.capture.KerasCapture`)."""

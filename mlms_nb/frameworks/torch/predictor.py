@@ -1,4 +1,5 @@
-"""PyTorch predictor: an eager ``nn.Module`` from a built-in architecture, or a TorchScript file."""
+"""PyTorch predictor: an eager ``nn.Module`` (a built-in architecture, an entrypoint, a live object), or a TorchScript
+or ``torch.export`` file (see :mod:`.loading`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,8 @@ from mlms_nb.errors import PredictorError
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.frameworks.base import Predictor, PredictorInfo, PredictorOptions, device_kind, register_predictor
+from mlms_nb.frameworks.torch.loading import TORCHSCRIPT_SUFFIXES, build_architecture, build_entrypoint, load_program
 
-TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".torchscript", ".jit")
 
 
 @register_predictor
@@ -38,25 +39,35 @@ class TorchPredictor(Predictor):
             torch.set_num_threads(self.options.threads)
         base = Path(manifest.source).parent if manifest.source else None
         spec = manifest.model
-        if spec.graph_path and spec.graph_path.endswith(TORCHSCRIPT_SUFFIXES):
+        trust = self.options.trust
+        weights = None
+        if spec.weights_path and spec.weights == "pretrained":
+            weights = resolve_asset(spec.weights_path, spec.sha256.get("weights_path"), base)
+        if spec.instance is not None:  # a live module from the notebook: the user's own object
+            if not isinstance(spec.instance, torch.nn.Module):
+                raise PredictorError(f"{manifest.key}: PyTorch runs a torch.nn.Module, got {type(spec.instance).__name__}")
+            model = spec.instance
+            self.kind, self.artifact, self._path = "eager", f"{type(model).__name__} (a live object)", ""
+        elif spec.graph_path:
             path = resolve_asset(spec.graph_path, spec.sha256.get("graph_path"), base)
-            model = torch.jit.load(str(path), map_location=device)
-            self.kind, self.artifact, self._path = "torchscript", str(path), str(path)
+            model, self.kind = load_program(path, manifest, trust, device)
+            self.artifact, self._path = str(path), str(path)
+        elif spec.entrypoint:
+            model = build_entrypoint(manifest, trust, weights)
+            self.kind = "eager"
+            self.artifact = str(weights) if weights else f"{spec.entrypoint} ({spec.weights} weights)"
+            self._path = str(weights or "")
         elif spec.architecture:
-            from mlms_nb.zoo.registry import build_torch_model
-
-            weights = None
-            if spec.weights == "pretrained":
-                if not spec.weights_path:
-                    raise PredictorError(f"manifest {manifest.key}: pretrained weights need model.weights_path")
-                weights = str(resolve_asset(spec.weights_path, spec.sha256.get("weights_path"), base))
-            model = build_torch_model(spec.architecture, weights)
-            self.kind, self.artifact, self._path = "eager", weights or f"{spec.architecture} (random weights)", weights or ""
+            if spec.weights == "pretrained" and weights is None:
+                raise PredictorError(f"manifest {manifest.key}: pretrained weights need model.weights_path")
+            model = build_architecture(manifest, weights)
+            self.kind, self.artifact, self._path = "eager", str(weights or f"{spec.architecture} (random weights)"), str(weights or "")
         else:
             raise PredictorError(
-                f"manifest {manifest.key}: PyTorch needs model.architecture or a TorchScript model.graph_path "
-                f"ending in {', '.join(TORCHSCRIPT_SUFFIXES)}")
-        self.model = model.to(device).eval()
+                f"manifest {manifest.key}: PyTorch needs model.entrypoint, model.architecture or a model.graph_path "
+                f"(TorchScript {', '.join(TORCHSCRIPT_SUFFIXES)} or torch.export .pt2)")
+        # a torch.export program is in the mode it was exported in, and its module cannot switch (.eval() raises)
+        self.model = model if self.kind == "export" else model.to(device).eval()
         return self
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
@@ -92,8 +103,8 @@ class TorchPredictor(Predictor):
 
     def tracing_levels(self) -> dict[str, str]:
         levels = super().tracing_levels()
-        if self.kind == "torchscript":
-            levels["FRAMEWORK"] = ("not supported for TorchScript models: a scripted graph does not call the Python "
+        if self.kind in ("torchscript", "export"):
+            levels["FRAMEWORK"] = (f"not supported for {self.kind} models: a compiled graph does not call the Python "
                                    "module forwards that layer spans wrap (ML_LIBRARY ops are still recorded)")
         else:
             levels["FRAMEWORK"] = ("a wrapper around the forward of every layer module (no children, or parameters "
@@ -111,7 +122,7 @@ class TorchPredictor(Predictor):
 
         if self.model is None:
             return
-        if tracer.level >= TraceLevel.FRAMEWORK and self.kind != "torchscript":
+        if tracer.level >= TraceLevel.FRAMEWORK and self.kind == "eager":
             self._layer_hooks = LayerHooks(self.model, tracer, cuda=device_kind(self.device) == "cuda")
         if tracer.level >= TraceLevel.ML_LIBRARY:
             self._op_profiler = OpProfiler(tracer)
