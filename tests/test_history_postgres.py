@@ -93,3 +93,20 @@ def test_an_unreachable_server_is_a_sentence(postgres_server):
     url = f"postgresql+psycopg://postgres@127.0.0.1:{postgres_server.port}/no_such_database"
     with pytest.raises(MlmsError, match="history store .*no_such_database"):
         HistoryStore(url)
+
+
+def test_a_new_postgres_store_has_exactly_the_declared_tables_at_the_migrations_head(postgres_url):
+    """The Alembic migrations (mlms_nb/store/migrations) build on PostgreSQL what mlms_nb.store.tables declares."""
+    import sqlalchemy as sa
+
+    from mlms_nb.store.migrate import head
+    from mlms_nb.store.tables import metadata
+
+    store = HistoryStore(postgres_url)
+    inspector = sa.inspect(store.engine)
+    for table in metadata.sorted_tables:
+        assert {c["name"] for c in inspector.get_columns(table.name)} == set(table.columns.keys()), table.name
+        indexes = {i["name"] for i in inspector.get_indexes(table.name) if not i.get("duplicates_constraint")}
+        assert indexes == {i.name for i in table.indexes}, table.name  # (a unique constraint's own index aside)
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == head()
