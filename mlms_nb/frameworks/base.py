@@ -42,7 +42,7 @@ from mlms_nb.errors import PredictorError
 from mlms_nb.frameworks.capture import Key, LayerCapture
 from mlms_nb.manifest import FRAMEWORKS, Manifest, canonical_framework
 from mlms_nb.schema.levels import TraceLevel
-from mlms_nb.tracing.tracer import _CURRENT
+from mlms_nb.tracing.tracer import current_tracer
 
 _MODEL = TraceLevel.MODEL + 0
 
@@ -176,12 +176,12 @@ class Predictor(ABC):
 
     def _follow_current_tracer(self):
         """The tracer ``predict`` should emit into: the one started explicitly, else the current one (auto)."""
-        current = _CURRENT.get()
+        current = current_tracer()
         if current is self._tracer:
             return current
         if self._auto:
             self.stop_tracing()
-        if current._max <= 0:
+        if current.max_level <= 0:
             return None
         self.start_tracing(current)
         self._auto = True
@@ -227,7 +227,7 @@ def _traced_predict(predict):
             tracer = self._follow_current_tracer()
             if tracer is None:
                 return predict(self, batch)
-        if tracer._max < _MODEL:
+        if tracer.max_level < _MODEL:
             return predict(self, batch)
         with tracer.span("predict", _MODEL, "model", batch=len(batch), framework=self.framework):
             return predict(self, batch)

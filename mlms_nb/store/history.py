@@ -15,13 +15,14 @@ from typing import Any, Callable, TypeVar
 
 import pandas as pd
 from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from mlms_nb._clock import now_utc
 from mlms_nb._fs import alive
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
-from mlms_nb.store.db import HistoryError, LockedError, engine_for, is_sqlite, retry_while_locked, tables_ready
+from mlms_nb.store.db import (HistoryError, LockedError, engine_for, is_locked, is_sqlite, retry_while_locked,
+                              tables_ready)
 from mlms_nb.schema.evaluation import HISTORY
 from mlms_nb.store.migrate import upgrade
 from mlms_nb.store.tables import CEILING_FIGURES, QUERY_COLUMNS, ceilings, evaluations, traces
@@ -60,8 +61,10 @@ class HistoryStore:
         return f"HistoryStore({self.display_url!r})"
 
     # ------------------------------------------------------------------ plumbing
-    def _transaction(self, work: Callable[[Any], T], write: bool, what: str) -> T:
-        """Run ``work(conn)`` in one transaction; retried with backoff while the database is locked."""
+    def _transaction(self, work: Callable[[Any], T], write: bool, what: str,
+                     also_retry: Callable[[BaseException], bool] | None = None) -> T:
+        """Run ``work(conn)`` in one transaction; retried with backoff while the database is locked (or while
+        ``also_retry`` accepts the error)."""
         options = {"mlms_begin": "IMMEDIATE"} if write and is_sqlite(self.engine) else {}
 
         def attempt_once() -> T:
@@ -71,8 +74,9 @@ class HistoryStore:
                 with conn.begin():
                     return work(conn)
 
+        transient = None if also_retry is None else (lambda err: is_locked(err) or also_retry(err))
         try:
-            return retry_while_locked(attempt_once, what=what)
+            return retry_while_locked(attempt_once, transient, what=what)
         except LockedError as err:
             raise HistoryError(f"history store {self.display_url}: could not {what}: {err}") from None
         except (OperationalError, DBAPIError) as err:
@@ -152,7 +156,10 @@ class HistoryStore:
                 ids.append(int(result.inserted_primary_key[0]))
             return ids
 
-        return self._transaction(work, True, f"save evaluation {evaluation.id}")
+        # Two writers saving the same evaluation at once: SQLite's BEGIN IMMEDIATE serialises them; on PostgreSQL
+        # (read committed) both may find no row and insert, and the second then breaks the unique constraint.
+        # Its transaction is rolled back and tried again, when it finds the first one's rows.
+        return self._transaction(work, True, f"save evaluation {evaluation.id}", _saved_concurrently)
 
     def keep(self, evaluation, framework: str) -> int:
         """Write one framework's row of an evaluation as it stands now: inserted the first time, replaced after
@@ -168,7 +175,7 @@ class HistoryStore:
             conn.execute(update(evaluations).where(evaluations.c.id == found[0]).values(**row))
             return int(found[0])
 
-        return self._transaction(work, True, f"save {framework} of evaluation {evaluation.id}")
+        return self._transaction(work, True, f"save {framework} of evaluation {evaluation.id}", _saved_concurrently)
 
     @staticmethod
     def _row(evaluation, framework: str) -> dict:
@@ -382,6 +389,13 @@ class HistoryStore:
             return json.loads(payload)
         except ValueError as err:
             raise HistoryError(f"stored ceilings for {stack_hash}/{device} are not valid JSON ({err})") from None
+
+
+def _saved_concurrently(err: BaseException) -> bool:
+    """The unique (evaluation_id, framework) constraint, as PostgreSQL (its name) or SQLite (its columns) reports it."""
+    text = str(err)
+    return isinstance(err, IntegrityError) and ("uq_evaluations_evaluation_framework" in text or
+                                                "evaluations.evaluation_id, evaluations.framework" in text)
 
 
 def _float(value: Any) -> float | None:
