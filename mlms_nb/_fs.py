@@ -1,19 +1,63 @@
 """File helpers: atomic writes, sha256 of a file, an advisory folder lock.
 
 A reader never sees half a file: everything mlms-nb writes goes to a temporary file in the same folder first
-and is moved in place with ``os.replace``; a failure (or an interrupt) removes the temporary file.
+and is moved in place with ``os.replace``; a failure (or an interrupt) removes the temporary file. A process
+killed outright (SIGKILL, the OOM killer) cannot remove its own: every temporary name carries its owner's pid
+(:func:`owned`), and :func:`sweep_orphans`, run at the start of each evaluation, removes those whose owner is gone.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
 _CHUNK_BYTES = 1 << 20
 _DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
+
+
+_OWNER = re.compile(r"~(\d+)~")
+
+
+def owned(prefix: str) -> str:
+    """A temporary name's prefix that says which process owns it: ``prefix~PID~``."""
+    return f"{prefix}~{os.getpid()}~"
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(folder: str | os.PathLike, depth: int = 0) -> list[Path]:
+    """Remove the temporary files and folders (names from :func:`owned`, starting with ``.`` or ``mlms``) in
+    ``folder``, and ``depth`` levels below it, whose owning process no longer runs; returns what was removed."""
+    removed: list[Path] = []
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _OWNER.search(entry.name)
+        if match and entry.name.startswith((".", "mlms")) and not alive(int(match.group(1))):
+            try:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+                removed.append(entry)
+            except OSError:
+                pass
+        elif depth > 0 and entry.is_dir() and not entry.is_symlink():
+            removed += sweep_orphans(entry, depth - 1)
+    return removed
 
 
 @contextlib.contextmanager
@@ -23,7 +67,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", mode_bits: int | Non
     mkstemp's private 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=owned(f".{path.name}."), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
@@ -48,7 +92,7 @@ def temp_path_beside(path: str | os.PathLike, suffix: str = "") -> Iterator[Path
     ONNX exporter, Keras' save); the caller moves it in place with ``os.replace``. Removed if still there."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=suffix)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=owned(".tmp-"), suffix=suffix)
     os.close(fd)
     try:
         yield Path(name)

@@ -39,9 +39,9 @@ from mlms_nb.manifest import Manifest, ManifestCatalog, canonical_framework, fin
 from mlms_nb.options import (
     DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions, spell, takes,
 )
-from mlms_nb.paths import mlms_home
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.store.history import HistoryStore
+from mlms_nb.store.keeping import HistoryKeeper
 from mlms_nb.theory.ceilings import Ceilings
 from mlms_nb.theory.ceilings import machine_ceilings as _machine_ceilings
 from mlms_nb.tracing.otel import parent_from_otel
@@ -104,9 +104,11 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess)
     for manifest in manifests:
         check_trust(manifest, options.trust)
-    evaluation = EvaluationRunner(manifests, options).run()
-    if options.history:
-        _store(evaluation, None if options.history is True else str(options.history))
+    keeper = HistoryKeeper(None if options.history is True else str(options.history)) if options.history else None
+    evaluation = EvaluationRunner(manifests, options, sink=keeper).run()
+    if keeper is not None:
+        keeper.finish(evaluation)
+        evaluation.saved = keeper.saved
     return evaluation
 
 
@@ -134,19 +136,6 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
             options.framework = [model.framework.name]
         return [model]
     return resolve_manifests(model, options.framework)
-
-
-def _store(evaluation: Evaluation, url: str | None) -> None:
-    """Save to history; a failing store is a warning on the result, never a lost measurement."""
-    try:
-        store = HistoryStore(url)
-        evaluation.history_ids = store.save(evaluation)
-        for fw, trace in evaluation.traces.items():
-            path = trace.save(mlms_home() / "traces" / evaluation.id / fw)
-            store.add_trace(evaluation.id, trace.trace_id or f"{evaluation.id}-{fw}", "parquet", path=str(path))
-    except Exception as err:  # the measurement is worth more than the store: keep it, say why
-        evaluation.warnings.append(f"not saved to history: {err}")
-        log.warning("not saved to history: %s", err)
 
 
 @takes(HistoryOptions)

@@ -1,5 +1,7 @@
 """The ``mlms`` command: the same verbs as ``%mlms``, printing text tables or ``--json``. Exit codes: 0 done,
-2 a usage error or an `MlmsError` (one sentence on stderr), 130 interrupted (what was measured is printed)."""
+1 something not measured (an error, timeout or crash in one framework) or not stored in the history, 2 a usage
+error or an `MlmsError` (one sentence on stderr), 130 interrupted, 143 stopped by SIGTERM/SIGHUP (what was measured
+is printed and stored)."""
 from __future__ import annotations
 
 import logging

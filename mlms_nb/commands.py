@@ -182,8 +182,18 @@ def run_eval(args: argparse.Namespace) -> Output:
     if not evaluation.trace_overhead.empty:
         parts.append(display.Table(evaluation.trace_overhead, "Tracing overhead (traced ÷ untraced median)"))
         parts += [display.Section(fw, trace) for fw, trace in evaluation.traces.items()]
-    return Output(evaluation, display.Page(parts), display.render_json(evaluation),
-                  exit_code=0 if evaluation.complete else 130)
+    return Output(evaluation, display.Page(parts), display.render_json(evaluation), exit_code=eval_exit_code(evaluation))
+
+
+def eval_exit_code(evaluation) -> int:
+    """0: everything measured and stored; 130: stopped by Ctrl-C, 143: by a stop signal (what was measured is
+    shown and stored); 1: something not measured (an error, a timeout, a crash) or not stored."""
+    reasons = {o.get("reason") for o in evaluation.outcomes.values()}
+    if "interrupt" in reasons or (not evaluation.complete and not evaluation.outcomes):
+        return 130
+    if "signal" in reasons:
+        return 143
+    return 0 if evaluation.complete and evaluation.saved else 1
 
 
 def run_history(args: argparse.Namespace) -> Output:

@@ -209,7 +209,7 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
             + (f" (batch {fmt_int(r.get('batch_size'))})" if not is_missing(r.get("batch_size")) else "")
             for r in ev.cold_start.to_dict("records"))))
     if not ev.complete:
-        lines.append(("Incomplete", "the sweep was interrupted; the table holds what was measured before"))
+        lines.append(("Incomplete", "; ".join(ev.missing())))
     return lines
 
 
@@ -312,7 +312,8 @@ def panel_link_html(evaluation_id: str, framework: str | None = None) -> str:
 
 
 def _evaluation_json(ev) -> dict:
-    """The CLI's JSON: ``{"evaluation_id", "complete", "warnings", "stack", "options", "results": [{"model",
+    """The CLI's JSON: ``{"evaluation_id", "complete", "saved", "missing" (one sentence per framework not fully
+    measured), "outcomes" (per framework: status, reason, message, measured/missing/cut-short batch sizes), "warnings", "stack", "options", "results": [{"model",
     "framework", "accuracy", "cold_start", "trace_overhead", "latency": [...]}]}``."""
     def rows_of(frame: pd.DataFrame, fw: str) -> list[dict]:
         return [] if frame.empty else frame[frame["framework"] == fw].drop(columns=["framework"]).to_dict("records")
@@ -326,8 +327,9 @@ def _evaluation_json(ev) -> dict:
             "accuracy": {k: acc[0][k] for k in ("top1", "top5", "n", "dataset")} if acc else None,
             "cold_start": cold[0] if cold else None,
             "trace_overhead": rows_of(ev.trace_overhead, fw), "latency": rows_of(ev.latency, fw)})
-    return {"evaluation_id": ev.id, "complete": ev.complete, "warnings": ev.warnings, "stack": ev.stack,
-            "options": ev.options, "results": results}
+    return {"evaluation_id": ev.id, "complete": ev.complete, "saved": ev.saved, "missing": ev.missing(),
+            "outcomes": ev.outcomes, "warnings": ev.warnings, "stack": ev.stack, "options": ev.options,
+            "results": results}
 
 
 # ---------------------------------------------------------------------------------------------- analyses

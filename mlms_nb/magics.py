@@ -98,6 +98,11 @@ class MlmsMagics(Magics):
             kept = f"; it is in `{args.save}`" if args.save else ""
             raise UsageError(f"%mlms {verb}: interrupted (Ctrl-C); the result above holds what was measured before "
                              f"it{kept}")
+        if verb == "eval" and out.exit_code:  # an error, timeout, crash or stop signal in a framework, or not stored
+            display(out)
+            kept = f" (it is in `{args.save}`)" if args.save else ""
+            missing = "; ".join(out.value.missing()) or "; ".join(w for w in out.value.warnings if "not saved" in w)
+            raise UsageError(f"%mlms {verb}: {missing}; the result above holds what was measured{kept}")
         if args.return_value:
             return out.value
         display(out)

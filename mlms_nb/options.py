@@ -17,6 +17,7 @@ import contextvars
 import difflib
 import functools
 import inspect
+import re
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -42,12 +43,22 @@ def spelling(kind: str):
         _SPELLING.reset(token)
 
 
+def current_spelling() -> str:
+    """How options are written in messages right now: ``"python"`` or ``"cli"`` (see `spelling`)."""
+    return _SPELLING.get()
+
+
 def spell(name: str, value: Any = ...) -> str:
     """``min_time_s=...`` / ``min_time_s=0.5`` in Python; ``--min-time`` / ``--min-time 0.5`` for the CLI."""
     flag = _FLAGS.get(name)
     if _SPELLING.get() == "cli" and flag:
         return flag if value is ... else f"{flag} {value}"
     return f"{name}=..." if value is ... else f"{name}={value!r}"
+
+
+def spell_on(name: str) -> str:
+    """A switch turned on as the caller writes it: ``isolate=True`` in Python, ``--isolate`` for the CLI."""
+    return _FLAGS[name] if _SPELLING.get() == "cli" and name in _FLAGS else f"{name}=True"
 
 
 def _opt(default: Any, description: str, cli: str | None = None, unit: str = "", **kw) -> Any:
@@ -144,6 +155,55 @@ class Tracing(Options):
             raise ValueError(str(err)) from None
 
 
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(value: Any) -> int:
+    """``4GiB``, ``1.5G``, ``500MB``, ``2e9`` or an int -> bytes (k/M/G are powers of 1000, KiB/MiB/GiB of 1024)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", str(value).lower())
+    if isinstance(value, bool) or not match or match.group(2) not in _BYTE_UNITS:
+        raise ValueError("expected a size such as 4GiB or 500MB")
+    size = int(float(match.group(1)) * _BYTE_UNITS[match.group(2)])
+    if size <= 0:
+        raise ValueError("expected a size above 0, such as 4GiB")
+    return size
+
+
+class Isolation(Options):
+    """Where each framework's work runs (:mod:`mlms_nb.launchers`): in this process, or in a worker process of its
+    own (``isolate``), which a per-call timeout, a per-run timeout and a memory limit can stop; a crash there is
+    reported on the result while this process (the CLI, the notebook's kernel) lives on."""
+    isolate: bool = _opt(False, "run each framework in a worker process of its own: a crash, a hang past a timeout "
+                         "or a memory limit is reported on the result and the other frameworks go on", "--isolate")
+    call_timeout_s: float | None = _opt(None, "stop a predict call that runs longer than this (in this process for "
+                                        "ONNX Runtime; for every framework with --isolate)", "--call-timeout", "s",
+                                        gt=0)
+    run_timeout_s: float | None = _opt(None, "stop a framework's whole run (load, accuracy, timing, tracing) after "
+                                       "this long; needs --isolate", "--run-timeout", "s", gt=0)
+    memory_limit_bytes: int | None = _opt(None, "the worker process's memory limit, e.g. 4GiB (its heap and private "
+                                          "mappings, RLIMIT_DATA); needs --isolate", "--memory-limit", "bytes",
+                                          extra={"metavar": "SIZE", "python_type": "int | str | None"})
+
+    @field_validator("memory_limit_bytes", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> int | None:
+        return None if value is None else parse_bytes(value)
+
+    @model_validator(mode="after")
+    def _worker_only(self) -> "Isolation":
+        for name in ("run_timeout_s", "memory_limit_bytes"):
+            if getattr(self, name) is not None and not self.isolate:
+                raise ValueError(f"{spell(name, getattr(self, name))} limits a worker process: add {spell_on('isolate')} "
+                                 "to run each framework in one")
+        return self
+
+    @property
+    def launcher(self) -> str:
+        """The launcher that runs each framework's work: ``process`` when isolated, else ``inline``."""
+        return "process" if self.isolate else "inline"
+
+
 def _frameworks(value: Any) -> list[str]:
     items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value or [])
     names = [canonical_framework(str(v)) for v in items if str(v).strip()]
@@ -177,6 +237,7 @@ class EvaluateOptions(Options):
 
     tracing: Tracing = Field(default_factory=Tracing)
     timing: Timing = Field(default_factory=Timing)
+    isolation: Isolation = Field(default_factory=Isolation)
     limit: int | None = _opt(None, "use at most this many dataset inputs", "--limit", "inputs", ge=1)
     keep_probabilities: bool = _opt(False, "keep every input's class probabilities (Evaluation.probabilities)")
     trust: bool = _opt(False, "trust this run's model and manifest: code steps, model.entrypoint, and model files that "
@@ -210,7 +271,7 @@ class EvaluateOptions(Options):
             sizes.append(size)
         if not sizes:
             raise ValueError("expected at least one batch size, e.g. 1,8")
-        return sizes
+        return list(dict.fromkeys(sizes))  # a size given twice is measured once, where it first appears
 
     @model_validator(mode="after")
     def _server_needs_a_rate(self) -> "EvaluateOptions":
@@ -223,7 +284,9 @@ class EvaluateOptions(Options):
         flat = self.flat()
         for name in ("framework", "keep_probabilities", "trust", "progress", "history"):
             flat.pop(name)
-        return {**flat, "isolation": "in-process (frameworks run one after another)", "clock": "time.perf_counter_ns"}
+        isolation = ("a worker process per framework, one after another" if self.isolation.isolate
+                     else "in-process (frameworks run one after another)")
+        return {**flat, "isolation": isolation, "clock": "time.perf_counter_ns"}
 
 
 # ---------------------------------------------------------------------------------------------- the other verbs
@@ -275,7 +338,7 @@ class RooflineOptions(Options):
     device: str | None = _opt(None, "the device whose ceilings to use (default: the evaluation's)", "--device")
 
 
-MODELS: tuple[type[Options], ...] = (EvaluateOptions, Timing, Tracing, DivergeOptions, HistoryOptions, LayersOptions,
+MODELS: tuple[type[Options], ...] = (EvaluateOptions, Timing, Tracing, Isolation, DivergeOptions, HistoryOptions, LayersOptions,
                                       RooflineOptions)
 
 

@@ -1,7 +1,7 @@
 """The hardware/software stack an evaluation ran on, and a short hash of the parts that make results comparable.
 
 ``detect_stack()`` reads the CPU (``/proc/cpuinfo`` or ``platform``), core counts and memory (psutil), NVIDIA
-GPUs through NVML (``nvidia-ml-py``, imported lazily; when it cannot be used, ``hardware["gpu_note"]``
+GPUs through NVML (:func:`mlms_nb.profilers.nvml.list_gpus`; when it cannot be used, ``hardware["gpu_note"]``
 says why in words), the OS, kernel, Python, mlms-nb and numpy versions, and the installed version of each
 requested framework, read from package metadata so that no framework is imported just to be named.
 
@@ -89,55 +89,12 @@ def _cores_and_memory() -> tuple[int | None, int | None, int | None]:
     return physical, logical, memory
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def detect_gpus() -> tuple[list[dict], str | None]:
-    """NVIDIA GPUs through NVML: ``([{index, name, memory_bytes, driver, cuda_capability, cuda_driver}], note)``.
+    """NVIDIA GPUs through NVML: ``([{index, name, memory_bytes, driver, cuda_driver, cuda_capability}], None)``,
+    or ``([], note)`` with a sentence saying why there is no GPU list (:func:`mlms_nb.profilers.nvml.list_gpus`)."""
+    from mlms_nb.profilers.nvml import list_gpus
 
-    ``note`` is None when NVML answered; otherwise a sentence saying why there is no GPU list.
-    """
-    try:
-        import pynvml
-    except ImportError:
-        return [], ("no GPU information: nvidia-ml-py is not installed "
-                    "(pip install 'mlms-nb[gpu]' to detect NVIDIA GPUs)")
-    try:
-        pynvml.nvmlInit()
-    except Exception as err:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-        return [], f"no NVIDIA GPU detected: NVML could not start ({_text(err) or type(err).__name__})"
-    try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        try:
-            cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-            cuda_driver = f"{cuda // 1000}.{(cuda % 1000) // 10}"
-        except Exception:
-            cuda_driver = None
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            try:
-                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-                capability = f"{major}.{minor}"
-            except Exception:
-                capability = None
-            gpus.append({
-                "index": i,
-                "name": _text(pynvml.nvmlDeviceGetName(handle)),
-                "memory_bytes": int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-                "driver": driver,
-                "cuda_driver": cuda_driver,
-                "cuda_capability": capability,
-            })
-    except Exception as err:
-        return [], f"no GPU information: NVML failed while listing GPUs ({_text(err) or type(err).__name__})"
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-    return gpus, (None if gpus else "NVML is running but reports no NVIDIA GPU")
+    return list_gpus()
 
 
 # ---------------------------------------------------------------- software

@@ -18,11 +18,13 @@ Node.js >= 20.19 (Debian: apt-get install nodejs npm)" >&2
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 # Debian's chromium: the timeline tests and benchmark render pages in it headless, and PDF reports are printed by it
 # (Playwright is pointed at it and never downloads a browser of its own). poppler-utils: pdftotext, pdfimages and
-# pdfinfo, with which the report tests read the PDFs back. Installed only when missing, apt-get exists and we are root.
+# pdfinfo, with which the report tests read the PDFs back. postgresql: the shared-history tests start a real server
+# (initdb + pg_ctl) on loopback. Installed only when missing, apt-get exists and we are root.
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v pdftotext >/dev/null 2>&1 || missing+=(poppler-utils)
+{ command -v pg_ctl || ls /usr/lib/postgresql/*/bin/pg_ctl; } >/dev/null 2>&1 || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } \
-    >/dev/null 2>&1 || echo "note: apt-get could not install ${missing[*]}; the browser and PDF tests will be skipped" >&2
+    >/dev/null 2>&1 || echo "note: apt-get could not install ${missing[*]}; the browser, PDF and PostgreSQL tests will be skipped" >&2
 fi

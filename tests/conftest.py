@@ -52,3 +52,20 @@ def models_home(converted_models) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLMS_HOME", str(converted_models))
         yield converted_models
+
+
+@pytest.fixture(scope="session")
+def real_evaluation():
+    """One real evaluation, made once per session: efficientnet_lite0 in PyTorch, batch size 1, two synthetic
+    inputs, a few timed calls; not stored. Tests that store copies give them new ids."""
+    pytest.importorskip("torch", reason="the real evaluation needs PyTorch: pip install -e '.[torch]'")
+    SESSION_HOME.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLMS_HOME", str(SESSION_HOME))
+        import mlms_nb
+
+        return mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=[1], dataset="synthetic:2",
+                                warmup=1, min_repeats=5, min_time_s=0, progress=False, history=False)
+
+
+from tests.pg_support import postgres_server, postgres_url  # noqa: E402,F401  (a real PostgreSQL on loopback)

@@ -3,18 +3,24 @@ the availability reason where there is no GPU; the live path where there is one 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import threading
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mlms_nb.errors import MlmsError
 from mlms_nb.profilers import cupti as cu
-from mlms_nb.profilers.cupti import (CuptiActivity, CuptiConfig, add_to_tracer, attribute_records, clock_anchor,
-                                     convert_activity, records_frame)
+from mlms_nb.profilers.cupti import CuptiActivity, CuptiConfig, clock_anchor
+from mlms_nb.profilers.cupti_convert import KindMap, convert_activity
 from mlms_nb.tracing import TraceLevel, Tracer
+from mlms_nb.tracing.attribution import innermost_enclosing, launching_calls
+from mlms_nb.tracing.cuda_activity import RECORD_FIELDS, add_to_tracer, attribute_records, records_frame
+from tests.helpers import innermost_enclosing_reference
 
 # --------------------------------------------------------------------------------------------- the fixture
 # One batch through a 3-layer model as CUPTI reports it: fields as the cupti-python activity classes name them
@@ -74,7 +80,7 @@ P0 = RECORDED["anchor"]["perf_ns"]
 
 # ActivityKind / callback ids as CUPTI defines them (cupti.ActivityKind, RuntimeApiTraceCbid, DriverApiTraceCbid)
 ACTIVITY_KIND = {"MEMCPY": 1, "MEMSET": 2, "DRIVER": 4, "RUNTIME": 5, "CONCURRENT_KERNEL": 10}
-KIND_MAP = cu._KindMap({1: "memcpy", 2: "memset", 4: "driver", 5: "runtime", 10: "kernel"},
+KIND_MAP = KindMap({1: "memcpy", 2: "memset", 4: "driver", 5: "runtime", 10: "kernel"},
                        {41: "cudaMemcpyAsync", 51: "cudaMemsetAsync", 165: "cudaDeviceSynchronize",
                         211: "cudaLaunchKernel"},
                        {307: "cuLaunchKernel"})
@@ -132,7 +138,7 @@ def test_records_from_recorded_buffers():
     by_corr = {}
     for r in recs:
         by_corr.setdefault(r["correlation_id"], []).append(r)
-        assert set(cu.RECORD_FIELDS) <= set(r)
+        assert set(RECORD_FIELDS) <= set(r)
         assert r["end_ns"] >= r["start_ns"]
     # times moved onto perf_counter: P0 + (cupti - C0)
     conv = next(r for r in recs if r["kind"] == "kernel" and r["correlation_id"] == 102)
@@ -173,7 +179,7 @@ def test_unknown_kinds_are_skipped_and_unknown_cbids_named():
 
 def test_kind_map_matches_cupti_python():
     cupti = pytest.importorskip("cupti.cupti")
-    km = cu._KindMap.of(cupti)
+    km = KindMap.of(cupti)
     for name, value in ACTIVITY_KIND.items():
         assert int(getattr(cupti.ActivityKind, name)) == value
         assert km.kinds[value] == KIND_MAP.kinds[value]
@@ -183,7 +189,7 @@ def test_kind_map_matches_cupti_python():
 
 
 def test_demangle_kernel_names():
-    if cu.shutil.which("c++filt") is None:
+    if shutil.which("c++filt") is None:
         pytest.skip("c++filt is not on PATH")
     recs = recorded_profiler(demangle=True).records()
     conv = next(r for r in recs if r["kind"] == "kernel" and r["correlation_id"] == 102)
@@ -246,34 +252,51 @@ def test_attribution_without_layers_or_records():
     assert attribute_records([], tracer.trace().spans).empty
 
 
-def test_innermost_matches_a_brute_force_search():
-    rng = np.random.default_rng(0)
-    # properly nested layers: random intervals split recursively
-    starts, ends = [], []
+def _nested(intervals):
+    """The intervals that keep the family properly nested (each pair disjoint or one inside the other)."""
+    kept: list[tuple[int, int]] = []
+    for a, b in sorted(set(intervals), key=lambda iv: (iv[0], -iv[1])):
+        if all(b <= x or y <= a or (x <= a and b <= y) for x, y in kept):
+            kept.append((a, b))
+    return kept
 
-    def split(a, b, depth):
-        if depth == 0 or b - a < 4:
-            return
-        cuts = np.sort(rng.choice(np.arange(a + 1, b), size=min(4, b - a - 1), replace=False))
-        edges = [a, *cuts.tolist(), b]
-        for x, y in zip(edges[:-1], edges[1:]):
-            if rng.random() < 0.7:
-                starts.append(x)
-                ends.append(y)
-                split(x, y, depth - 1)
 
-    split(0, 10_000, 5)
-    ls, le = np.array(starts, np.int64), np.array(ends, np.int64)
-    qs = rng.integers(0, 10_000, 500)
-    qe = qs + rng.integers(0, 200, 500)
-    got = cu._innermost(np.zeros(len(ls), np.int64), ls, le, np.zeros(500, np.int64), qs, qe)
-    for k in range(500):
-        cont = [i for i in range(len(ls)) if ls[i] <= qs[k] and qe[k] <= le[i]]
-        if not cont:
-            assert got[k] == -1
-        else:
-            best = min(cont, key=lambda i: (le[i] - ls[i], -ls[i]))
-            assert le[got[k]] - ls[got[k]] == le[best] - ls[best] and ls[got[k]] <= qs[k] <= qe[k] <= le[got[k]]
+@settings(max_examples=150, derandomize=True, deadline=None)
+@given(layers=st.lists(st.tuples(st.integers(0, 100), st.integers(1, 60)), max_size=40).map(
+           lambda v: _nested([(a, a + d) for a, d in v])),
+       queries=st.lists(st.tuples(st.integers(0, 120), st.integers(0, 30)), min_size=1, max_size=20))
+def test_innermost_matches_a_brute_force_search(layers, queries):
+    """Layers properly nested (as a model's are): each query gets the innermost layer containing it, or -1."""
+    ls = np.array([a for a, _ in layers], np.int64)
+    le = np.array([b for _, b in layers], np.int64)
+    qs = np.array([a for a, _ in queries], np.int64)
+    qe = qs + np.array([d for _, d in queries], np.int64)
+    got = innermost_enclosing(np.zeros(len(ls), np.int64), ls, le, np.zeros(len(qs), np.int64), qs, qe)
+    want = innermost_enclosing_reference(ls, le, qs, qe)
+    assert [(ls[i], le[i]) if i >= 0 else None for i in got] == [(ls[i], le[i]) if i >= 0 else None for i in want]
+
+
+def test_launching_calls_prefer_the_runtime_call_over_the_driver_call_beneath_it():
+    assert list(launching_calls([5, 7, 7, 9], [7, 9, 8, 5], call_rank=[0, 1, 0, 0])) == [2, 3, -1, 0]
+    assert list(launching_calls([7, 7], [7])) == [0] and list(launching_calls([], [7])) == [-1]
+    # cudaLaunchKernel in layer "a" calls cuLaunchKernel, which ran while the inner layer "b" was open; CUPTI
+    # gives both the kernel's correlation id. The kernel belongs to the runtime call's layer and span.
+    tracer = Tracer(TraceLevel.SYSTEM_LIBRARY)
+    a = tracer.add_span("a", TraceLevel.FRAMEWORK, "layer", 0, 100, parent_id=0, thread=1)
+    b = tracer.add_span("b", TraceLevel.FRAMEWORK, "layer", 40, 60, parent_id=a, thread=1)
+    base = dict.fromkeys(RECORD_FIELDS)
+    recs = [{**base, "kind": "driver", "name": "cuLaunchKernel", "start_ns": 45, "end_ns": 55, "correlation_id": 7,
+             "thread": 1},
+            {**base, "kind": "runtime", "name": "cudaLaunchKernel", "start_ns": 30, "end_ns": 70, "correlation_id": 7,
+             "thread": 1},
+            {**base, "kind": "kernel", "name": "k", "start_ns": 80, "end_ns": 200, "correlation_id": 7,
+             "device": "cuda:0", "stream": 7}]
+    spans = tracer.trace().spans
+    att = attribute_records(recs, spans[spans["kind"] == "layer"])
+    assert list(att["layer_span_id"]) == [b, a, a] and list(att["attribution"]) == ["cpu", "cpu", "correlation"]
+    ids = add_to_tracer(tracer, att)
+    parents = tracer.trace().spans.set_index("span_id")["parent_id"]
+    assert parents[ids[2]] == ids[1]  # the kernel hangs under cudaLaunchKernel, not cuLaunchKernel
 
 
 # --------------------------------------------------------------------------------------------- tracer output

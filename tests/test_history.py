@@ -1,4 +1,5 @@
-"""The history store on a real SQLite file: round trip, queries, version ranges, concurrent writers."""
+"""The history store on a real SQLite file and on a real PostgreSQL server (tests/pg_support.py): round trip,
+queries, version ranges, traces and ceilings, concurrent writers."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -42,12 +43,22 @@ def small_evaluation(model="resnet50", version="1.0.0", frameworks=("torch",), s
 
 
 @pytest.fixture
-def store(mlms_home, monkeypatch) -> HistoryStore:
+def sqlite_store(mlms_home, monkeypatch) -> HistoryStore:
     monkeypatch.delenv("MLMS_HISTORY_URL", raising=False)
     return HistoryStore()
 
 
-def test_default_store_is_a_wal_sqlite_file(store, mlms_home):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, mlms_home, monkeypatch) -> HistoryStore:
+    """The default SQLite store, or a fresh database on the session's PostgreSQL server."""
+    monkeypatch.delenv("MLMS_HISTORY_URL", raising=False)
+    if request.param == "sqlite":
+        return HistoryStore()
+    return HistoryStore(request.getfixturevalue("postgres_url"))
+
+
+def test_default_store_is_a_wal_sqlite_file(sqlite_store, mlms_home):
+    store = sqlite_store
     path = mlms_home / "history.sqlite"
     assert path.exists() and str(path) in store.display_url
     assert len(store) == 0

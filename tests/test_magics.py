@@ -110,7 +110,7 @@ def test_ctrl_c_shows_what_was_measured_then_fails_the_cell(ip, shared_home):
                 timers.append(threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)))
                 timers[0].start()
 
-    runner_log = logging.getLogger("mlms_nb.evaluation.runner")
+    runner_log = logging.getLogger("mlms_nb.evaluation.work")
     handler, level = InterruptOnceTimed(), runner_log.level
     runner_log.addHandler(handler)
     runner_log.setLevel(logging.INFO)

@@ -73,5 +73,5 @@ def test_interrupt_keeps_partial_samples():
 
     with pytest.raises(KeyboardInterrupt) as info:
         time_closed_loop(predict, BATCH, Timing(min_repeats=100, min_time_s=0))
-    samples, wall = info.value.partial
+    samples, wall, _warmup = info.value.partial
     assert len(samples) == 7 and wall > 0

@@ -36,7 +36,7 @@ import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from mlms_nb._fs import sha256_file
+from mlms_nb._fs import owned, sha256_file
 from mlms_nb.errors import AssetError, ChecksumMismatchError
 from mlms_nb.manifest import manifest_roots
 from mlms_nb.paths import builtin_manifest_dir, cache_dir, mlms_home
@@ -163,7 +163,7 @@ def _download(uri: str, sha256: str | None) -> Path:
     if target.is_file():
         return verify_sha256(target, sha256, uri)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=owned(".part-"))
     h = hashlib.sha256()
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(uri, timeout=60) as response:

@@ -44,7 +44,7 @@ def encode(evaluation) -> dict:
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "id": ev.id, "created_at": ev.created_at, "model": ev.model, "model_version": ev.model_version,
-        "frameworks": list(ev.frameworks), "complete": bool(ev.complete),
+        "frameworks": list(ev.frameworks), "complete": bool(ev.complete), "outcomes": plain(ev.outcomes),
         "manifests": plain(ev.manifests), "stack": plain(ev.stack), "options": plain(ev.options),
         **{name: frame_to_text(getattr(ev, name)) for name in FRAMES},
         "samples": [{"framework": k[0], "batch_size": int(k[1]), "scenario": k[2],
@@ -73,7 +73,7 @@ def decode(data: dict) -> dict:
             samples={SampleKey(s["framework"], int(s["batch_size"]), s["scenario"]):
                      np.asarray(s["ns"], dtype=s.get("dtype", "int64")) for s in data.get("samples", [])},
             probabilities={fw: _array(a) for fw, a in data.get("probabilities", {}).items()},
-            complete=bool(data.get("complete", True)), warnings=list(data.get("warnings", [])),
+            complete=bool(data.get("complete", True)), outcomes=dict(data.get("outcomes") or {}), warnings=list(data.get("warnings", [])),
             trace_ids=list(data.get("trace_ids", [])), history_ids=[int(i) for i in data.get("history_ids", [])])
     except (KeyError, TypeError, ValueError, OSError, pa.ArrowException) as err:
         raise EvaluationFormatError(f"a saved evaluation is damaged: {type(err).__name__}: {err}") from None

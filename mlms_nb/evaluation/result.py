@@ -59,15 +59,38 @@ class Evaluation:
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
     probabilities: dict[str, np.ndarray] = field(default_factory=dict)
     complete: bool = True
+    #: per framework: ``status`` (complete | partial | failed | not run), ``reason`` (None or error, interrupt,
+    #: signal, timeout, crash), ``message``, ``measured_batch_sizes``, ``missing_batch_sizes``,
+    #: ``cut_short_batch_sizes`` (see :mod:`mlms_nb.evaluation.assemble`); empty for results made before them
+    outcomes: dict[str, dict] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     trace_ids: list[str] = field(default_factory=list)
     history_ids: list[int] = field(default_factory=list)
     #: traced runs only: per framework and batch size, the traced median against the untraced one
     trace_overhead: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: False when the history store could not take it (a warning names the fallback file it was written to)
+    saved: bool = True
     #: traced runs only: framework -> Trace (kept beside the evaluation, not inside its JSON)
     traces: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ derived views
+    def missing(self) -> list[str]:
+        """One sentence per framework not completely measured: what is missing and why (empty when complete)."""
+        out = []
+        for fw, o in self.outcomes.items():
+            if o.get("status") in ("complete", None):
+                continue
+            missing = o.get("missing_batch_sizes") or []
+            what = (f"batch size(s) {', '.join(map(str, missing))} not measured" if missing
+                    else "the sweep was measured, a later step was not")
+            cut = o.get("cut_short_batch_sizes") or []
+            if cut:
+                what += f" ({', '.join(map(str, cut))} cut short)"
+            out.append(f"{fw}: {o.get('status')} ({o.get('reason')}): {what}: {o.get('message') or o.get('reason')}")
+        if not out and not self.complete:
+            out.append("the sweep was interrupted; the table holds what was measured before")
+        return out
+
     def framework_stack_hash(self, framework: str) -> str:
         """The stack hash of one framework's results: hardware + software with only that framework's version."""
         return stack_hash(self.stack, framework=framework)
@@ -197,7 +220,9 @@ class Evaluation:
             traces={k: v for k, v in self.traces.items() if k == framework},
             samples={SampleKey(*k): v.copy() for k, v in self.samples.items() if k[0] == framework},
             probabilities={k: v.copy() for k, v in self.probabilities.items() if k == framework},
-            complete=self.complete,
+            complete=self.outcomes.get(framework, {}).get("status", "complete") == "complete" if self.outcomes
+            else self.complete,
+            outcomes={k: dict(v) for k, v in self.outcomes.items() if k == framework},
             warnings=[w for w in self.warnings if _warning_framework(w, self.frameworks) in (None, framework)],
             trace_ids=list(self.trace_ids), history_ids=[], id=self.id, created_at=self.created_at)
 
@@ -261,6 +286,7 @@ class Evaluation:
             samples={k: v for p in parts for k, v in p.samples.items()},
             probabilities={k: v for p in parts for k, v in p.probabilities.items()},
             complete=all(p.complete for p in parts), warnings=warnings,
+            outcomes={k: v for p in parts for k, v in p.outcomes.items()},
             trace_ids=list(dict.fromkeys(t for p in parts for t in p.trace_ids)),
             history_ids=[i for p in parts for i in p.history_ids], id=first.id, created_at=first.created_at)
 

@@ -24,9 +24,11 @@ SCENARIOS = ("single-stream", "offline", "server")
 
 
 class PartialLoop(NamedTuple):
-    """What a timed loop had measured when Ctrl-C stopped it (``KeyboardInterrupt.partial``)."""
+    """What a timed loop had measured when something stopped it (Ctrl-C, a stop signal, a timeout, an error):
+    ``exception.partial``."""
     samples_ns: np.ndarray
     wall_ns: int
+    warmup_calls: int = 0
 
 
 @dataclass
@@ -78,8 +80,8 @@ def time_closed_loop(predict: Callable, batch: np.ndarray, cfg: Timing) -> tuple
             elapsed = t1 - start
             if (n >= cfg.min_repeats and elapsed >= min_ns) or n >= cfg.max_repeats or elapsed >= max_ns:
                 break
-    except KeyboardInterrupt as interrupt:
-        interrupt.partial = PartialLoop(samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
+    except BaseException as stop:
+        stop.partial = PartialLoop(samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
         raise
     return samples[:n].copy(), clock() - start
 
@@ -110,8 +112,8 @@ def time_server(predict: Callable, batch: np.ndarray, cfg: Timing) -> tuple[np.n
                 break
         else:
             n = count
-    except KeyboardInterrupt as interrupt:
-        interrupt.partial = PartialLoop(samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
+    except BaseException as stop:
+        stop.partial = PartialLoop(samples[:n].copy(), clock() - start)  # type: ignore[attr-defined]
         raise
     wall = clock() - start
     done = samples[:n].copy()
@@ -137,9 +139,14 @@ def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timin
     if scenario not in SCENARIOS:
         raise MlmsError(f"unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
     warm = warm_up(predict, batch, cfg)
-    if scenario == "server":
-        samples, wall, extra = time_server(predict, batch, cfg)
-    else:
-        samples, wall = time_closed_loop(predict, batch, cfg)
-        extra = {}
+    try:
+        if scenario == "server":
+            samples, wall, extra = time_server(predict, batch, cfg)
+        else:
+            samples, wall = time_closed_loop(predict, batch, cfg)
+            extra = {}
+    except BaseException as stop:  # the partial loop keeps its warm-up count
+        if getattr(stop, "partial", None) is not None:
+            stop.partial = stop.partial._replace(warmup_calls=warm)  # type: ignore[attr-defined]
+        raise
     return TimingResult(scenario, int(batch.shape[0]), samples, wall, warm, extra)

@@ -93,7 +93,7 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
             _add_kernels(tracer, kernels)
         if profilers is not None:
             profilers.stop()
-            tracer.add_counters(profilers.counters_frame().itertuples(index=False, name=None))
+            tracer.add_counters(profilers.counters())
 
 
 def _supported(how: str | None) -> bool:
@@ -123,7 +123,7 @@ def _start_cupti(tracer: Tracer):
 def _add_kernels(tracer: Tracer, kernels) -> None:
     """Attach each record of the (stopped) CUPTI recorder to the layer that launched it (correlation id, else
     time)."""
-    from mlms_nb.profilers.cupti import add_to_tracer, attribute_records
+    from mlms_nb.tracing.cuda_activity import add_to_tracer, attribute_records
 
     records = kernels.records()
     if records:

@@ -42,7 +42,7 @@ from mlms_nb.errors import PredictorError
 from mlms_nb.frameworks.capture import Key, LayerCapture
 from mlms_nb.manifest import FRAMEWORKS, Manifest, canonical_framework
 from mlms_nb.schema.levels import TraceLevel
-from mlms_nb.tracing.tracer import _CURRENT
+from mlms_nb.tracing.tracer import current_tracer
 
 _MODEL = TraceLevel.MODEL + 0
 
@@ -84,6 +84,9 @@ class Predictor(ABC):
     framework: ClassVar[str]
     #: the pip extra that installs this framework
     extra: ClassVar[str]
+    #: True when :meth:`cancel` can stop a ``predict`` call in progress from another thread (the per-call timeout
+    #: without a worker process; see :mod:`mlms_nb.launchers.watch`)
+    cancellable: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.manifest: Manifest | None = None
@@ -113,6 +116,11 @@ class Predictor(ABC):
         if self._tracer is not None:
             self.stop_tracing()
         self.manifest = None
+
+    def cancel(self) -> None:
+        """Stop the ``predict`` call in progress (called from another thread); it then raises. Only where
+        ``cancellable``; later calls run normally."""
+        raise NotImplementedError(f"{type(self).__name__} cannot cancel a call in progress")
 
     @abstractmethod
     def info(self) -> PredictorInfo:
@@ -170,12 +178,12 @@ class Predictor(ABC):
 
     def _follow_current_tracer(self):
         """The tracer ``predict`` should emit into: the one started explicitly, else the current one (auto)."""
-        current = _CURRENT.get()
+        current = current_tracer()
         if current is self._tracer:
             return current
         if self._auto:
             self.stop_tracing()
-        if current._max <= 0:
+        if current.max_level <= 0:
             return None
         self.start_tracing(current)
         self._auto = True
@@ -221,7 +229,7 @@ def _traced_predict(predict):
             tracer = self._follow_current_tracer()
             if tracer is None:
                 return predict(self, batch)
-        if tracer._max < _MODEL:
+        if tracer.max_level < _MODEL:
             return predict(self, batch)
         with tracer.span("predict", _MODEL, "model", batch=len(batch), framework=self.framework):
             return predict(self, batch)

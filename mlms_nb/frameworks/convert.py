@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from mlms_nb._fs import folder_lock, sha256_file
+from mlms_nb._fs import folder_lock, owned, sha256_file
 from mlms_nb.data.assets import register_scheme, resolve_asset
 from mlms_nb.errors import AssetError, PredictorError
 from mlms_nb.manifest import Manifest, canonical_framework, find_manifest
@@ -105,7 +105,7 @@ def _versions(fw: str) -> dict[str, str]:
 
 
 def _temp_path(folder: Path, suffix: str) -> Path:
-    fd, name = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=suffix)
+    fd, name = tempfile.mkstemp(dir=folder, prefix=owned(".tmp-"), suffix=suffix)
     os.close(fd)
     return Path(name)
 

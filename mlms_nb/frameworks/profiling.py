@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from mlms_nb._fs import owned
 from mlms_nb.tracing._align import wall_offset_ns
 
 
@@ -27,7 +28,7 @@ class FrameworkProfile:
     framework's ``begin`` returned (its profiled session, say)."""
 
     def __init__(self, prefix: str) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix=prefix))
+        self.folder = Path(tempfile.mkdtemp(prefix=owned(prefix)))
         self.wall_offset_ns = wall_offset_ns()
         self.windows: dict[int, tuple[int, int, int, int]] = {}
         self.state: Any = None

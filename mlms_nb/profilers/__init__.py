@@ -118,7 +118,8 @@ class ProfilerSet:
         return rows
 
     def counters_frame(self):
-        """A pandas DataFrame with columns ``ts_ns, source, metric, value, unit, device``, sorted by ``ts_ns``."""
+        """The counters frame (:mod:`mlms_nb.schema.counters`: ``ts_ns, source, metric, value, unit, device``),
+        sorted by ``ts_ns``."""
         return counters_frame(self.counters())
 
     def __enter__(self) -> "ProfilerSet":

@@ -5,8 +5,9 @@ A profiler is a small class with a config dataclass beside it:
 - ``available() -> (bool, reason)`` (a classmethod) says whether it can run here; the reason is a sentence a
   user can act on (and, when it is available, says what it will measure);
 - ``start()`` / ``stop()``;
-- ``counters()`` returns rows ``(ts_ns, source, metric, value, unit, device)`` of the counters frame, with
-  ``ts_ns`` from :func:`time.perf_counter_ns` -- the tracer's clock -- so they line up with spans.
+- ``counters()`` returns rows ``(ts_ns, source, metric, value, unit, device)`` of the counters frame
+  (:data:`mlms_nb.schema.counters.CounterRow`), with ``ts_ns`` from :func:`time.perf_counter_ns` -- the tracer's
+  clock -- so they line up with spans; ``counters_frame()`` gives them as that frame.
 
 Counters (perf events, PAPI) also have ``read()``: the values accumulated since ``start()``, cheap enough to
 call around every layer or batch. Samplers (psutil, NVML) record on a background thread every
@@ -16,22 +17,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar
 
-COUNTER_COLUMNS: tuple[str, ...] = ("ts_ns", "source", "metric", "value", "unit", "device")
-"""Columns of the counters frame, in order."""
+from mlms_nb.schema.counters import COUNTER_COLUMNS, counters_frame
+from mlms_nb.schema.counters import CounterRow as Row
 
-Row = tuple  # (ts_ns: int, source: str, metric: str, value: float, unit: str, device: str)
-
-
-def counters_frame(rows: Iterable[Row]):
-    """Rows ``(ts_ns, source, metric, value, unit, device)`` -> a pandas DataFrame with typed columns, sorted by time."""
-    import pandas as pd
-
-    df = pd.DataFrame(list(rows), columns=list(COUNTER_COLUMNS))
-    df = df.astype({"ts_ns": "int64", "source": "object", "metric": "object", "value": "float64",
-                    "unit": "object", "device": "object"})
-    return df.sort_values("ts_ns", kind="stable", ignore_index=True)
+__all__ = ["COUNTER_COLUMNS", "BackgroundSampler", "Profiler", "Row", "counters_frame", "first_line"]
 
 
 class Profiler:
@@ -60,7 +51,7 @@ class Profiler:
         raise NotImplementedError
 
     def counters_frame(self):
-        """This profiler's rows as a counters frame (pandas DataFrame)."""
+        """This profiler's rows as the counters frame (:func:`mlms_nb.schema.counters.counters_frame`)."""
         return counters_frame(self.counters())
 
     def __enter__(self):

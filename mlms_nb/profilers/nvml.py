@@ -1,4 +1,5 @@
-"""NVIDIA GPU sampler through NVML (``nvidia-ml-py``, imported as ``pynvml`` lazily, here and nowhere else).
+"""NVIDIA GPUs through NVML (``nvidia-ml-py``, imported as ``pynvml`` lazily, through :func:`import_pynvml`): the
+GPU list (:func:`list_gpus`, which :mod:`mlms_nb.stack` records) and a sampler.
 
 A background thread reads, every ``interval_ms`` (default 20), for each GPU: power (W), GPU and memory
 utilisation (%), memory used (bytes), SM and memory clocks (MHz) and temperature (C). The reading itself is a
@@ -24,13 +25,15 @@ Reader = Callable[[], Iterable[Reading]]
 
 
 def import_pynvml():
-    """The ``pynvml`` module of nvidia-ml-py; raises FrameworkNotInstalledError naming the extra to install."""
+    """The ``pynvml`` module of nvidia-ml-py; raises FrameworkNotInstalledError naming the extra to install.
+    Every user of NVML in mlms_nb (the sampler, :mod:`mlms_nb.stack`, :mod:`mlms_nb.theory.ceilings`) gets it
+    here."""
     try:
-        import pynvml  # noqa: PLC0415 - the one place nvidia-ml-py is imported
+        import pynvml  # noqa: PLC0415
     except ImportError as exc:
         raise FrameworkNotInstalledError(
-            f"GPU sampling needs nvidia-ml-py, which is not installed ({first_line(exc)}): {INSTALL_HINT}"
-        ) from None
+            f"NVIDIA GPU detection and sampling need nvidia-ml-py, which is not installed ({first_line(exc)}): "
+            f"{INSTALL_HINT}") from None
     return pynvml
 
 
@@ -80,6 +83,60 @@ def _init_reason(pynvml, exc: BaseException) -> str:
         return (f"NVML could not be initialised: the NVIDIA driver and its user-space library disagree "
                 f"(reboot after a driver update?) ({name})")
     return f"NVML could not be initialised ({name})"
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _optional(read: Callable[[], Any]) -> Any:
+    """``read()``, or None when this GPU or driver cannot say (NVML_ERROR_NOT_SUPPORTED and friends)."""
+    try:
+        return read()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def list_gpus() -> tuple[list[dict], str | None]:
+    """The NVIDIA GPUs NVML sees: ``([{index, name, memory_bytes, driver, cuda_driver, cuda_capability}], None)``,
+    or ``([], why)`` with a sentence saying why there is no list (nvidia-ml-py missing, no driver, no GPU).
+
+    ``memory_bytes``: total device memory; ``driver``: the NVIDIA driver version; ``cuda_driver``: the CUDA
+    version the driver supports (``"12.4"``); ``cuda_capability``: ``"major.minor"``. A field a GPU cannot report
+    is None.
+    """
+    try:
+        pynvml = import_pynvml()
+    except FrameworkNotInstalledError as exc:
+        return [], str(exc)
+    try:
+        nvml_init(pynvml)
+    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, ...
+        return [], _init_reason(pynvml, exc)
+    try:
+        driver = _optional(lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
+        cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion_v2)
+        cuda_driver = f"{cuda // 1000}.{(cuda % 1000) // 10}" if cuda else None
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            capability = _optional(lambda: pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+            memory = _optional(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+            gpus.append({
+                "index": i,
+                "name": _optional(lambda: _text(pynvml.nvmlDeviceGetName(handle))) or f"cuda:{i}",
+                "memory_bytes": int(memory) if memory is not None else None,
+                "driver": driver,
+                "cuda_driver": cuda_driver,
+                "cuda_capability": f"{capability[0]}.{capability[1]}" if capability else None,
+            })
+    except Exception as exc:  # noqa: BLE001
+        return [], f"NVML is initialised but listing the GPUs failed ({nvml_error_name(pynvml, exc)})"
+    finally:
+        nvml_shutdown(pynvml)
+    if not gpus:
+        return [], "NVML found no NVIDIA GPU (the driver is loaded but no device is visible)"
+    return gpus, None
 
 
 class PynvmlReader:
@@ -185,30 +242,11 @@ class NvmlSampler(BackgroundSampler):
 
     @classmethod
     def available(cls, config: NvmlConfig | None = None) -> tuple[bool, str]:
-        try:
-            pynvml = import_pynvml()
-        except FrameworkNotInstalledError as exc:
-            return False, str(exc)
-        try:
-            nvml_init(pynvml)
-        except Exception as exc:  # noqa: BLE001 - NVMLError and friends
-            return False, _init_reason(pynvml, exc)
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-            if count == 0:
-                return False, "NVML found no NVIDIA GPU (the driver is loaded but no device is visible)"
-            names = []
-            for i in range(count):
-                try:
-                    name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-                    names.append(f"cuda:{i} {name.decode() if isinstance(name, bytes) else name}")
-                except Exception as exc:  # noqa: BLE001
-                    names.append(f"cuda:{i} ({nvml_error_name(pynvml, exc)})")
-            return True, f"NVML sees {count} GPU(s): {', '.join(names)}"
-        except Exception as exc:  # noqa: BLE001
-            return False, f"NVML is initialised but listing the GPUs failed ({nvml_error_name(pynvml, exc)})"
-        finally:
-            nvml_shutdown(pynvml)
+        gpus, why = list_gpus()
+        if not gpus:
+            return False, why
+        names = ", ".join(f"cuda:{g['index']} {g['name']}" for g in gpus)
+        return True, f"NVML sees {len(gpus)} GPU(s): {names}"
 
     def _open(self) -> None:
         if self.reader is None:

@@ -136,6 +136,7 @@ LATENCY = FrameSchema("latency", (
     Column("achieved_qps", "float64", "queries/s", "queries served / loop wall time", _SERVER_ONLY),
     Column("latency_bound_ms", "float64", "ms", "p99 bound asked for", "server scenario with a bound"),
     Column("meets_bound", "bool", "", "p99_ms <= latency_bound_ms", "server scenario with a bound"),
+    Column("complete", "bool", "", "False when the loop was cut short before its stopping rule held (indicative only)"),
 ), key=("framework", "batch_size", "scenario"))
 
 COLD_START = FrameSchema("cold_start", (
@@ -193,7 +194,9 @@ HISTORY = FrameSchema("history", (
     Column("framework_version", "str", "", "the framework's version on that stack"),
     Column("stack_hash", "str", "", "hash of hardware + software with only this framework's version"),
     Column("created_at", "str", "", "when it ran: ISO-8601, UTC"),
-    Column("complete", "bool", "", "False when the sweep was interrupted"),
+    Column("complete", "bool", "", "False when not every batch size of this framework was measured"),
+    Column("status", "str", "", "complete, partial (some measured, then stopped), failed (nothing measured), running"),
+    Column("reason", "str", "", "why not complete: error, interrupt, signal, timeout or crash; missing when complete"),
     Column("dataset", "str", "", "the dataset's name"),
     Column("batch_sizes", "object", "inputs", "list of the batch sizes measured"),
     Column("top1", "float64", "fraction", "top-1 accuracy (0..1)"),

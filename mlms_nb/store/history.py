@@ -14,15 +14,18 @@ import os
 from typing import Any, Callable, TypeVar
 
 import pandas as pd
-from sqlalchemy import delete, func, insert, select
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from mlms_nb._clock import now_utc
+from mlms_nb._fs import alive
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
-from mlms_nb.store.db import HistoryError, engine_for, is_sqlite, retry_while_locked, tables_ready
+from mlms_nb.store.db import (HistoryError, LockedError, engine_for, is_locked, is_sqlite, retry_while_locked,
+                              tables_ready)
 from mlms_nb.schema.evaluation import HISTORY
-from mlms_nb.store.tables import CEILING_FIGURES, QUERY_COLUMNS, ceilings, evaluations, metadata, traces
+from mlms_nb.store.migrate import upgrade
+from mlms_nb.store.tables import CEILING_FIGURES, QUERY_COLUMNS, ceilings, evaluations, traces
 
 T = TypeVar("T")
 
@@ -58,8 +61,10 @@ class HistoryStore:
         return f"HistoryStore({self.display_url!r})"
 
     # ------------------------------------------------------------------ plumbing
-    def _transaction(self, work: Callable[[Any], T], write: bool, what: str) -> T:
-        """Run ``work(conn)`` in one transaction; retried with backoff while the database is locked."""
+    def _transaction(self, work: Callable[[Any], T], write: bool, what: str,
+                     also_retry: Callable[[BaseException], bool] | None = None) -> T:
+        """Run ``work(conn)`` in one transaction; retried with backoff while the database is locked (or while
+        ``also_retry`` accepts the error)."""
         options = {"mlms_begin": "IMMEDIATE"} if write and is_sqlite(self.engine) else {}
 
         def attempt_once() -> T:
@@ -69,14 +74,17 @@ class HistoryStore:
                 with conn.begin():
                     return work(conn)
 
+        transient = None if also_retry is None else (lambda err: is_locked(err) or also_retry(err))
         try:
-            return retry_while_locked(attempt_once, what=what)
+            return retry_while_locked(attempt_once, transient, what=what)
+        except LockedError as err:
+            raise HistoryError(f"history store {self.display_url}: could not {what}: {err}") from None
         except (OperationalError, DBAPIError) as err:
             raise HistoryError(f"history store {self.display_url}: could not {what}: "
                                f"{getattr(err, 'orig', None) or err}") from None
 
     def _create_tables(self) -> None:
-        """Create the tables once per URL and process; safe when several processes start at once (another
+        """Create the tables, or migrate an older store's (:mod:`mlms_nb.store.migrate`), once per URL and process; safe when several processes start at once (another
         process may create a table or index between our check and our CREATE: PostgreSQL then says "already
         exists" or "duplicate key ... pg_type", and we try again)."""
         key = (self.url, os.getpid())
@@ -87,9 +95,43 @@ class HistoryStore:
             text = str(err).lower()
             return isinstance(err, HistoryError) and ("already exists" in text or "duplicate" in text)
 
-        retry_while_locked(lambda: self._transaction(lambda conn: metadata.create_all(conn, checkfirst=True), True,
-                                                     "create its tables"), raced, "create its tables")
+        retry_while_locked(lambda: self._transaction(lambda conn: upgrade(conn, self.display_url), True,
+                                                     "create or migrate its tables"), raced, "create its tables")
         tables_ready.add(key)
+        self.mark_abandoned()
+
+    def mark_abandoned(self) -> int:
+        """Rows still ``running`` whose measuring process (on this host) is gone -- killed outright, so it could
+        not say so -- become ``partial`` with reason ``crash``; returns how many."""
+        import socket
+
+        host = socket.gethostname()
+
+        def work(conn) -> int:
+            rows = conn.execute(select(evaluations.c.id, evaluations.c.framework, evaluations.c.payload)
+                                .where(evaluations.c.status == "running")).all()
+            fixed = 0
+            for row_id, framework, payload in rows:
+                data = json.loads(payload)
+                outcome = (data.get("outcomes") or {}).get(framework) or {}
+                owner_host, _, pid = str(outcome.get("owner", "")).rpartition(" ")
+                if owner_host != host or not pid.isdigit() or alive(int(pid)):
+                    continue
+                measured = sorted({int(b) for b in outcome.get("measured_batch_sizes") or []})
+                batch_sizes = json.loads(conn.execute(select(evaluations.c.batch_sizes)
+                                                      .where(evaluations.c.id == row_id)).scalar() or "[]")
+                outcome.update(status="partial", reason="crash",
+                               message=f"{framework}: the process measuring it (pid {pid}) ended without finishing "
+                                       "(killed, or it crashed); what it had measured is kept",
+                               missing_batch_sizes=[b for b in batch_sizes if b not in measured])
+                data.setdefault("outcomes", {})[framework] = outcome
+                data["complete"] = False
+                conn.execute(update(evaluations).where(evaluations.c.id == row_id).values(
+                    status="partial", reason="crash", complete=False, payload=json.dumps(data)))
+                fixed += 1
+            return fixed
+
+        return self._transaction(work, True, "mark abandoned rows")
 
     # ------------------------------------------------------------------ writing
     def save(self, evaluation) -> list[int]:
@@ -114,7 +156,26 @@ class HistoryStore:
                 ids.append(int(result.inserted_primary_key[0]))
             return ids
 
-        return self._transaction(work, True, f"save evaluation {evaluation.id}")
+        # Two writers saving the same evaluation at once: SQLite's BEGIN IMMEDIATE serialises them; on PostgreSQL
+        # (read committed) both may find no row and insert, and the second then breaks the unique constraint.
+        # Its transaction is rolled back and tried again, when it finds the first one's rows.
+        return self._transaction(work, True, f"save evaluation {evaluation.id}", _saved_concurrently)
+
+    def keep(self, evaluation, framework: str) -> int:
+        """Write one framework's row of an evaluation as it stands now: inserted the first time, replaced after
+        (the runner calls it after every measurement, so what was measured is stored before the next begins);
+        returns the row id."""
+        row = self._row(evaluation, framework)
+
+        def work(conn) -> int:
+            found = conn.execute(select(evaluations.c.id).where(
+                (evaluations.c.evaluation_id == evaluation.id) & (evaluations.c.framework == framework))).first()
+            if found is None:
+                return int(conn.execute(insert(evaluations).values(**row)).inserted_primary_key[0])
+            conn.execute(update(evaluations).where(evaluations.c.id == found[0]).values(**row))
+            return int(found[0])
+
+        return self._transaction(work, True, f"save {framework} of evaluation {evaluation.id}", _saved_concurrently)
 
     @staticmethod
     def _row(evaluation, framework: str) -> dict:
@@ -137,6 +198,12 @@ class HistoryStore:
         if dataset is None and not acc.empty and "dataset" in acc:
             dataset = acc["dataset"].iloc[0]
         version = software.get(framework)
+        outcome = (evaluation.outcomes or {}).get(framework)
+        if outcome:
+            status, reason = outcome.get("status"), outcome.get("reason")
+            status = "failed" if status == "not run" else status
+        else:
+            status, reason = ("complete", None) if evaluation.complete else ("partial", "interrupt")
         return {
             "evaluation_id": evaluation.id,
             "model": evaluation.model,
@@ -145,7 +212,9 @@ class HistoryStore:
             "framework_version": None if version is None else str(version)[:64],
             "stack_hash": evaluation.framework_stack_hash(framework),
             "created_at": evaluation.created_at,
-            "complete": bool(evaluation.complete),
+            "complete": status == "complete",
+            "status": status,
+            "reason": reason,
             "dataset": None if dataset is None else str(dataset)[:500],
             "batch_sizes": json.dumps([int(b) for b in batch_sizes]) if batch_sizes is not None else None,
             "top1": top1,
@@ -320,6 +389,13 @@ class HistoryStore:
             return json.loads(payload)
         except ValueError as err:
             raise HistoryError(f"stored ceilings for {stack_hash}/{device} are not valid JSON ({err})") from None
+
+
+def _saved_concurrently(err: BaseException) -> bool:
+    """The unique (evaluation_id, framework) constraint, as PostgreSQL (its name) or SQLite (its columns) reports it."""
+    text = str(err)
+    return isinstance(err, IntegrityError) and ("uq_evaluations_evaluation_framework" in text or
+                                                "evaluations.evaluation_id, evaluations.framework" in text)
 
 
 def _float(value: Any) -> float | None:

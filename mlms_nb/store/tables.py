@@ -1,6 +1,7 @@
 """The history store's tables (SQLAlchemy Core, portable column types; JSON is stored as text).
 
-- ``evaluations``: one row per evaluation x framework, with the columns people filter and sort on and ``payload``,
+- ``evaluations``: one row per evaluation x framework (written as soon as that framework measured something and
+  updated after every measurement; ``status``/``reason`` say whether it is complete and why not), with the columns people filter and sort on and ``payload``,
   that framework's part of the `Evaluation` as JSON (lossless);
 - ``traces``: where the trace files of an evaluation are (a Parquet folder per framework) and their format;
 - ``ceilings``: one row per measurement of a device's ceilings (:mod:`mlms_nb.theory.ceilings`), keyed by stack
@@ -28,6 +29,8 @@ evaluations = Table(
     Column("stack_hash", String(16), nullable=False),
     Column("created_at", String(40), nullable=False),  # ISO 8601, UTC: sorts as text
     Column("complete", Boolean(create_constraint=False), nullable=False),
+    Column("status", String(16)),  # complete | partial | failed | running (NULL in rows older than the column)
+    Column("reason", String(16)),  # error | interrupt | signal | timeout | crash, when not complete
     Column("dataset", String(500)),
     Column("batch_sizes", Text),  # JSON list
     Column("top1", Float),

@@ -1,4 +1,4 @@
-"""Columnar builders shared by the tracer and the importers: records -> spans frame, time containment."""
+"""The tracer's record tuples (:mod:`mlms_nb.tracing.records`) -> the spans frame, built column by column."""
 from __future__ import annotations
 
 import gc
@@ -7,8 +7,9 @@ import numpy as np
 import orjson
 import pandas as pd
 
-from mlms_nb.schema.trace import (DEFAULT_KIND, FIELD_COLUMNS, ID_COLUMNS, NO_ID, canonical_categorical, level_categorical,
-                     spans_frame)
+from mlms_nb.schema.spans import (DEFAULT_KIND, FIELD_COLUMNS, ID_COLUMNS, NO_ID, canonical_categorical, empty_spans,
+                                  level_categorical, spans_frame)
+from mlms_nb.tracing.records import FIXED
 
 _INT_FIELDS = {"stream": -1, "layer_index": -1}
 _FLOAT_FIELDS = ("flops", "bytes", "memory")
@@ -48,12 +49,9 @@ def _intern(values: list, table: dict) -> list:
 
 
 def spans_from_records(records: list[tuple], trace_id: str) -> pd.DataFrame:
-    """Tracer records ``(span_id, parent_id, name, level, kind, start_ns, end_ns, thread, *field_names,
-    *field_values)`` -> spans frame (sorted by ``(start_ns, span_id)``)."""
+    """Tracer record tuples (:mod:`mlms_nb.tracing.records`) -> spans frame (sorted by ``(start_ns, span_id)``)."""
     n = len(records)
     if not n:
-        from mlms_nb.schema.trace import empty_spans
-
         return empty_spans()
     gc_was = gc.isenabled()
     gc.disable()
@@ -65,8 +63,8 @@ def spans_from_records(records: list[tuple], trace_id: str) -> pd.DataFrame:
 
 
 def _spans_from_records(records: list[tuple], trace_id: str, n: int) -> pd.DataFrame:
-    # the 8 fixed fields (zip stops at the shortest record; range(8) stops after the 8th column)
-    sid, parent, names, levels, kinds, start, end, tid = (col for col, _ in zip(zip(*records), range(8)))
+    # the fixed fields, in records.py's order (zip stops at the shortest record; range(FIXED) after the last fixed one)
+    sid, parent, names, levels, kinds, start, end, tid = (col for col, _ in zip(zip(*records), range(FIXED)))
     levels_arr = np.fromiter(levels, dtype=np.int8, count=n)
     kinds = [k if k is not None else DEFAULT_KIND[lv] for k, lv in zip(kinds, levels_arr.tolist())]
     name_table: dict = {}
@@ -91,11 +89,11 @@ def _spans_from_records(records: list[tuple], trace_id: str, n: int) -> pd.DataF
     attrs = ["{}"] * n
     get = sparse.get
     for i, r in enumerate(records):
-        if len(r) == 8:
+        if len(r) == FIXED:
             continue
-        k = (len(r) - 8) >> 1
+        k = (len(r) - FIXED) >> 1
         rest = None
-        for key, value in zip(r[8:8 + k], r[8 + k:]):
+        for key, value in zip(r[FIXED:FIXED + k], r[FIXED + k:]):
             col = get(key)
             if col is not None:
                 col[0].append(i)
@@ -138,56 +136,3 @@ def _spans_from_records(records: list[tuple], trace_id: str, n: int) -> pd.DataF
     attrs_table: dict = {}
     cols["attrs"] = canonical_categorical(np.asarray(_intern(attrs, attrs_table)), list(attrs_table))
     return spans_frame(cols)
-
-
-def containment_parents(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """For spans given by ``(group, start, end)`` (group: thread / stream key), the index of each span's
-    innermost enclosing span in the same group, or -1. Properly nested spans give the exact tree; partial
-    overlaps attach to the nearest earlier span that still covers the end.
-
-    Vectorised: sort by (group, start, -end); a span's parent is the nearest earlier span in sort order whose
-    end is >= its end -- found by pointer jumping from the previous span (O(n log n) in numpy, no Python loop
-    per span).
-    """
-    n = len(start)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    order = np.lexsort((-end, start, group))
-    g = group[order]
-    e = end[order]
-    p = np.arange(-1, n - 1, dtype=np.int64)
-    if n > 1:
-        p[1:][g[1:] != g[:-1]] = -1
-    active = np.flatnonzero(p >= 0)
-    # a candidate is wrong when it ends before the span does; jump to the candidate's own candidate
-    while len(active):
-        cand = p[active]
-        bad = e[cand] < e[active]
-        active = active[bad]
-        if not len(active):
-            break
-        nxt = p[p[active]]
-        p[active] = nxt
-        active = active[nxt >= 0]
-    parent_sorted = np.where(p >= 0, order[np.maximum(p, 0)], -1)
-    out = np.empty(n, np.int64)
-    out[order] = parent_sorted
-    return out
-
-
-def containment_parents_reference(group, start, end) -> np.ndarray:
-    """A plain stack sweep giving the same answer as :func:`containment_parents` (for tests)."""
-    n = len(start)
-    order = sorted(range(n), key=lambda i: (group[i], start[i], -end[i]))
-    out = np.full(n, -1, np.int64)
-    stack: list[int] = []
-    last_group = None
-    for i in order:
-        if group[i] != last_group:
-            stack = []
-            last_group = group[i]
-        while stack and end[stack[-1]] < end[i]:
-            stack.pop()
-        out[i] = stack[-1] if stack else -1
-        stack.append(i)
-    return out

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import orjson
 
 from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
-from mlms_nb.schema.trace import ID_COLUMNS, NO_ID
+from mlms_nb.schema.spans import ID_COLUMNS, NO_ID
 
 INSTALL_HINT = "pip install 'mlms-nb[otel]'"
 INSTRUMENTATION_NAME = "mlms_nb"
@@ -182,7 +182,7 @@ def export_trace(trace, tracer_provider=None, exporter=None, *, parent: Any = "a
         if wall_offset_ns is None:
             raise MlmsError("cannot export to OpenTelemetry: the trace's clock has no known wall-clock offset "
                             "(metadata['clock']['wall_offset_ns'] is not set); pass wall_offset_ns=")
-    offset = int(wall_offset_ns)
+    offset_ns = int(wall_offset_ns)
     if parent == "auto":
         parent = meta.get("otel_parent")
 
@@ -208,92 +208,76 @@ def export_trace(trace, tracer_provider=None, exporter=None, *, parent: Any = "a
     from opentelemetry import context as ocontext  # noqa: PLC0415
 
     try:
-        return _replay(otrace, ocontext, otracer, spans, meta, offset, parent)
+        return _replay(otrace, ocontext, otracer, spans, meta, offset_ns, parent)
     finally:
         if own is not None:
             own.force_flush()
 
 
-def _replay(otrace, ocontext, otracer, spans, meta: dict, offset: int, parent) -> dict:
-    n = len(spans)
-    sid = [int(v) for v in _columns(spans, "span_id", 0)]
-    pid = [int(v) for v in _columns(spans, "parent_id", 0)]
-    start = [int(v) for v in _columns(spans, "start_ns", 0)]
-    end = [int(v) for v in _columns(spans, "end_ns", 0)]
-    names = [str(v) for v in _columns(spans, "name", "")]
-    levels = [str(v) for v in _columns(spans, "level", "")]
-    kinds = [str(v) for v in _columns(spans, "kind", "")]
-    threads = _columns(spans, "thread", 0)
-    devices = _columns(spans, "device", "")
-    streams = _columns(spans, "stream", -1)
-    layer_index = _columns(spans, "layer_index", -1)
-    layer_type = _columns(spans, "layer_type", "")
-    shapes = _columns(spans, "shape", "")
-    flops = _columns(spans, "flops", float("nan"))
-    nbytes = _columns(spans, "bytes", float("nan"))
-    memory = _columns(spans, "memory", float("nan"))
-    attrs = _columns(spans, "attrs", "{}")
-    ids = [(f"mlms.{c}", spans[c].tolist()) for c in ID_COLUMNS if c in spans.columns]
-    trace_id = str(meta.get("trace_id") or "")
+class _SpanRows:
+    """The spans frame as Python lists (one per column), and the OTel attributes of a row."""
 
-    row_of = {s: i for i, s in enumerate(sid)}
-    children: dict[int, list[int]] = {}
-    roots: list[int] = []
-    for i in range(n):
-        p = pid[i]
-        if p and p in row_of and p != sid[i]:
-            children.setdefault(row_of[p], []).append(i)
-        else:
-            roots.append(i)
+    def __init__(self, spans, trace_id: str):
+        self.trace_id = trace_id
+        self.sid = [int(v) for v in _columns(spans, "span_id", 0)]
+        self.pid = [int(v) for v in _columns(spans, "parent_id", 0)]
+        self.start = [int(v) for v in _columns(spans, "start_ns", 0)]
+        self.end = [int(v) for v in _columns(spans, "end_ns", 0)]
+        self.names = [str(v) for v in _columns(spans, "name", "")]
+        self.levels = [str(v) for v in _columns(spans, "level", "")]
+        self.kinds = [str(v) for v in _columns(spans, "kind", "")]
+        self.threads = _columns(spans, "thread", 0)
+        self.devices = _columns(spans, "device", "")
+        self.streams = _columns(spans, "stream", -1)
+        self.layer_index = _columns(spans, "layer_index", -1)
+        self.layer_type = _columns(spans, "layer_type", "")
+        self.shapes = _columns(spans, "shape", "")
+        self.floats = [(k, _columns(spans, c, float("nan"))) for k, c in (("mlms.flops", "flops"),
+                                                                           ("mlms.bytes", "bytes"),
+                                                                           ("mlms.memory", "memory"))]
+        self.attrs = _columns(spans, "attrs", "{}")
+        self.ids = [(f"mlms.{c}", spans[c].tolist()) for c in ID_COLUMNS if c in spans.columns]
 
-    def key(i):
-        return (start[i], sid[i])
+    def tree(self) -> tuple[list[int], dict[int, list[int]]]:
+        """Root rows and, per row, its child rows (a parent id not in the frame makes a root)."""
+        row_of = {s: i for i, s in enumerate(self.sid)}
+        children: dict[int, list[int]] = {}
+        roots: list[int] = []
+        for i, p in enumerate(self.pid):
+            if p and p in row_of and p != self.sid[i]:
+                children.setdefault(row_of[p], []).append(i)
+            else:
+                roots.append(i)
+        return roots, children
 
-    base = ocontext.Context()  # never the caller's current context: parents are explicit
-    if parent:
-        base = otrace.set_span_in_context(otrace.NonRecordingSpan(_span_context(otrace, parent)), base)
-    Status, StatusCode = otrace.Status, otrace.StatusCode
+    def key(self, i: int) -> tuple[int, int]:
+        return (self.start[i], self.sid[i])
 
-    synthetic = None
-    if not parent and len(roots) > 1:
-        synthetic = otracer.start_span(SYNTHETIC_ROOT, context=base, start_time=min(start) + offset,
-                                       attributes={"mlms.trace_id": trace_id, "mlms.kind": "application",
-                                                   "mlms.synthetic": True})
-        base = otrace.set_span_in_context(synthetic, base)
-
-    def attributes(i: int) -> dict:
-        a: dict[str, Any] = {"mlms.trace_id": trace_id, "mlms.span_id": sid[i], "mlms.parent_id": pid[i],
-                             "mlms.level": levels[i], "mlms.kind": kinds[i]}
-        if threads[i]:
-            a["thread.id"] = int(threads[i])
-        if devices[i]:
-            a["mlms.device"] = str(devices[i])
-        if int(streams[i]) != -1:
-            a["mlms.stream"] = int(streams[i])
-        if int(layer_index[i]) != -1:
-            a["mlms.layer_index"] = int(layer_index[i])
-        if layer_type[i]:
-            a["mlms.layer_type"] = str(layer_type[i])
-        if shapes[i]:
-            a["mlms.shape"] = str(shapes[i])
-        for k, vals in (("mlms.flops", flops), ("mlms.bytes", nbytes), ("mlms.memory", memory)):
+    def attributes(self, i: int) -> tuple[dict, str | None]:
+        """Row ``i``'s OTel attributes (see the module doc), and its ``attrs["error"]`` (None when none)."""
+        a: dict[str, Any] = {"mlms.trace_id": self.trace_id, "mlms.span_id": self.sid[i],
+                             "mlms.parent_id": self.pid[i], "mlms.level": self.levels[i], "mlms.kind": self.kinds[i]}
+        if self.threads[i]:
+            a["thread.id"] = int(self.threads[i])
+        if self.devices[i]:
+            a["mlms.device"] = str(self.devices[i])
+        if int(self.streams[i]) != -1:
+            a["mlms.stream"] = int(self.streams[i])
+        if int(self.layer_index[i]) != -1:
+            a["mlms.layer_index"] = int(self.layer_index[i])
+        if self.layer_type[i]:
+            a["mlms.layer_type"] = str(self.layer_type[i])
+        if self.shapes[i]:
+            a["mlms.shape"] = str(self.shapes[i])
+        for k, vals in self.floats:
             v = vals[i]
             if v is not None and v == v:
                 a[k] = float(v)
-        for k, vals in ids:
+        for k, vals in self.ids:
             if vals[i] != NO_ID:
                 a[k] = int(vals[i])
-        return a
-
-    out_ids: dict[int, str] = {}
-    otel_trace_id = ""
-    stack = [(i, base) for i in sorted(roots, key=key, reverse=True)]
-    count = 0
-    while stack:
-        i, pctx = stack.pop()
-        a = attributes(i)
-        extra = attrs[i]
         err = None
+        extra = self.attrs[i]
         if extra and extra != "{}":
             try:
                 d = orjson.loads(extra)
@@ -305,21 +289,48 @@ def _replay(otrace, ocontext, otracer, spans, meta: dict, offset: int, parent) -
                 val = _attr_value(v)
                 if val is not None:
                     a[f"mlms.attrs.{k}"] = val
-        span = otracer.start_span(names[i], context=pctx, start_time=start[i] + offset, attributes=a)
+        return a, err
+
+
+def _replay(otrace, ocontext, otracer, spans, meta: dict, offset_ns: int, parent) -> dict:
+    """Start and end one OTel span per row, parents first; ``offset_ns``: trace clock -> ns since the epoch."""
+    rows = _SpanRows(spans, str(meta.get("trace_id") or ""))
+    roots, children = rows.tree()
+    base = ocontext.Context()  # never the caller's current context: parents are explicit
+    if parent:
+        base = otrace.set_span_in_context(otrace.NonRecordingSpan(_span_context(otrace, parent)), base)
+    Status, StatusCode = otrace.Status, otrace.StatusCode
+
+    synthetic = None
+    if not parent and len(roots) > 1:
+        synthetic = otracer.start_span(SYNTHETIC_ROOT, context=base, start_time=min(rows.start) + offset_ns,
+                                       attributes={"mlms.trace_id": rows.trace_id, "mlms.kind": "application",
+                                                   "mlms.synthetic": True})
+        base = otrace.set_span_in_context(synthetic, base)
+
+    out_ids: dict[int, str] = {}
+    otel_trace_id = ""
+    stack = [(i, base) for i in sorted(roots, key=rows.key, reverse=True)]
+    count = 0
+    while stack:
+        i, pctx = stack.pop()
+        a, err = rows.attributes(i)
+        start, end = rows.start[i], rows.end[i]
+        span = otracer.start_span(rows.names[i], context=pctx, start_time=start + offset_ns, attributes=a)
         if err is not None:
             span.set_status(Status(StatusCode.ERROR, err))
-        span.end(end_time=max(end[i], start[i]) + offset)
+        span.end(end_time=max(end, start) + offset_ns)
         sc = span.get_span_context()
-        out_ids[sid[i]] = otrace.format_span_id(sc.span_id)
+        out_ids[rows.sid[i]] = otrace.format_span_id(sc.span_id)
         if not otel_trace_id:
             otel_trace_id = otrace.format_trace_id(sc.trace_id)
         count += 1
         kids = children.get(i)
         if kids:
             cctx = otrace.set_span_in_context(span, ocontext.Context())
-            stack.extend((c, cctx) for c in sorted(kids, key=key, reverse=True))
+            stack.extend((c, cctx) for c in sorted(kids, key=rows.key, reverse=True))
     if synthetic is not None:
-        synthetic.end(end_time=max(end) + offset)
+        synthetic.end(end_time=max(rows.end) + offset_ns)
         count += 1
     return {"spans": count, "trace_id": otel_trace_id, "span_ids": out_ids}
 

@@ -11,7 +11,8 @@ one Arrow buffer that numpy and pandas use without a copy, and the reader decode
 Categorical columns are stored dictionary-encoded with their categories, int64 columns delta-encoded (times,
 ids and counts that mostly grow: 10-1000x smaller than plain, and about 4x faster to decode than plain + LZ4
 here). NaN is stored as a float value, not a null. Only float columns are LZ4-compressed: delta and dictionary
-pages leave LZ4 little to gain and only cost it time to decode. Files are read memory-mapped.
+pages leave LZ4 little to gain and only cost it time to decode. Files are read memory-mapped. This layout is what
+``benchmarks/trace_ingest.py``'s reopen target (>= 10M source events/s) rests on.
 :meth:`Trace.to_chrome` / :meth:`Trace.from_chrome` read and write Chrome trace JSON (Perfetto,
 chrome://tracing), including PyTorch Kineto and ONNX Runtime profiles (see :mod:`mlms_nb.tracing.chrome`).
 """
@@ -26,9 +27,11 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from mlms_nb._fs import temp_path_beside
 from mlms_nb.errors import TraceFormatError, TraceSchemaError
-from mlms_nb.schema.trace import (LEVEL_DTYPE, canonical_categorical, counters_frame, empty_counters,
-                     empty_spans, validate_counters, validate_spans)
+from mlms_nb.schema.columns import LEVEL_DTYPE, canonical_categorical
+from mlms_nb.schema.counters import empty_counters, validate_counters
+from mlms_nb.schema.spans import empty_spans, validate_spans
 
 PARQUET_FORMAT = "mlms-nb/trace-parquet"
 PARQUET_VERSION = 2
@@ -41,8 +44,8 @@ _META_KEY = b"mlms_nb"
 class Trace:
     """Spans + counters + metadata of one trace.
 
-    ``spans`` / ``counters``: frames following :mod:`mlms_nb.schema.trace` (validated on construction;
-    a counters frame with object/str columns -- as :mod:`mlms_nb.profilers` builds them -- is converted).
+    ``spans`` / ``counters``: frames following :mod:`mlms_nb.schema.spans` and :mod:`mlms_nb.schema.counters`
+    (validated on construction; build them with ``spans_frame`` / ``counters_frame``).
     ``metadata``: a JSON-serialisable dict (``trace_id``, ``source``, ``clock``, unavailable profilers and
     why, ...).
     """
@@ -50,13 +53,7 @@ class Trace:
     def __init__(self, spans: pd.DataFrame | None = None, counters: pd.DataFrame | None = None,
                  metadata: dict[str, Any] | None = None):
         self.spans = validate_spans(spans) if spans is not None else empty_spans()
-        if counters is None:
-            counters = empty_counters()
-        elif not all(isinstance(counters[c].dtype, pd.CategoricalDtype) for c in ("source", "metric", "unit",
-                                                                                    "device")
-                     if c in counters.columns):
-            counters = counters_frame(counters)
-        self.counters = validate_counters(counters)
+        self.counters = validate_counters(counters) if counters is not None else empty_counters()
         self.metadata: dict[str, Any] = dict(metadata or {})
 
     # ------------------------------------------------------------------------------------------- views
@@ -98,13 +95,13 @@ class Trace:
         meta = orjson.dumps({"format": PARQUET_FORMAT, "version": PARQUET_VERSION, "metadata": self.metadata},
                             default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
         for name, df, extra in ((SPANS_FILE, self.spans, {_META_KEY: meta}), (COUNTERS_FILE, self.counters, {})):
-            tmp = root / (name + ".part")
             cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
             ints = {c: "DELTA_BINARY_PACKED" for c in df.columns if df[c].dtype == np.int64}
             lz4 = {c: "lz4" if df[c].dtype == np.float64 else "none" for c in df.columns}
-            pq.write_table(_arrow_table(df, extra), tmp, compression=lz4, row_group_size=max(len(df), 1),
-                           use_dictionary=cats, column_encoding=ints, write_statistics=False)
-            os.replace(tmp, root / name)
+            with temp_path_beside(root / name, suffix=".parquet") as tmp:  # a reader never sees half a file
+                pq.write_table(_arrow_table(df, extra), tmp, compression=lz4, row_group_size=max(len(df), 1),
+                               use_dictionary=cats, column_encoding=ints, write_statistics=False)
+                os.replace(tmp, root / name)
         return root
 
     @classmethod

@@ -1,7 +1,7 @@
 """The tracer: spans and counters recorded on one monotonic clock, for well under a microsecond a span.
 
-Recording appends one plain tuple per span to a list; the pandas frames are built only at the end
-(:meth:`Tracer.trace`). Times come from :func:`time.perf_counter_ns`; an anchor pair
+Recording appends one plain tuple per span to a list (its layout: :mod:`mlms_nb.tracing.records`); the pandas
+frames are built only at the end (:meth:`Tracer.trace`). Times come from :func:`time.perf_counter_ns`; an anchor pair
 ``(perf_counter_ns, time_ns)`` taken at construction places the trace on wall-clock time
 (``metadata["clock"]["wall_offset_ns"]``).
 
@@ -30,16 +30,20 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator
 
 from mlms_nb.schema.levels import TraceLevel
+from mlms_nb.tracing.records import SpanRecord
 
 _perf_ns = time.perf_counter_ns
 _native_id = threading.get_native_id
+_OPEN_FIELDS = 5  # position of the fields dict in an open span's frame (see _ThreadCtx)
 
 
 class _ThreadCtx:
     """One thread's recording state for one tracer, and the context manager ``tracer.span()`` returns.
 
     ``stack`` holds the open spans of this thread: a tuple ``(span_id, parent_id, name, level, kind, fields,
-    start_ns)`` per ``with`` span, a list (the token) per :meth:`Tracer.start` span.
+    start_ns)`` per ``with`` span, a list (the token) ``[..., start_ns, ctx]`` per :meth:`Tracer.start` span
+    (``ctx`` becomes None once recorded). Closed spans go to ``spans`` as record tuples
+    (:mod:`mlms_nb.tracing.records`).
     """
 
     __slots__ = ("stack", "tid", "spans", "next_id", "pending")
@@ -112,16 +116,17 @@ class Tracer:
     ``level``: the deepest :class:`TraceLevel` recorded (``TraceLevel.FRAMEWORK`` records APPLICATION, MODEL
     and FRAMEWORK spans). ``trace_id``: a string; a random hex id when not given.
 
+    ``max_level``: ``level`` as a plain int (0 records nothing), cheap to compare on a hot path.
     Hot-path methods take ``level`` as a :class:`TraceLevel` (or its int value), not a string.
     Keyword fields of :meth:`span`, :meth:`start` and :meth:`add_span` named like a span column
-    (:data:`~mlms_nb.schema.trace.FIELD_COLUMNS`: ``device, stream, layer_index, layer_type, shape, flops,
-    bytes, memory``, and the id columns of :data:`~mlms_nb.schema.trace.ID_COLUMNS`: ``correlation``,
+    (:data:`~mlms_nb.schema.spans.FIELD_COLUMNS`: ``device, stream, layer_index, layer_type, shape, flops,
+    bytes, memory``, and the id columns of :data:`~mlms_nb.schema.spans.ID_COLUMNS`: ``correlation``,
     ``external_id``...) fill that column; any other keyword goes into ``attrs``.
     """
 
     def __init__(self, level: TraceLevel | int | str = TraceLevel.MODEL, trace_id: str | None = None):
         self.level = TraceLevel.parse(level)
-        self._max = int(self.level)
+        self.max_level = int(self.level)
         self.trace_id = str(trace_id) if trace_id is not None else uuid.uuid4().hex
         self._spans: list[tuple] = []
         self._counters: list[tuple] = []
@@ -143,22 +148,20 @@ class Tracer:
 
     def enabled(self, level: TraceLevel | int) -> bool:
         """Whether spans of ``level`` are recorded."""
-        return 0 < level <= self._max
+        return 0 < level <= self.max_level
 
-    # Records are flat tuples ``(span_id, parent_id, name, level, kind, start_ns, end_ns, thread, *field_names,
-    # *field_values)`` holding only atomic values (``level + 0`` turns a TraceLevel into a plain int), so the
-    # garbage collector untracks them at its first pass; a nested dict / tuple / IntEnum would keep every
-    # record in every full collection, which costs more than the recording itself.
+    # Records are flat tuples holding only atomic values (``level + 0`` turns a TraceLevel into a plain int); see
+    # mlms_nb.tracing.records for their layout and why.
 
     def span(self, name: str, level: TraceLevel | int, kind: str | None = None, **fields):
         """``with tracer.span("predict", TraceLevel.MODEL, "model", batch=8) as span_id:`` -- times the block.
 
-        ``kind``: one of :data:`~mlms_nb.schema.trace.KINDS` (default by level: MODEL -> "model",
+        ``kind``: one of :data:`~mlms_nb.schema.spans.KINDS` (default by level: MODEL -> "model",
         FRAMEWORK -> "layer", ML_LIBRARY -> "op"...). Use it directly in a ``with`` statement. A disabled
         level returns a shared no-op context (``as`` gives 0). :meth:`annotate` adds fields while the
         block runs. Field values are cheapest as numbers, strings or tuples.
         """
-        if level > self._max or level <= 0:
+        if level > self.max_level or level <= 0:
             return NO_SPAN
         ctx = self._local.ctx
         ctx.pending = (name, level + 0, kind, fields)
@@ -168,7 +171,7 @@ class Tracer:
         """Open a span and return its token (``None`` when the level is disabled); close it with
         :meth:`end`. For hook-style code (a forward pre-hook starts, the forward hook ends). A token left
         open when an enclosing ``with`` span ends is recorded then, with ``attrs["error"] = "unfinished"``."""
-        if level > self._max or level <= 0:
+        if level > self.max_level or level <= 0:
             return None
         ctx = self._local.ctx
         stack = ctx.stack
@@ -211,11 +214,12 @@ class Tracer:
         if not stack:
             return 0
         frame = stack[-1]
+        f = frame[_OPEN_FIELDS]
+        merged = {**f, **fields} if f else fields
         if frame.__class__ is tuple:
-            f = frame[5]
-            stack[-1] = frame[:5] + ({**f, **fields} if f else fields,) + frame[6:]
+            stack[-1] = frame[:_OPEN_FIELDS] + (merged,) + frame[_OPEN_FIELDS + 1:]
         else:
-            frame[5] = {**frame[5], **fields} if frame[5] else fields
+            frame[_OPEN_FIELDS] = merged
         return frame[0]
 
     def add_span(self, name: str, level: TraceLevel | int, kind: str | None, start_ns: int, end_ns: int,
@@ -223,7 +227,7 @@ class Tracer:
         """Record a span whose times are already known (importers, profilers); returns its id (0 when the
         level is disabled). ``parent_id=None``: the innermost span open on this thread (or none);
         ``thread``: the OS thread id to file it under (default: this thread)."""
-        if level > self._max or level <= 0:
+        if level > self.max_level or level <= 0:
             return 0
         ctx = self._local.ctx
         if parent_id is None:
@@ -237,13 +241,24 @@ class Tracer:
     def add_counter(self, ts_ns: int, source: str, metric: str, value: float, unit: str, device: str = "") -> None:
         """Record one counter sample (``ts_ns`` on the :func:`time.perf_counter_ns` clock). Counters are kept
         at every level but ``NONE``."""
-        if self._max:
+        if self.max_level:
             self._counters.append((ts_ns, source, metric, value, unit, device))
 
     def add_counters(self, rows: Iterable[tuple]) -> None:
         """Record rows ``(ts_ns, source, metric, value, unit, device)`` (e.g. a profiler's ``counters()``)."""
-        if self._max:
+        if self.max_level:
             self._counters.extend(rows)
+
+    def records(self, since: int = 0) -> list[SpanRecord]:
+        """The spans closed so far, from position ``since`` on (a ``len(tracer)`` read earlier: the spans
+        recorded after that moment), as :class:`~mlms_nb.tracing.records.SpanRecord` in recording order.
+        :meth:`clear` starts the positions again at 0."""
+        of = SpanRecord.of
+        return [of(r) for r in self._spans[since:]]
+
+    def thread_id(self) -> int:
+        """The OS thread id this tracer files the calling thread's spans under."""
+        return self._local.ctx.tid
 
     def current_span_id(self) -> int:
         """Id of the innermost span open on this thread (0 when none)."""
@@ -270,9 +285,9 @@ class Tracer:
     def trace(self):
         """The spans and counters recorded so far, as a :class:`~mlms_nb.tracing.Trace` (columnar build; spans
         still open are left out and counted in ``metadata["open_spans"]``)."""
-        from mlms_nb.tracing.trace import Trace
+        from mlms_nb.schema.counters import counters_frame
         from mlms_nb.tracing._build import spans_from_records
-        from mlms_nb.schema.trace import counters_frame
+        from mlms_nb.tracing.trace import Trace
 
         spans = spans_from_records(list(self._spans), self.trace_id)
         counters = counters_frame(list(self._counters))

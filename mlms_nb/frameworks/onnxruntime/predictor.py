@@ -34,6 +34,7 @@ from mlms_nb.frameworks.profiling import FrameworkProfile
 class OnnxRuntimePredictor(Predictor):
     framework = "onnxruntime"
     extra = "onnx"
+    cancellable = True  # RunOptions.terminate stops a run in progress
 
     def __init__(self) -> None:
         super().__init__()
@@ -44,6 +45,7 @@ class OnnxRuntimePredictor(Predictor):
         self._profile: FrameworkProfile | None = None   # while profiling (state: the profiling start, Unix ns)
         self.graph_optimization_level = DEFAULT_LEVEL
         self._graph_map: GraphMap | None = None            # while profiling: optimised node -> original nodes
+        self._run_options = ort.RunOptions()  # the calls' RunOptions: `cancel` terminates them, then swaps in new ones
 
     def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "OnnxRuntimePredictor":
         self.manifest, self.device, self.options = manifest, device, options or PredictorOptions()
@@ -112,9 +114,15 @@ class OnnxRuntimePredictor(Predictor):
             raise PredictorError("predict() before open(), or after close()")
         profile = self._profile
         if profile is None:
-            return self.session.run(self._outputs, {self._input: batch})[0]
+            return self.session.run(self._outputs, {self._input: batch}, self._run_options)[0]
         with profile.call(self._tracer.current_span_id() if self._tracer is not None else 0):
-            return self.session.run(self._outputs, {self._input: batch})[0]
+            return self.session.run(self._outputs, {self._input: batch}, self._run_options)[0]
+
+    def cancel(self) -> None:
+        """Terminate the run in progress (ONNX Runtime checks the flag between nodes and inside loops); the next
+        call gets fresh RunOptions."""
+        current, self._run_options = self._run_options, ort.RunOptions()
+        current.terminate = True
 
     @property
     def native_model(self) -> ort.InferenceSession | None:

@@ -25,7 +25,7 @@ import time
 import numpy as np
 import torch
 
-from mlms_nb.tracing._build import containment_parents
+from mlms_nb.tracing.attribution import containment_parents
 from mlms_nb.schema.levels import TraceLevel
 
 FRAMEWORK = int(TraceLevel.FRAMEWORK)
@@ -56,7 +56,7 @@ class LayerHooks:
 
     def __init__(self, model: torch.nn.Module, tracer, cuda: bool = False) -> None:
         self.tracer = tracer
-        self._first_record = len(tracer._spans)
+        self._first_record = len(tracer)
         self._calls: list[tuple] = []  # (layer number, start_ns, end_ns, inputs, output, memory delta or None)
         self._layers: list[tuple[str, str, int]] = []  # per layer number: name, type, parameter+buffer bytes
         self._patched: list[tuple[torch.nn.Module, object]] = []
@@ -108,9 +108,9 @@ class LayerHooks:
         starts = np.array([c[1] for c in calls], np.int64)
         ends = np.array([c[2] for c in calls], np.int64)
         outer = containment_parents(np.zeros(len(calls), np.int64), starts, ends)
-        records = self.tracer._spans[self._first_record:]
-        models = np.array([(r[5], r[6], r[0], r[7]) for r in records if r[3] == MODEL and r[2] == "predict"],
-                          np.int64).reshape(-1, 4)
+        records = self.tracer.records(since=self._first_record)
+        models = np.array([(r.start_ns, r.end_ns, r.span_id, r.thread) for r in records
+                           if r.level == MODEL and r.name == "predict"], np.int64).reshape(-1, 4)
         models = models[np.argsort(models[:, 0], kind="stable")]
         model_of = _enclosing(models[:, :3], starts, ends)
         order = np.lexsort((-ends, starts))
@@ -119,7 +119,7 @@ class LayerHooks:
         first = np.r_[True, group[1:] != group[:-1]] if len(order) else np.zeros(0, bool)
         run_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
         index[order] = np.arange(len(order)) - run_start
-        native = self.tracer._local.ctx.tid
+        native = self.tracer.thread_id()
         span_ids = np.zeros(len(calls), np.int64)
         add = self.tracer.add_span
         for i in order:
@@ -164,7 +164,7 @@ class OpProfiler:
         from torch.profiler import ProfilerActivity, profile
 
         self.tracer = tracer
-        self._first_record = len(tracer._spans)
+        self._first_record = len(tracer)
         self._profile = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
         self._profile.start()
 
@@ -198,11 +198,11 @@ def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:
     start = np.fromiter((e.start_ns() for e in events), np.int64, len(events)) - wall_offset_ns
     end = start + np.fromiter((e.duration_ns() for e in events), np.int64, len(events))
     tids = np.fromiter((e.start_thread_id() for e in events), np.int64, len(events))
-    records = tracer._spans[first_record:]
-    layers = np.array([(r[5], r[6], r[0]) for r in records if r[3] == FRAMEWORK and r[4] == "layer"],
-                      np.int64).reshape(-1, 3)
-    models = np.array([(r[5], r[6], r[0]) for r in records if r[3] == MODEL and r[2] == "predict"],
-                      np.int64).reshape(-1, 3)
+    records = tracer.records(since=first_record)
+    layers = np.array([(r.start_ns, r.end_ns, r.span_id) for r in records
+                       if r.level == FRAMEWORK and r.kind == "layer"], np.int64).reshape(-1, 3)
+    models = np.array([(r.start_ns, r.end_ns, r.span_id) for r in records
+                       if r.level == MODEL and r.name == "predict"], np.int64).reshape(-1, 3)
     layers = layers[np.argsort(layers[:, 0], kind="stable")] if len(layers) else layers
     models = models[np.argsort(models[:, 0], kind="stable")] if len(models) else models
 
@@ -213,7 +213,7 @@ def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:
     layer_of = _enclosing(layers, start, end)
     model_of = _enclosing(models, start, end)
     main_tid = np.bincount(tids).argmax() if len(tids) else 0
-    native = tracer._local.ctx.tid
+    native = tracer.thread_id()
 
     order = np.lexsort((-end, start))
     span_ids = np.zeros(len(events), np.int64)

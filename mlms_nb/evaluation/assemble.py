@@ -1,0 +1,118 @@
+"""The `Evaluation`, assembled from one framework's records as they arrive (:mod:`mlms_nb.evaluation.records`),
+and each framework's outcome: complete, or partial / failed / not run with the reason (error, interrupt, signal,
+timeout, crash), what was measured, what is missing and which loops were cut short."""
+from __future__ import annotations
+
+import os
+import socket
+
+import numpy as np
+import pandas as pd
+
+from mlms_nb.evaluation.records import MEASUREMENTS, AccuracyPass, ColdStart, Note, Opened, TimedLoop, TracedPass
+from mlms_nb.evaluation.result import Evaluation
+from mlms_nb.evaluation.stats import latency_stats, stability_warning
+from mlms_nb.launchers import Outcome
+from mlms_nb.schema.evaluation import SampleKey
+
+STATUSES = ("complete", "partial", "failed", "not run", "running")
+"""A framework's status in ``Evaluation.outcomes``: all measured; some measured, then stopped; stopped before
+measuring anything; never started (an earlier stop); still measuring (as the history store sees it meanwhile)."""
+
+
+class Assembler:
+    """Fills ``evaluation``'s frames from records and keeps ``evaluation.outcomes`` per framework."""
+
+    def __init__(self, evaluation: Evaluation, batch_sizes: list[int], scenario: str):
+        self.ev = evaluation
+        self.batch_sizes = list(batch_sizes)
+        self.scenario = scenario
+        self._rows: list[dict] = []
+        self._cold: list[dict] = []
+        self._accuracy: list[dict] = []
+        self._predictions: list[pd.DataFrame] = []
+        self._overhead: list[dict] = []
+        self.measured: set[str] = set()
+
+    # ------------------------------------------------------------------ per framework
+    def started(self, framework: str) -> None:
+        self.ev.outcomes[framework] = {"status": "running", "reason": None, "message": "",
+                                       "owner": f"{socket.gethostname()} {os.getpid()}"}
+
+    def not_run(self, framework: str, reason: str, message: str) -> None:
+        self.ev.outcomes[framework] = {"status": "not run", "reason": reason, "message": message,
+                                       "measured_batch_sizes": [], "missing_batch_sizes": list(self.batch_sizes),
+                                       "cut_short_batch_sizes": []}
+        self.ev.complete = False
+
+    def finish(self, framework: str, outcome: Outcome) -> dict:
+        lat = self.ev.latency
+        mine = lat[lat["framework"] == framework] if not lat.empty else lat
+        measured = [int(b) for b in mine["batch_size"]] if not mine.empty else []
+        cut = [int(b) for b in mine.loc[~mine["complete"].astype(bool), "batch_size"]] if not mine.empty else []
+        missing = [b for b in self.batch_sizes if b not in measured or b in cut]
+        if outcome.ok and not missing:
+            status = "complete"
+        else:
+            status = "partial" if framework in self.measured else "failed"
+        result = {"status": status, "reason": None if outcome.ok else outcome.status,
+                  "message": outcome.message, "measured_batch_sizes": measured, "missing_batch_sizes": missing,
+                  "cut_short_batch_sizes": cut}
+        self.ev.outcomes[framework] = result
+        self.ev.complete = all(o.get("status") == "complete" for o in self.ev.outcomes.values())
+        return result
+
+    # ------------------------------------------------------------------ records
+    def add(self, record) -> bool:
+        """Apply one record; True when it holds a measurement (the history should keep it now)."""
+        ev, fw = self.ev, record.framework
+        if isinstance(record, Opened):
+            ev.options.setdefault("predictors", {})[fw] = record.info
+        elif isinstance(record, Note):
+            ev.warnings.append(record.text)
+        elif isinstance(record, ColdStart):
+            self._cold.append({"framework": fw, "batch_size": int(record.batch_size), "load_ms": record.load_ns / 1e6,
+                               "first_inference_ms": record.first_inference_ns / 1e6})
+            ev.cold_start = pd.DataFrame(self._cold)
+        elif isinstance(record, AccuracyPass):
+            self._accuracy.append(dict(record.row))
+            self._predictions.append(record.predictions)
+            ev.accuracy = pd.DataFrame(self._accuracy)
+            ev.predictions = pd.concat(self._predictions, ignore_index=True)
+            if record.probabilities is not None:
+                ev.probabilities[fw] = record.probabilities
+        elif isinstance(record, TimedLoop):
+            self._rows.append(self._latency_row(record))
+            ev.latency = pd.DataFrame(self._rows)
+            running = ev.outcomes.get(fw)
+            if running is not None and running.get("status") == "running" and record.complete:
+                running.setdefault("measured_batch_sizes", []).append(int(record.batch_size))
+        elif isinstance(record, TracedPass):
+            ev.traces[fw] = record.trace
+            ev.trace_ids.append(record.trace_id)
+            self._overhead.extend(record.overhead)
+            ev.trace_overhead = pd.DataFrame(self._overhead)
+            for name, reason in record.trace.metadata.get("unavailable", {}).items():
+                ev.warnings.append(f"{fw}: {name} not traced: {reason}")
+        is_measurement = isinstance(record, MEASUREMENTS)
+        if is_measurement:
+            self.measured.add(fw)
+        return is_measurement
+
+    def _latency_row(self, loop: TimedLoop) -> dict:
+        scenario, fw, batch_size = loop.scenario, loop.framework, int(loop.batch_size)
+        # single-stream: throughput = batch / mean latency; offline and server: inputs served / loop wall time
+        stats = latency_stats(loop.samples_ns, batch_size, wall_ns=None if scenario == "single-stream" else loop.wall_ns)
+        row = {"framework": fw, "batch_size": batch_size, "scenario": scenario, **stats,
+               "warmup_calls": int(loop.warmup_calls), **loop.extra, "complete": bool(loop.complete)}
+        self.ev.samples[SampleKey(fw, batch_size, scenario)] = np.asarray(loop.samples_ns, dtype=np.int64)
+        if loop.complete:
+            warning = stability_warning(row)
+            if warning:
+                self.ev.warnings.append(warning)
+        else:
+            self.ev.warnings.append(
+                f"{fw}, batch size {batch_size}: this loop was cut short ({loop.reason}) after {len(loop.samples_ns)} "
+                f"timed call(s) in {loop.wall_ns / 1e9:.3g} s, before its stopping rule held: its numbers are "
+                "indicative only")
+        return row

@@ -1,0 +1,70 @@
+"""What the runner checks before it loads anything, so a run that cannot succeed fails in a second, not minutes:
+the input batch of every batch size must fit in the memory there is, and a per-call timeout without a worker
+process needs predictors that can cancel a call (ONNX Runtime)."""
+from __future__ import annotations
+
+import math
+
+from mlms_nb.errors import MlmsError
+from mlms_nb.manifest import Manifest
+from mlms_nb.options import EvaluateOptions, spell, spell_on
+
+_ITEM_BYTES = {"float32": 4, "float16": 2, "uint8": 1, "int32": 4, "int64": 8}
+
+
+class ResourceError(MlmsError):
+    """An evaluation that asks for more than this machine (or its limits) can give; refused before loading."""
+
+
+def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, launcher: str) -> None:
+    check_batch_memory(manifests, options)
+    if options.isolation.call_timeout_s is not None and launcher == "inline":
+        check_cancellable(manifests, options)
+
+
+def batch_bytes(manifest: Manifest, batch_size: int) -> int:
+    """Bytes of one input batch of ``batch_size`` (the manifest's first input; dimensions exclude the batch)."""
+    spec = manifest.inputs[0]
+    return batch_size * math.prod(int(d) for d in spec.dimensions) * _ITEM_BYTES.get(spec.element_type, 4)
+
+
+def available_bytes(options: EvaluateOptions) -> int:
+    """Memory the work may use: what the system has available, within the worker's limit when isolated."""
+    import psutil
+
+    free = int(psutil.virtual_memory().available)
+    limit = options.isolation.memory_limit_bytes if options.isolation.isolate else None
+    return min(free, limit) if limit else free
+
+
+def check_batch_memory(manifests: list[Manifest], options: EvaluateOptions) -> None:
+    """Refuse a batch size whose input batch alone exceeds the memory available (the model needs more still)."""
+    biggest = max(options.batch_sizes)
+    needed = max(batch_bytes(m, biggest) for m in manifests)
+    free = available_bytes(options)
+    if needed <= free:
+        return
+    spec = manifests[0].inputs[0]
+    shape = "x".join(str(d) for d in spec.dimensions)
+    raise ResourceError(
+        f"{spell('batch_sizes', ','.join(map(str, options.batch_sizes)))}: batch size {biggest} needs at least "
+        f"{_gib(needed)} for its input batch alone ({biggest} x {shape} {spec.element_type}), more than the "
+        f"{_gib(free)} of memory available{' within the limit' if options.isolation.memory_limit_bytes else ''}: "
+        "use smaller batch sizes")
+
+
+def check_cancellable(manifests: list[Manifest], options: EvaluateOptions) -> None:
+    """A per-call timeout in this process stops only calls the predictor can cancel."""
+    from mlms_nb.frameworks import get_predictor_class
+
+    for manifest in manifests:
+        fw = manifest.framework.name
+        if not getattr(get_predictor_class(fw), "cancellable", False):
+            raise MlmsError(
+                f"{spell('call_timeout_s', options.isolation.call_timeout_s)} cannot stop a {fw} call inside this "
+                f"process (only ONNX Runtime can cancel one): add {spell_on('isolate')} to run each framework in a "
+                "worker process that the timeout can stop")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"

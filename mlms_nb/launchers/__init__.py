@@ -1,0 +1,24 @@
+"""Where the runner's work executes (issue 15): ``inline`` in this process (the default), ``process`` in a worker
+process per framework (``isolate=True``: timeouts, a memory limit, crashes reported); a ``dask`` launcher on remote
+agents fits the same seam (:class:`Launcher`: ``launch(work, on_record) -> Outcome``)."""
+from __future__ import annotations
+
+from mlms_nb.launchers.base import (
+    REASONS, CallTimeout, Launcher, Limits, Outcome, StopRequested, Work, outcome_of,
+)
+from mlms_nb.launchers.inline import InlineLauncher
+from mlms_nb.launchers.process import ProcessLauncher
+
+LAUNCHERS: dict[str, type[Launcher]] = {"inline": InlineLauncher, "process": ProcessLauncher}
+
+__all__ = ["LAUNCHERS", "REASONS", "CallTimeout", "InlineLauncher", "Launcher", "Limits", "Outcome",
+           "ProcessLauncher", "StopRequested", "Work", "get_launcher", "outcome_of"]
+
+
+def get_launcher(name: str, limits: Limits | None = None) -> Launcher:
+    """The launcher called ``name`` (inline | process) with these limits."""
+    from mlms_nb.errors import MlmsError
+
+    if name not in LAUNCHERS:
+        raise MlmsError(f"unknown launcher {name!r}; expected one of {', '.join(LAUNCHERS)}")
+    return LAUNCHERS[name](limits)

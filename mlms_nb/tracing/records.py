@@ -1,0 +1,56 @@
+"""The tracer's span record, named: the one place its layout is written down.
+
+While recording, :class:`~mlms_nb.tracing.Tracer` appends one flat tuple per closed span::
+
+    (span_id, parent_id, name, level, kind, start_ns, end_ns, thread, *field_names, *field_values)
+
+``level`` is a plain int (a :class:`~mlms_nb.schema.levels.TraceLevel` value), ``kind`` a string or None (the
+level's default kind), times ns on :func:`time.perf_counter_ns`, ``thread`` the OS thread id; the keyword
+fields of the span follow, their names first, then their values in the same order. The tuple holds only atomic
+values, so the garbage collector untracks it at its first pass; a nested dict or an IntEnum would keep every
+record in every full collection, which costs more than the recording itself. That is why the hot path builds
+plain tuples and not :class:`SpanRecord` instances (a NamedTuple is built by a Python-level ``__new__``).
+
+Readers outside the tracer get records as :class:`SpanRecord` (``tracer.records(since)``); the tracer itself
+and the columnar builder (:mod:`mlms_nb.tracing._build`) read the tuples by the index constants below.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+SPAN_ID, PARENT_ID, NAME, LEVEL, KIND, START_NS, END_NS, THREAD = range(8)
+"""Positions of the fixed fields of a record tuple."""
+FIXED = 8
+"""Number of fixed fields; the keyword fields' names start here."""
+
+
+class SpanRecord(NamedTuple):
+    """One closed span as the tracer recorded it (before the frames are built)."""
+
+    span_id: int
+    parent_id: int
+    name: str
+    level: int
+    kind: str | None
+    start_ns: int
+    end_ns: int
+    thread: int
+    extra: tuple = ()
+    """The keyword fields, flat: their names, then their values (see :attr:`fields`)."""
+
+    @property
+    def fields(self) -> dict:
+        """The span's keyword fields (columns such as ``layer_index``, and free attributes)."""
+        k = len(self.extra) >> 1
+        return dict(zip(self.extra[:k], self.extra[k:]))
+
+    @classmethod
+    def of(cls, record: tuple) -> "SpanRecord":
+        """A record tuple -> its named view."""
+        return cls(*record[:FIXED], record[FIXED:])
+
+
+def record_fields(record: tuple) -> dict:
+    """The keyword fields of a record tuple."""
+    k = (len(record) - FIXED) >> 1
+    return dict(zip(record[FIXED:FIXED + k], record[FIXED + k:]))
