@@ -179,11 +179,34 @@ class Step(BaseModel):
 
 # ---------------------------------------------------------------- framework, inputs, outputs, model
 
+class FrameworkOptions(_Strict):
+    """Settings of the framework that runs the model. ``graph_optimization_level`` (ONNX Runtime only): how much
+    ONNX Runtime rewrites the graph before running it -- ``disabled``, ``basic`` (constant folding, redundant
+    nodes removed), ``extended`` (fusions) or ``all`` (its default: also layout transformations)."""
+    graph_optimization_level: Literal["disabled", "basic", "extended", "all"] | None = Field(
+        None, examples=["basic"], description="ONNX Runtime only: disabled, basic (constant folding), extended "
+                                              "(fusions) or all (also layout changes); default: all")
+
+    @field_validator("graph_optimization_level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
 class FrameworkSpec(_Strict):
     """The framework that runs the model."""
     name: str = Field(examples=["torch"], description="torch, onnxruntime or tensorflow (aliases: pytorch, ort, "
                                                       "onnx, tf, keras)")
     version: str = Field("*", examples=[">=2.0"], description="npm-style range the installed version must satisfy")
+    options: FrameworkOptions = Field(default_factory=FrameworkOptions,
+                                      description="settings of the framework that runs the model")
+
+    @model_validator(mode="after")
+    def _options_fit(self) -> "FrameworkSpec":
+        if self.options.graph_optimization_level is not None and self.name != "onnxruntime":
+            raise ValueError(f"options.graph_optimization_level is an ONNX Runtime setting; framework {self.name!r} "
+                             "has no graph optimisation level (remove it, or use framework.name: onnxruntime)")
+        return self
 
     @field_validator("name")
     @classmethod

@@ -21,7 +21,9 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "onnxruntime": ("ONNX Runtime", "onnx"),
     "tensorflow": ("TensorFlow", "tf"),
     "keras": ("Keras", "tf"),
-    "google": ("protobuf", "tf"),  # google.protobuf: reading TensorFlow profiles (.xplane.pb)
+    "google": ("protobuf", "tf"),
+    "tf2onnx": ("tf2onnx", "convert"),
+    "onnxscript": ("onnxscript", "convert"),  # google.protobuf: reading TensorFlow profiles (.xplane.pb)
     "scipy": ("SciPy", "analysis"),
     "bokeh": ("Bokeh", "analysis"),
     "matplotlib": ("matplotlib", "analysis"),

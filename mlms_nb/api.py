@@ -287,6 +287,10 @@ def roofline(run, options: RooflineOptions) -> Analysis:
             if trace_of_fw is None:
                 raise MlmsError(f"roofline per layer needs a trace of {fw}: evaluate with {spell('trace_level', 'FRAMEWORK')}")
             latency = _layers.latency(_traced_layers(trace_of_fw), by="layer")
+            if fw == "onnxruntime":  # costs of the original graph's nodes summed onto the optimised nodes that ran
+                from mlms_nb.frameworks.onnxruntime.graph_map import fold_costs_onto_trace
+
+                costs = {bs: fold_costs_onto_trace(c, trace_of_fw.spans, bs) for bs, c in costs.items()}
             parts.append(_roofline.compute(costs, latency, ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s,
                                            ceilings_source=source))
     table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from mlms_nb import _manifest_checks as checks
 from mlms_nb._manifest_fields import (ASSET_FIELDS, FRAMEWORK_ALIASES, FRAMEWORKS, MAX_NAME, MAX_URI, NAME_PATTERN,
                                POSTPROCESS_OPS, PREPROCESS_OPS, STEP_ARGS, CenterCropArgs, CodeArgs, DecodeArgs,
-                               FrameworkSpec, InputSpec, ModelSpec, NormalizeArgs, OutputSpec, ResizeArgs,
+                               FrameworkOptions, FrameworkSpec, InputSpec, ModelSpec, NormalizeArgs, OutputSpec, ResizeArgs,
                                SoftmaxArgs, Step, ToLayoutArgs, TopKArgs, _errors, _problems, _Strict, _text,
                                canonical_framework, parse_version)
 from mlms_nb._manifest_yaml import read_manifest_yaml
@@ -38,7 +38,7 @@ from mlms_nb.paths import builtin_manifest_dir
 
 __all__ = [
     "ASSET_FIELDS", "FRAMEWORKS", "FRAMEWORK_ALIASES", "MAX_NAME", "MAX_URI", "POSTPROCESS_OPS", "PREPROCESS_OPS",
-    "STEP_ARGS", "CenterCropArgs", "CodeArgs", "DecodeArgs", "FailedManifest", "FrameworkSpec", "InputSpec",
+    "STEP_ARGS", "CenterCropArgs", "CodeArgs", "DecodeArgs", "FailedManifest", "FrameworkOptions", "FrameworkSpec", "InputSpec",
     "Manifest", "ManifestCatalog", "ModelSpec", "NormalizeArgs", "OutputSpec", "ResizeArgs", "SoftmaxArgs", "Step",
     "ToLayoutArgs", "TopKArgs", "canonical_framework", "find_manifest", "load_manifest", "manifest_paths",
     "manifest_roots", "parse_manifest", "parse_version",

@@ -231,6 +231,10 @@ class EvaluateOptions(Options):
         "single-stream", "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99)", "--scenario")
     device: str = _opt("cpu", "cpu or cuda[:N]", "--device")
     threads: int | None = _opt(None, "intra-op threads (default: the framework's)", "--threads", ge=1)
+    graph_optimization_level: Literal["disabled", "basic", "extended", "all"] | None = _opt(
+        None, "ONNX Runtime graph optimisation level: disabled | basic | extended | all (default: the manifest's, "
+        "else all)", "--graph-optimization-level")
+
     tracing: Tracing = Field(default_factory=Tracing)
     timing: Timing = Field(default_factory=Timing)
     isolation: Isolation = Field(default_factory=Isolation)

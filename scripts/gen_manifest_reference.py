@@ -21,7 +21,7 @@ from pydantic_core import PydanticUndefined
 from mlms_nb import manifest as m
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "manifest-reference.md"
-SECTIONS = [m.Manifest, m.FrameworkSpec, m.InputSpec, m.OutputSpec, m.ModelSpec]
+SECTIONS = [m.Manifest, m.FrameworkSpec, m.FrameworkOptions, m.InputSpec, m.OutputSpec, m.ModelSpec]
 
 HEADER = """# Manifest reference
 
@@ -76,7 +76,10 @@ def type_name(annotation) -> str:
 
 def default_text(info) -> str:
     if info.default_factory is not None:
-        return f"`{json.dumps(info.default_factory())}`"
+        value = info.default_factory()
+        if isinstance(value, BaseModel):  # a nested section (framework.options): its defaults
+            value = value.model_dump(mode="json")
+        return f"`{json.dumps(value)}`"
     if info.default is PydanticUndefined:
         return "**required**"
     return f"`{json.dumps(info.default)}`"

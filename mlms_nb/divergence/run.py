@@ -12,7 +12,7 @@ from mlms_nb.analyses import divergence as _analysis
 from mlms_nb.divergence.align import build_rows, fold_map
 from mlms_nb.divergence.latency import how_measured, row_latency, traced_calls
 from mlms_nb.divergence.result import Divergence
-from mlms_nb.errors import MlmsError
+from mlms_nb.errors import MlmsError, UnknownModelError
 from mlms_nb.frameworks.base import Predictor, open_predictor
 from mlms_nb.frameworks.onnxruntime.quantize import ALIASES as INT8_ALIASES
 from mlms_nb.frameworks.onnxruntime.quantize import FRAMEWORK as INT8
@@ -21,9 +21,9 @@ from mlms_nb.frameworks.onnxruntime.quantize import quantized_manifest
 from mlms_nb.manifest import FRAMEWORKS, canonical_framework, find_manifest
 
 ALIGNMENT_RULE = ("rows are PyTorch module calls in execution order that at least two frameworks have a tensor "
-                  "for; ONNX nodes map by scope name (a Conv with its BatchNorm folded in is compared with the "
-                  "BatchNorm's output), Keras layers by name (NHWC transposed to NCHW), int8 tensors are the "
-                  "dequantized QuantizeLinear outputs of the fp32 tensors")
+                  "for; ONNX nodes map by the module scopes the export gave their names (a Conv with its BatchNorm "
+                  "folded in is compared with the BatchNorm's output), Keras layers by name (NHWC transposed to "
+                  "NCHW), int8 tensors are the dequantized QuantizeLinear outputs of the fp32 tensors")
 
 
 def _frameworks(frameworks: str | Iterable[str], quantized: bool | str) -> list[str]:
@@ -64,10 +64,69 @@ def _check(tolerance, limit, batch_size, latency_repeats) -> float:
     return tol
 
 
-def _open(model: str, framework: str) -> Predictor:
-    """The opened predictor of ``model`` in ``framework`` (the INT8 copy: ONNX Runtime on its quantized graph)."""
-    manifest = quantized_manifest(model) if framework == INT8 else find_manifest(model, framework=framework)
+def compare_captures(captures, names, rows, batches) -> tuple[dict, dict]:
+    """Run every NCHW batch through each framework's capture and accumulate the error of every aligned layer.
+
+    Returns ({(row index, framework a, framework b): ErrorStats}, {framework: logits of all inputs})."""
+    pairs = list(itertools.combinations(names, 2))
+    stats = {(i, a, b): _analysis.ErrorStats() for i, r in enumerate(rows) for a, b in pairs
+             if r.key in captures[a].keys and r.key in captures[b].keys}
+    wanted = [r.key for r in rows]
+    logits = {fw: [] for fw in names}
+    for data in batches:
+        outs = {}
+        for fw in names:
+            outs[fw], out = captures[fw].run(data, wanted)
+            logits[fw].append(np.asarray(out, dtype=np.float32).reshape(len(data), -1))
+        for i, row in enumerate(rows):  # each tensor made float64 once, for all the pairs it is in
+            flat = {fw: np.asarray(o[row.key], np.float64).ravel() for fw, o in outs.items() if row.key in o}
+            for a, b in pairs:
+                if (i, a, b) in stats:
+                    stats[(i, a, b)].update(flat[a], flat[b])
+            del flat
+        del outs
+    return stats, {fw: np.concatenate(v) for fw, v in logits.items()}
+
+
+def layer_frame(rows) -> pd.DataFrame:
+    """The aligned layers: index, label, module name, call, module type and output shape (without the batch)."""
+    return pd.DataFrame({
+        "layer_index": range(len(rows)), "layer": [r.label for r in rows], "layer_name": [r.name for r in rows],
+        "call": [r.call for r in rows], "layer_type": [r.layer_type for r in rows],
+        "shape": ["x".join(map(str, r.shape)) for r in rows]})
+
+
+def _open(model: str, framework: str, torch_predictor: Predictor | None = None) -> Predictor:
+    """The opened predictor of ``model`` in ``framework`` (the INT8 copy: ONNX Runtime on its quantized graph).
+
+    A model with no manifest for ``framework`` but an eager PyTorch module (``torch_predictor``) gets a converted
+    copy (:func:`converted_copy`)."""
+    if framework == INT8:
+        return open_predictor(quantized_manifest(model))
+    try:
+        manifest = find_manifest(model, framework=framework)
+    except UnknownModelError:
+        if torch_predictor is None or framework not in ("onnxruntime", "tensorflow"):
+            raise
+        manifest = converted_copy(torch_predictor, framework)
     return open_predictor(manifest)
+
+
+def converted_copy(torch_predictor: Predictor, framework: str):
+    """The manifest of an ``onnxruntime`` or ``tensorflow`` copy of the opened PyTorch model, converted with the
+    kept converters (:mod:`mlms_nb.frameworks.converters`; cached by checksum) from its eager module."""
+    from mlms_nb.frameworks.converters import to_onnx, to_tensorflow
+    from mlms_nb.frameworks.converters.manifests import converted_manifest
+
+    manifest = torch_predictor.manifest
+    module = torch_predictor.native_model
+    if not hasattr(module, "named_modules") or not manifest.inputs[0].dimensions:
+        raise MlmsError(f"{manifest.key}: no {framework} manifest, and no eager PyTorch module to convert one from")
+    example = np.zeros((1, *manifest.inputs[0].dimensions), np.float32)
+    path = to_onnx(module, example, label=manifest.name)
+    if framework == "tensorflow":
+        path = to_tensorflow(path, label=manifest.name)
+    return converted_manifest(manifest, framework, path)
 
 
 def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: str = "imagenet-samples",
@@ -88,8 +147,6 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
     names = _frameworks(frameworks, quantized)
     tol = _check(tolerance, limit, batch_size, latency_repeats)
     torch_manifest = find_manifest(model, framework="torch")
-    if not torch_manifest.model.architecture:
-        raise MlmsError(f"{torch_manifest.key}: layer alignment needs a built-in architecture (model.architecture)")
     data = open_dataset(dataset, torch_manifest)
     batches = list(data.iter_batches(batch_size, Preprocessor(torch_manifest), limit=limit))
     if not batches:
@@ -104,29 +161,13 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
         fold = fold_map(points, structure.conv_feeds_bn)
         for fw in names:
             if fw not in predictors:
-                predictors[fw] = _open(model, fw)
+                predictors[fw] = _open(model, fw, predictors["torch"])
                 captures[fw] = predictors[fw].capture(structure.module_names, fold)
         rows = build_rows(points, {fw: captures[fw].keys for fw in names})
         if not rows:
             raise MlmsError(f"{model}: no layer output is shared by two of {', '.join(names)}")
         pairs = list(itertools.combinations(names, 2))
-        stats = {(i, a, b): _analysis.ErrorStats() for i, r in enumerate(rows) for a, b in pairs
-                 if r.key in captures[a].keys and r.key in captures[b].keys}
-        wanted = [r.key for r in rows]
-        logits = {fw: [] for fw in names}
-        for batch in batches:
-            outs = {}
-            for fw in names:
-                outs[fw], out = captures[fw].run(batch.data, wanted)
-                logits[fw].append(np.asarray(out, dtype=np.float32).reshape(len(batch), -1))
-            for i, row in enumerate(rows):  # each tensor made float64 once, for all the pairs it is in
-                flat = {fw: np.asarray(o[row.key], np.float64).ravel() for fw, o in outs.items() if row.key in o}
-                for a, b in pairs:
-                    if (i, a, b) in stats:
-                        stats[(i, a, b)].update(flat[a], flat[b])
-                del flat
-            del outs
-        logits = {fw: np.concatenate(v) for fw, v in logits.items()}
+        stats, logits = compare_captures(captures, names, rows, [b.data for b in batches])
 
         latency, notes, summary, traces = {}, {"alignment": ALIGNMENT_RULE}, [], {}
         x1 = batches[0].data[:1]
@@ -153,10 +194,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
         for predictor in predictors.values():
             predictor.close()
 
-    layers = pd.DataFrame({
-        "layer_index": range(len(rows)), "layer": [r.label for r in rows], "layer_name": [r.name for r in rows],
-        "call": [r.call for r in rows], "layer_type": [r.layer_type for r in rows],
-        "shape": ["x".join(map(str, r.shape)) for r in rows]})
+    layers = layer_frame(rows)
     errors = {(i, _analysis.pair_label(a, b)): v.result() for (i, a, b), v in stats.items()}
     table = _analysis.layer_table(layers, errors, latency, pairs, names, tol)
     first = {}

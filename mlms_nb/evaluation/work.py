@@ -67,8 +67,8 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
     watch.phase = "loading the model"
     t0 = time.perf_counter_ns()
-    predictor = open_predictor(manifest, device=opts.device, options=PredictorOptions(threads=opts.threads,
-                                                                                        trust=opts.trust))
+    predictor = open_predictor(manifest, device=opts.device, options=PredictorOptions(
+        threads=opts.threads, trust=opts.trust, graph_optimization_level=opts.graph_optimization_level))
     load_ns = time.perf_counter_ns() - t0
     log.info("opened %s in %.0f ms", manifest.key, load_ns / 1e6)
     if traced:

@@ -50,11 +50,13 @@ _MODEL = TraceLevel.MODEL + 0
 @dataclass
 class PredictorOptions:
     """How to run: ``threads`` (intra-op; None = the framework's default), ``trust`` (allow code steps),
-    ``extra`` (framework-specific settings, passed through)."""
+    ``graph_optimization_level`` (ONNX Runtime: disabled | basic | extended | all; None = the manifest's, else
+    ``all``), ``extra`` (framework-specific settings, passed through)."""
     threads: int | None = None
     inter_op_threads: int | None = None
     trust: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    graph_optimization_level: str | None = None
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from mlms_nb.paths import artifacts_dir
 from mlms_nb.naming import keras_layer_to_torch_name, onnx_node_to_torch_name
 from mlms_nb.zoo.registry import build_keras_model, build_torch_model, get_architecture
 
-__all__ = ["Artifact", "ARTIFACT_FILES", "OPSET", "convert", "resolve_artifact_uri", "compare_with_torch",
+__all__ = ["Artifact", "ARTIFACT_FILES", "OPSET", "convert", "build_artifact", "fold_constants", "resolve_artifact_uri", "compare_with_torch",
            "onnx_node_to_torch_name", "keras_layer_to_torch_name"]
 
 log = logging.getLogger(__name__)
@@ -189,11 +189,11 @@ def _export_onnx(arch: str, weights: str | None, out: Path) -> None:
                           input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
                           dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
                           do_constant_folding=True)
-    _fold_constants(out)
+    fold_constants(out)
     onnx.checker.check_model(str(out), full_check=True)
 
 
-def _fold_constants(path: Path) -> None:
+def fold_constants(path: Path) -> None:
     """Evaluate once every node computed from constants only, turning its outputs into initializers.
 
     The TorchScript exporter writes each static ``ZeroPad2d`` as ~20 Constant/Slice/Concat/... nodes that

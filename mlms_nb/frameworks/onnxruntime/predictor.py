@@ -6,6 +6,12 @@ Runtime only profiles sessions created so), writing into a temporary folder (:mo
 the profile, adds one ``layer`` span per node execution (see :mod:`mlms_nb.frameworks.onnxruntime.profile`),
 deletes the folder and puts the untraced session back. Re-creating the session costs one model load (about
 0.1-0.3 s for EfficientNet-Lite0) per ``start_tracing``.
+
+Graph optimisation level (:mod:`.graph_map`): ``PredictorOptions.graph_optimization_level``, else the manifest's
+``framework.options.graph_optimization_level``, else ONNX Runtime's default (``all``). The profiled session also
+writes its optimised graph (``optimized_model_filepath``), which maps each timed node back to the original
+graph's nodes: every layer span carries them (``attrs["original_nodes"]``), and the trace's
+``metadata["onnxruntime.graph"]`` records the level, the node counts, and the inserted and unmapped nodes.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.frameworks.base import Predictor, PredictorInfo, PredictorOptions, device_kind, register_predictor
 from mlms_nb.frameworks.modelfiles import refuse_other_framework, unreadable
+from mlms_nb.frameworks.onnxruntime.graph_map import DEFAULT_LEVEL, GraphMap, check_level, ort_level
 from mlms_nb.frameworks.profiling import FrameworkProfile
 
 
@@ -36,6 +43,8 @@ class OnnxRuntimePredictor(Predictor):
         self._providers: list = []
         self._plain_session: ort.InferenceSession | None = None  # the untraced session, while profiling
         self._profile: FrameworkProfile | None = None   # while profiling (state: the profiling start, Unix ns)
+        self.graph_optimization_level = DEFAULT_LEVEL
+        self._graph_map: GraphMap | None = None            # while profiling: optimised node -> original nodes
         self._run_options = ort.RunOptions()  # the calls' RunOptions: `cancel` terminates them, then swaps in new ones
 
     def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "OnnxRuntimePredictor":
@@ -58,6 +67,7 @@ class OnnxRuntimePredictor(Predictor):
             index = int(device.split(":", 1)[1]) if ":" in device else 0
             providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
         self._providers = providers
+        self.graph_optimization_level = self._level(manifest, self.options)
         self.session = self._new_session(self.session_options())
         self._input = self.session.get_inputs()[0].name
         self._outputs = [self.session.get_outputs()[0].name]
@@ -69,14 +79,31 @@ class OnnxRuntimePredictor(Predictor):
         except Exception as err:  # ORT raises its own exception types; say which file failed
             raise unreadable(self.artifact, "onnxruntime", "an ONNX graph", err) from None
 
+    @staticmethod
+    def _level(manifest: Manifest, options: PredictorOptions) -> str:
+        """The graph optimisation level: the options', else the manifest's, else ONNX Runtime's default."""
+        if "graph_optimization_level" in options.extra:
+            return check_level(options.extra["graph_optimization_level"], "options.extra.graph_optimization_level")
+        if options.graph_optimization_level:
+            return check_level(options.graph_optimization_level)
+        manifest_options = getattr(manifest.framework, "options", None)
+        level = getattr(manifest_options, "graph_optimization_level", None)
+        if level:
+            return check_level(level, f"manifest {manifest.key}: framework.options.graph_optimization_level")
+        return DEFAULT_LEVEL
+
     def session_options(self) -> ort.SessionOptions:
-        """Session options from the predictor options (threads; ``extra`` keys set as attributes)."""
+        """Session options from the predictor options (threads, graph optimisation level; ``extra`` keys set as
+        attributes)."""
         so = ort.SessionOptions()
+        so.graph_optimization_level = ort_level(self.graph_optimization_level)
         if self.options.threads:
             so.intra_op_num_threads = self.options.threads
         if self.options.inter_op_threads:
             so.inter_op_num_threads = self.options.inter_op_threads
         for key, value in self.options.extra.items():
+            if key == "graph_optimization_level":
+                continue  # set above, by name
             if not hasattr(so, key):
                 raise PredictorError(f"unknown ONNX Runtime session option {key!r}")
             setattr(so, key, value)
@@ -122,7 +149,9 @@ class OnnxRuntimePredictor(Predictor):
         levels = super().tracing_levels()
         levels["FRAMEWORK"] = ("one span per ONNX node execution from ONNX Runtime's session profiler "
                                "(SessionOptions.enable_profiling; the session is re-created while tracing), "
-                               "named after the PyTorch module the node came from")
+                               "named after the PyTorch module the node came from; nodes of the graph optimised at "
+                               f"level {self.graph_optimization_level!r}, each mapped to the original nodes it "
+                               "stands for")
         cuda = device_kind(self.device) == "cuda"
         levels["ML_LIBRARY"] = (
             "not supported: ONNX Runtime runs each node as one kernel of its execution provider and its profiler "
@@ -142,11 +171,31 @@ class OnnxRuntimePredictor(Predictor):
             so = self.session_options()
             so.enable_profiling = True
             so.profile_file_prefix = str(folder / "ort")
+            optimized = folder / "optimized.onnx"
+            if self.graph_optimization_level != "disabled":
+                so.optimized_model_filepath = str(optimized)
             session = self._new_session(so)
+            self._graph_map = self._map_graph(optimized)
             return session, session.get_profiling_start_time_ns()
 
         self._profile = FrameworkProfile.start("mlms_ort_profile_", profiled_session)
+        tracer.metadata["onnxruntime.graph"] = self._graph_map.summary()
         self._plain_session, self.session = self.session, self._profile.state[0]
+
+    def _map_graph(self, optimized: Path) -> GraphMap:
+        """Which nodes of the artifact each node of the session's (optimised) graph stands for."""
+        from mlms_nb.frameworks.onnxruntime.graph_map import identity_map, map_optimized_graph
+
+        try:
+            if self.graph_optimization_level == "disabled" or not optimized.is_file():
+                return identity_map(self.artifact, self.graph_optimization_level)
+            return map_optimized_graph(self.artifact, optimized, self.graph_optimization_level)
+        except Exception as err:  # noqa: BLE001 - a graph that cannot be mapped is still traced, and says why
+            graph_map = GraphMap(self.graph_optimization_level)
+            graph_map.unmapped = [f"the whole graph: {type(err).__name__}: {str(err)[:200]}"]
+            return graph_map
+        finally:
+            optimized.unlink(missing_ok=True)
 
     def _stop_framework_tracing(self, tracer) -> None:
         profile, self._profile = self._profile, None
@@ -160,8 +209,10 @@ class OnnxRuntimePredictor(Predictor):
             (profiled, start_ns), profile.state = profile.state, None
             path = profiled.end_profiling()
             del profiled
+            graph_map, self._graph_map = self._graph_map, None
             return add_ort_profile(tracer, path, start_ns, profile.wall_offset_ns,
-                                   [w[:3] for w in profile.windows.values()])
+                                   [w[:3] for w in profile.windows.values()],
+                                   covers=graph_map.covers if graph_map and graph_map.covers else None)
 
         profile.finish(tracer, "onnxruntime.profiler", read)
 
@@ -173,4 +224,5 @@ class OnnxRuntimePredictor(Predictor):
         providers = self.session.get_providers() if self.session else []
         return PredictorInfo(
             framework="onnxruntime", framework_version=ort.__version__, device=self.device,
-            threads=self.options.threads, artifact=self.artifact, details={"providers": providers})
+            threads=self.options.threads, artifact=self.artifact,
+            details={"providers": providers, "graph_optimization_level": self.graph_optimization_level})

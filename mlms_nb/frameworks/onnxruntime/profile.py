@@ -113,7 +113,8 @@ def read_ort_profile(path) -> list[OrtRun]:
 
 
 def add_ort_profile(tracer, path, profile_start_ns: int, wall_offset_ns: int,
-                    windows: list[tuple[int, int, int]], module_names=None, remove: bool = True) -> dict:
+                    windows: list[tuple[int, int, int]], module_names=None, remove: bool = True,
+                    covers=None) -> dict:
     """Add the node executions of the profile at ``path`` to ``tracer`` as FRAMEWORK ``layer`` spans.
 
     ``profile_start_ns``: ``session.get_profiling_start_time_ns()`` (Unix ns); ``wall_offset_ns``:
@@ -158,6 +159,8 @@ def add_ort_profile(tracer, path, profile_start_ns: int, wall_offset_ns: int,
                 fields["bytes"] = float(sum(s or 0 for s in sizes))
             if n.output_bytes is not None:
                 fields["memory"] = float(n.output_bytes)
+            if covers is not None:
+                fields["original_nodes"] = covers.get(n.node, [])
             start, end = n.start_ns + offset, n.end_ns + offset
             if start < lo or end > hi:  # only when a node sticks out of its model_run
                 summary["clipped_spans"] += 1

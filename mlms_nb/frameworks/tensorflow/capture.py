@@ -1,9 +1,13 @@
 """Per-layer outputs of a Keras model: a second ``keras.Model`` over the same layers whose outputs are every layer
 call's output. Layer ``L``'s k-th call is point ``(keras_layer_to_torch_name(L), k)``
-(:mod:`mlms_nb.frameworks.capture`); NHWC outputs are transposed to NCHW."""
+(:mod:`mlms_nb.frameworks.capture`); NHWC outputs are transposed to NCHW.
+
+``rekey`` (conv point -> the BatchNorm point after it): a model ported from ONNX has no BatchNorm layers (the
+exporter folded them into the convolutions), so its convolution's output stands for the BatchNorm's point, as in
+ONNX; a model with BatchNorm layers of its own already has that point and is left as it is."""
 from __future__ import annotations
 
-from typing import Any, Collection
+from typing import Any, Collection, Mapping
 
 import keras
 import numpy as np
@@ -15,7 +19,7 @@ from mlms_nb.naming import keras_layer_to_torch_name
 class KerasCapture(LayerCapture):
     """A ``keras.Model`` with the outputs of every layer call (see the module docstring)."""
 
-    def __init__(self, model: Any, label: str = "tensorflow"):
+    def __init__(self, model: Any, label: str = "tensorflow", rekey: Mapping[Key, Key] | None = None):
         self.framework = label
         self.model = model
         outputs, keys = [], []
@@ -26,6 +30,9 @@ class KerasCapture(LayerCapture):
             for k, node in enumerate(layer._inbound_nodes):
                 outputs.append(node.output_tensors[0])
                 keys.append((name, k))
+        if rekey:
+            own = set(keys)
+            keys = [rekey[k] if k in rekey and rekey[k] not in own else k for k in keys]
         self._keys = keys
         self.keys = set(keys)
         self._capture = keras.Model(model.inputs, [model.outputs[0], *outputs])

@@ -137,7 +137,7 @@ class TensorFlowPredictor(Predictor):
             raise PredictorError("capture() before open(), or after close()")
         if self.kind != "keras":
             raise PredictorError(f"{self.manifest.key}: per-layer outputs need a Keras model, not a {self.kind}")
-        return KerasCapture(self.model)
+        return KerasCapture(self.model, rekey=rekey)
 
     # ------------------------------------------------------------------------------------------ tracing
 
