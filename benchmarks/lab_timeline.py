@@ -123,11 +123,7 @@ def panel_round(browser, lab, evaluation_id: str) -> dict:
         context.close()
 
 
-def summary(values: list[float]) -> str:
-    if not values:
-        return "-"
-    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    return f"{statistics.median(values):,.0f} ({q[0]:,.0f}..{q[2]:,.0f})"
+summary = timeline_scale.summary  # median (quartiles) of a run list, one format for both benchmarks
 
 
 def main(argv=None) -> None:

@@ -20,8 +20,9 @@ GOOD = {
 }
 
 
-def bad(**changes):
-    data = copy.deepcopy(GOOD)
+def changed(base: dict, **changes) -> dict:
+    """A deep copy of ``base`` with fields set by path: ``model__graph_path=...``, ``inputs__0__dimensions=...``."""
+    data = copy.deepcopy(base)
     for path, value in changes.items():
         target = data
         *parents, leaf = path.split("__")
@@ -29,6 +30,10 @@ def bad(**changes):
             target = target[int(p)] if p.isdigit() else target[p]
         target[int(leaf) if leaf.isdigit() else leaf] = value
     return data
+
+
+def bad(**changes):
+    return changed(GOOD, **changes)
 
 
 def error_of(data) -> str:
@@ -208,14 +213,7 @@ LITE0 = yaml.safe_load(lite0_text())  # the built-in manifest, changed one field
 
 
 def lite0_with(**changes):
-    data = copy.deepcopy(LITE0)
-    for path, value in changes.items():
-        target = data
-        *parents, leaf = path.split("__")
-        for p in parents:
-            target = target[int(p)] if p.isdigit() else target[p]
-        target[int(leaf) if leaf.isdigit() else leaf] = value
-    return data
+    return changed(LITE0, **changes)
 
 
 @pytest.mark.parametrize("changes, expected", [
