@@ -18,7 +18,7 @@ class ResourceError(MlmsError):
 
 def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, launcher: str) -> None:
     check_batch_memory(manifests, options)
-    if options.isolation.call_timeout_s is not None and launcher == "inline":
+    if options.isolation.call_timeout_s is not None and launcher in ("inline", "dask"):
         check_cancellable(manifests, options)
 
 
@@ -54,7 +54,7 @@ def check_batch_memory(manifests: list[Manifest], options: EvaluateOptions) -> N
 
 
 def check_cancellable(manifests: list[Manifest], options: EvaluateOptions) -> None:
-    """A per-call timeout in this process stops only calls the predictor can cancel."""
+    """A per-call timeout in this process (or an agent's) stops only calls the predictor can cancel."""
     from mlms_nb.frameworks import get_predictor_class
 
     for manifest in manifests:

@@ -1,0 +1,195 @@
+"""Agents on Dask (issue 15): a real scheduler and three real agents on loopback, each an ``mlms agent`` subprocess
+started here (one module-scoped cluster): ``a1`` (1 thread, team=vision, every framework), ``b2`` (2 threads,
+team=speech) and ``torch-only`` (``--frameworks torch``, team=vision). A tiny ONNX classifier (milliseconds a call)
+keeps each evaluation cheap. Constraint selection picks the right agents and says what each lacks when none fits;
+``all_agents`` runs on every match, comparable side by side; SIGKILL of the agent running an evaluation mid-run
+retries on the other and the result is complete. The constraint parser is checked on its own first (no cluster)."""
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mlms_nb.fleet.constraints import ConstraintError, evaluation_constraints, parse_where, unmet
+from tests.faults.models import fault_env, manifest, tiny_onnx
+
+QUICK = dict(dataset="synthetic:2", batch_sizes=[1], warmup=1, min_repeats=3, min_time_s=0, progress=False)
+AGENT = {"name": "x", "address": "tcp://127.0.0.1:1", "threads": 2, "labels": {"team": "vision"},
+         "frameworks": {"torch": "2.13.0", "onnxruntime": "1.23.2"},
+         "stack": {"hostname": "box", "hardware": {"cpu_arch": "x86_64", "logical_cores": 8, "memory_bytes": 2**34,
+                                                   "gpus": []}}}
+
+
+# ---------------------------------------------------------------------------------------------- constraints alone
+
+@pytest.mark.parametrize("where, lacks", [
+    ("torch>=2.0 device=cpu arch=x86_64 team=vision", []),
+    ("pytorch~=2.13 onnxruntime threads>=2 cores>=8 memory>=16GiB host=box name=x", []),
+    ("torch>=3", ["torch>=3: has torch 2.13.0, not >=3"]),
+    ("tensorflow", ["tensorflow: does not serve tensorflow"]),
+    ("device=cuda threads>2 team=speech site=lab", ["device=cuda: has no CUDA GPU", "threads>2: has threads 2",
+                                                    "team=speech: has label team vision", "site=lab: has no label site"]),
+])
+def test_constraints_say_what_an_agent_lacks(where, lacks):
+    assert unmet(AGENT, parse_where(where)) == lacks
+
+
+def test_the_manifests_own_framework_range_counts():
+    assert unmet(AGENT, evaluation_constraints(["torch"], {"torch": ">=2.0"})) == []
+    assert unmet(AGENT, evaluation_constraints(["torch"], {"torch": "^3.0"})) == [
+        "torch ^3.0 (manifest): has torch 2.13.0, outside the manifest's range ^3.0"]
+
+
+@pytest.mark.parametrize("where, says", [("torch>=two", "not a version range"), ("device=tpu", "device=cpu or"),
+                                         ("threads=many", "expected a number"), ("memory>=lots", "16GiB"),
+                                         ("team", "cannot read 'team'")])
+def test_an_unreadable_constraint_is_one_sentence(where, says):
+    with pytest.raises(ConstraintError, match=says):
+        parse_where(where)
+
+
+# ---------------------------------------------------------------------------------------------- a real cluster
+
+pytest.importorskip("distributed", reason="agents need Dask distributed: pip install -e '.[distributed]'")
+pytest.importorskip("onnxruntime")
+
+
+class Server:
+    """An ``mlms`` server subprocess (scheduler or agent); its output lines collected as they come."""
+
+    def __init__(self, args: list[str], env: dict[str, str]):
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlms_nb.cli", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
+
+    def wait_for(self, text: str, timeout_s: float = 90) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [line for line in self.lines if text in line]
+            if found:
+                return found[0]
+            assert self.proc.poll() is None, f"ended before {text!r}:\n{''.join(self.lines)}"
+            assert time.monotonic() < deadline, f"no {text!r} within {timeout_s} s:\n{''.join(self.lines)}"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A scheduler and three agents on loopback; yields (address, {name: Server}, a tiny ONNX manifest path)."""
+    root = tmp_path_factory.mktemp("agents")
+    tiny_onnx(root / "tiny.onnx")
+    path = manifest(root, "tiny", "tiny.onnx")
+    scheduler = Server(["scheduler", "--port", "0"], fault_env(root / "scheduler"))
+    servers = {"scheduler": scheduler}
+    try:
+        address = scheduler.wait_for("mlms scheduler at").split(" at ")[-1].strip()
+        for name, args in (("a1", ["--nthreads", "1", "--labels", "team=vision"]),
+                           ("b2", ["--nthreads", "2", "--labels", "team=speech"]),
+                           ("torch-only", ["--frameworks", "torch", "--labels", "team=vision"])):
+            servers[name] = Server(["agent", "--scheduler", address, "--name", name, *args], fault_env(root / name))
+        for name in ("a1", "b2", "torch-only"):
+            servers[name].wait_for(f"mlms agent {name} at")
+        yield address, servers, path
+    finally:
+        from mlms_nb.fleet.connect import close_all
+
+        close_all()
+        for server in reversed(list(servers.values())):
+            server.stop()
+
+
+@pytest.fixture
+def history(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'history.sqlite'}"
+
+
+def test_agents_lists_each_agent_and_its_stack(cluster):
+    import mlms_nb
+
+    address, _, _ = cluster
+    frame = mlms_nb.agents(on=address).set_index("agent")
+    assert sorted(frame.index) == ["a1", "b2", "torch-only"]
+    assert frame.loc["b2", "threads"] == 2 and frame.loc["a1", "labels"] == "team=vision"
+    assert frame.loc["torch-only", "torch"] and pd.isna(frame.loc["torch-only", "onnxruntime"])
+    assert frame.loc["a1", "onnxruntime"] and set(frame["cpu_arch"]) == {platform.machine()}
+    assert (frame["memory_bytes"] > 0).all() and set(frame["host"]) == {platform.node()}
+
+
+def test_constraints_pick_the_agent_that_fits(cluster, history):
+    import mlms_nb
+    from mlms_nb.fleet.connect import AgentsError
+
+    address, _, path = cluster
+    # team=vision: a1 and torch-only have the label, but only a1 serves onnxruntime, which the manifest needs
+    ev = mlms_nb.evaluate(str(path), on=address, where="team=vision", history=history, **QUICK)
+    assert ev.complete and ev.stack["agent"]["name"] == "a1" and ev.options["threads"] == 1
+    assert "agent a1" in ev.options["isolation"] and ev.stack["hardware"]["logical_cores"]
+    ev = mlms_nb.evaluate(str(path), on=address, where="onnxruntime>=1.0 threads>=2", history=history, **QUICK)
+    assert ev.complete and ev.stack["agent"]["name"] == "b2" and ev.options["threads"] == 2
+    stored = mlms_nb.load_evaluation(ev.id, url=history)
+    assert stored.stack["agent"]["name"] == "b2" and stored.latency.equals(ev.latency)
+    with pytest.raises(AgentsError, match=r"no agent .* satisfies 'team=speech threads>=4'.*b2 .*threads>=4: has "
+                                          r"threads 2.*torch-only .*does not serve onnxruntime"):
+        mlms_nb.evaluate(str(path), on=address, where="team=speech threads>=4", history=history, **QUICK)
+
+
+def test_all_agents_run_in_parallel_and_compare_side_by_side(cluster, history):
+    import mlms_nb
+
+    address, _, path = cluster
+    runs = mlms_nb.evaluate(str(path), on=address, all_agents=True, history=history, **QUICK)
+    assert sorted(ev.stack["agent"]["name"] for ev in runs) == ["a1", "b2"]  # torch-only lacks onnxruntime
+    assert all(ev.complete and ev.saved for ev in runs) and len({ev.id for ev in runs}) == 2
+    rows = mlms_nb.history(url=history)
+    assert set(rows["evaluation_id"]) >= {ev.id for ev in runs}
+    across = mlms_nb.across(runs, baseline="a1")
+    assert list(across.table["agent"]) == ["a1", "b2"] and across.table["latency_ratio"].iloc[0] == 1.0
+    ab = mlms_nb.compare(runs[0], runs[1], labels=("a1", "b2"))
+    assert len(ab.table) == 1 and 0 <= ab.table["p_value"].iloc[0] <= 1
+
+
+def test_an_agent_killed_mid_run_is_replaced_and_the_result_is_complete(cluster, history):
+    """Last in the module: it kills one of the fixture's agents."""
+    import mlms_nb
+
+    address, servers, path = cluster
+    result: dict = {}
+    seen = {n: len(servers[n].lines) for n in ("a1", "b2")}  # earlier tests' runs are in their output already
+    runner = threading.Thread(target=lambda: result.update(ev=mlms_nb.evaluate(
+        str(path), on=address, where="onnxruntime", history=history, **{**QUICK, "min_time_s": 2.0})))
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not (victims := [n for n in ("a1", "b2")
+                           if any("running onnxruntime" in line for line in servers[n].lines[seen[n]:])]):
+        assert time.monotonic() < deadline and runner.is_alive(), "no agent started the evaluation"
+        time.sleep(0.05)
+    time.sleep(0.5)  # inside the 2 s timed loop
+    os.kill(servers[victims[0]].proc.pid, signal.SIGKILL)
+    runner.join(timeout=120)
+    ev = result["ev"]
+    survivor = ({"a1", "b2"} - {victims[0]}).pop()
+    assert ev.complete and ev.stack["agent"]["name"] == survivor
+    assert ev.latency["samples"].iloc[0] >= 3 and not ev.missing()
+    assert any(f"agent {victims[0]}" in w and "left the cluster" in w for w in ev.warnings)
+    rows = mlms_nb.history(url=history).set_index("evaluation_id")
+    assert rows.loc[ev.id, "status"] == "complete"
+    lost = rows.drop(index=ev.id)
+    assert list(lost["reason"]) == ["crash"] and list(lost["status"]) in (["partial"], ["failed"])
