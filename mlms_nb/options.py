@@ -217,7 +217,7 @@ class Tls(Options):
                                "--tls-key", extra={"metavar": "PATH"})
 
 
-class Remote(Tls):
+class _Agents(Options):
     """Where to evaluate: on mlms agents (Dask workers started by ``mlms agent``) of the scheduler at ``on``."""
     on: str | None = _opt(None, "evaluate on the mlms agents of the Dask scheduler at this address, e.g. "
                           "tcp://host:8786 (default: here)", "--on", extra={"metavar": "ADDRESS"})
@@ -227,12 +227,16 @@ class Remote(Tls):
     all_agents: bool = _opt(False, "run on every matching agent in parallel, one evaluation each", "--all")
 
     @model_validator(mode="after")
-    def _needs_on(self) -> "Remote":
+    def _needs_on(self) -> "_Agents":
         for name in ("where", "all_agents", "tls_ca_file", "tls_cert", "tls_key"):
             if getattr(self, name) and not self.on:
                 raise ValueError(f"{spell(name, getattr(self, name)) if name != 'all_agents' else spell_on(name)} "
                                  f"chooses among agents: add {spell('on', 'tcp://host:8786')}, the scheduler's address")
         return self
+
+
+class Remote(Tls, _Agents):
+    """On which agents to evaluate (``on``, ``where``, ``all_agents``), and the TLS files to reach them."""
 
 
 def _frameworks(value: Any) -> list[str]:
