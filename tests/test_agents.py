@@ -1,13 +1,15 @@
-"""Agents on Dask (issue 15): a real scheduler and three real agents on loopback, each an ``mlms agent`` subprocess
+"""Agents on Dask (issue 15): a real scheduler and three real agents on loopback, each an ``mlms`` subprocess
 started here (one module-scoped cluster): ``a1`` (1 thread, team=vision, every framework), ``b2`` (2 threads,
-team=speech) and ``torch-only`` (``--frameworks torch``, team=vision). A tiny ONNX classifier (milliseconds a call)
-keeps each evaluation cheap. Constraint selection picks the right agents and says what each lacks when none fits;
+team=speech, writing its traces to a shared folder) and ``torch-only`` (``--frameworks torch``, team=vision). Every
+connection uses Dask's TLS with certificates made here by the openssl command (a CA and one certificate for
+127.0.0.1). A tiny ONNX classifier (milliseconds a call) keeps each evaluation cheap. Constraint selection picks the right agents and says what each lacks when none fits;
 ``all_agents`` runs on every match, comparable side by side; SIGKILL of the agent running an evaluation mid-run
 retries on the other and the result is complete. The constraint parser is checked on its own first (no cluster)."""
 from __future__ import annotations
 
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,9 +83,11 @@ class Server:
             assert time.monotonic() < deadline, f"no {text!r} within {timeout_s} s:\n{''.join(self.lines)}"
             time.sleep(0.05)
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+            if not wait:
+                return
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -91,28 +95,53 @@ class Server:
                 self.proc.wait()
 
 
+def certificates(folder: Path) -> dict[str, str]:
+    """A CA and a certificate it signed for 127.0.0.1 (openssl, RSA 2048, valid 2 days): the TLS options."""
+    if not shutil.which("openssl"):
+        pytest.skip("the openssl command makes the test's certificates: apt-get install openssl")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for args in (["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                  "-subj", "/CN=mlms test CA"],
+                 ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr", "-subj",
+                  "/CN=127.0.0.1"],
+                 ["x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+                  "node.pem", "-days", "2", "-extfile", "san.ext"]):
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+    return {"tls_ca_file": str(folder / "ca.pem"), "tls_cert": str(folder / "node.pem"),
+            "tls_key": str(folder / "node.key")}
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A scheduler and three agents on loopback; yields (address, {name: Server}, a tiny ONNX manifest path)."""
+    """A scheduler and three agents on loopback, over TLS; yields (address, {name: Server}, a tiny ONNX manifest
+    path, the TLS options, the shared traces folder)."""
     root = tmp_path_factory.mktemp("agents")
     tiny_onnx(root / "tiny.onnx")
     path = manifest(root, "tiny", "tiny.onnx")
-    scheduler = Server(["scheduler", "--port", "0"], fault_env(root / "scheduler"))
+    tls = certificates(root / "tls")
+    flags = [word for key, value in tls.items() for word in ("--" + key.replace("_", "-"), value)]
+    shared = root / "shared-traces"
+    scheduler = Server(["scheduler", "--port", "0", *flags], fault_env(root / "scheduler"))
     servers = {"scheduler": scheduler}
     try:
         address = scheduler.wait_for("mlms scheduler at").split(" at ")[-1].strip()
+        assert address.startswith("tls://")
         for name, args in (("a1", ["--nthreads", "1", "--labels", "team=vision"]),
-                           ("b2", ["--nthreads", "2", "--labels", "team=speech"]),
+                           ("b2", ["--nthreads", "2", "--labels", "team=speech", "--traces", str(shared)]),
                            ("torch-only", ["--frameworks", "torch", "--labels", "team=vision"])):
-            servers[name] = Server(["agent", "--scheduler", address, "--name", name, *args], fault_env(root / name))
+            servers[name] = Server(["agent", "--scheduler", address, "--name", name, *args, *flags],
+                                   fault_env(root / name))
         for name in ("a1", "b2", "torch-only"):
             servers[name].wait_for(f"mlms agent {name} at")
-        yield address, servers, path
+        yield address, servers, path, tls, shared
     finally:
         from mlms_nb.fleet.connect import close_all
 
         close_all()
-        for server in reversed(list(servers.values())):
+        for server in reversed(list(servers.values())):  # all asked at once, then waited for
+            server.stop(wait=False)
+        for server in servers.values():
             server.stop()
 
 
@@ -124,57 +153,89 @@ def history(tmp_path) -> str:
 def test_agents_lists_each_agent_and_its_stack(cluster):
     import mlms_nb
 
-    address, _, _ = cluster
-    frame = mlms_nb.agents(on=address).set_index("agent")
+    address, _, _, tls, shared = cluster
+    frame = mlms_nb.agents(on=address, **tls).set_index("agent")
     assert sorted(frame.index) == ["a1", "b2", "torch-only"]
     assert frame.loc["b2", "threads"] == 2 and frame.loc["a1", "labels"] == "team=vision"
     assert frame.loc["torch-only", "torch"] and pd.isna(frame.loc["torch-only", "onnxruntime"])
     assert frame.loc["a1", "onnxruntime"] and set(frame["cpu_arch"]) == {platform.machine()}
     assert (frame["memory_bytes"] > 0).all() and set(frame["host"]) == {platform.node()}
+    assert frame.loc["b2", "traces"] == str(shared) and frame["address"].str.startswith("tls://").all()
 
 
 def test_constraints_pick_the_agent_that_fits(cluster, history):
     import mlms_nb
     from mlms_nb.fleet.connect import AgentsError
 
-    address, _, path = cluster
+    address, _, path, tls, _ = cluster
+    quick = {**QUICK, **tls}
     # team=vision: a1 and torch-only have the label, but only a1 serves onnxruntime, which the manifest needs
-    ev = mlms_nb.evaluate(str(path), on=address, where="team=vision", history=history, **QUICK)
+    ev = mlms_nb.evaluate(str(path), on=address, where="team=vision", history=history, **quick)
     assert ev.complete and ev.stack["agent"]["name"] == "a1" and ev.options["threads"] == 1
     assert "agent a1" in ev.options["isolation"] and ev.stack["hardware"]["logical_cores"]
-    ev = mlms_nb.evaluate(str(path), on=address, where="onnxruntime>=1.0 threads>=2", history=history, **QUICK)
+    ev = mlms_nb.evaluate(str(path), on=address, where="onnxruntime>=1.0 threads>=2", history=history, **quick)
     assert ev.complete and ev.stack["agent"]["name"] == "b2" and ev.options["threads"] == 2
     stored = mlms_nb.load_evaluation(ev.id, url=history)
     assert stored.stack["agent"]["name"] == "b2" and stored.latency.equals(ev.latency)
     with pytest.raises(AgentsError, match=r"no agent .* satisfies 'team=speech threads>=4'.*b2 .*threads>=4: has "
                                           r"threads 2.*torch-only .*does not serve onnxruntime"):
-        mlms_nb.evaluate(str(path), on=address, where="team=speech threads>=4", history=history, **QUICK)
+        mlms_nb.evaluate(str(path), on=address, where="team=speech threads>=4", history=history, **quick)
 
 
 def test_all_agents_run_in_parallel_and_compare_side_by_side(cluster, history):
     import mlms_nb
 
-    address, _, path = cluster
-    runs = mlms_nb.evaluate(str(path), on=address, all_agents=True, history=history, **QUICK)
+    address, _, path, tls, _ = cluster
+    runs = mlms_nb.evaluate(str(path), on=address, all_agents=True, history=history, **QUICK, **tls)
     assert sorted(ev.stack["agent"]["name"] for ev in runs) == ["a1", "b2"]  # torch-only lacks onnxruntime
     assert all(ev.complete and ev.saved for ev in runs) and len({ev.id for ev in runs}) == 2
-    rows = mlms_nb.history(url=history)
-    assert set(rows["evaluation_id"]) >= {ev.id for ev in runs}
+    rows = mlms_nb.history(url=history).set_index("evaluation_id")
+    assert {rows.loc[ev.id, "agent"] for ev in runs} == {f"{ev.stack['agent']['name']} at {ev.stack['agent']['address']}"
+                                                         for ev in runs}
     across = mlms_nb.across(runs, baseline="a1")
     assert list(across.table["agent"]) == ["a1", "b2"] and across.table["latency_ratio"].iloc[0] == 1.0
     ab = mlms_nb.compare(runs[0], runs[1], labels=("a1", "b2"))
     assert len(ab.table) == 1 and 0 <= ab.table["p_value"].iloc[0] <= 1
 
 
+def test_the_cli_evaluates_on_every_matching_agent(cluster, history, capsys):
+    import json
+
+    from mlms_nb import cli
+
+    address, _, path, tls, _ = cluster
+    flags = [word for key, value in tls.items() for word in ("--" + key.replace("_", "-"), value)]
+    assert cli.main(["agents", "--on", address, *flags, "--json"]) == 0
+    assert sorted(a["agent"] for a in json.loads(capsys.readouterr().out)) == ["a1", "b2", "torch-only"]
+    assert cli.main(["eval", str(path), "--on", address, "--where", "onnxruntime team=speech", "--all", *flags,
+                     "--dataset", "synthetic:2", "--batch-sizes", "1", "--warmup", "1", "--min-repeats", "3",
+                     "--min-time", "0", "--no-history", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert [r["stack"]["agent"]["name"] for r in runs] == ["b2"]
+
+
+def test_a_trace_an_agent_writes_to_the_shared_folder_is_recorded_there(cluster, history):
+    import mlms_nb
+    from mlms_nb.store.history import HistoryStore
+
+    address, _, path, tls, shared = cluster
+    ev = mlms_nb.evaluate(str(path), on=address, where="name=b2", trace_level="MODEL", trace_repeats=1,
+                          history=history, **QUICK, **tls)
+    assert ev.complete and not ev.trace.spans.empty
+    paths = HistoryStore(history).traces(ev.id)["path"].tolist()
+    assert len(paths) == 1 and Path(paths[0]).is_relative_to(shared) and Path(paths[0]).exists()
+    assert mlms_nb.load_evaluation(ev.id, url=history).traces["onnxruntime"].spans.equals(ev.trace.spans)
+
+
 def test_an_agent_killed_mid_run_is_replaced_and_the_result_is_complete(cluster, history):
     """Last in the module: it kills one of the fixture's agents."""
     import mlms_nb
 
-    address, servers, path = cluster
+    address, servers, path, tls, _ = cluster
     result: dict = {}
     seen = {n: len(servers[n].lines) for n in ("a1", "b2")}  # earlier tests' runs are in their output already
     runner = threading.Thread(target=lambda: result.update(ev=mlms_nb.evaluate(
-        str(path), on=address, where="onnxruntime", history=history, **{**QUICK, "min_time_s": 2.0})))
+        str(path), on=address, where="onnxruntime", history=history, **{**QUICK, **tls, "min_time_s": 2.0})))
     runner.start()
     deadline = time.monotonic() + 60
     while not (victims := [n for n in ("a1", "b2")
