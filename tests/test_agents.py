@@ -71,6 +71,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "mlms_nb.cli", *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env)
         self.lines: list[str] = []
+        self.stopping = False
         threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
 
     def wait_for(self, text: str, timeout_s: float = 90) -> str:
@@ -85,7 +86,9 @@ class Server:
 
     def stop(self, wait: bool = True) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            if not self.stopping:
+                self.proc.send_signal(signal.SIGTERM)
+                self.stopping = True
             if not wait:
                 return
             try:
