@@ -11,7 +11,8 @@ for this run (through the scheduler; the records are the caller's own objects, a
 and :meth:`DaskLauncher.launch` hands them to ``on_record`` here, in order, while the work goes on. An agent that
 leaves the cluster mid-run (killed, its machine gone) is seen within ``LIVENESS_S`` (the scheduler's list of
 workers): the outcome is a ``crash`` and :attr:`DaskLauncher.lost` is set, so the caller can run the evaluation on
-another agent. Ctrl-C here cancels the task; the agent finishes the model call it is in and drops the rest.
+another agent. Ctrl-C here cancels the task and sets the run's stop event: Dask cannot stop a task that is running,
+so the agent drops the run at the work's next record.
 """
 from __future__ import annotations
 
@@ -97,8 +98,9 @@ def advertised(dask_worker=None) -> dict | None:  # noqa: ANN001 - client.run pa
 
 
 def run_on_agent(work: Work, queue_name: str, call_timeout_s: float | None, spelled: str) -> Outcome:
-    """On the agent: run ``work``, putting each record (pickled) on the queue; returns how it ended."""
-    from distributed import Queue, get_worker
+    """On the agent: run ``work``, putting each record (pickled) on the queue; returns how it ended. A caller that
+    stopped waiting (Ctrl-C) sets the run's stop event, and the work stops at its next record."""
+    from distributed import Event, Queue, get_worker
 
     from mlms_nb.options import spelling
 
@@ -108,25 +110,31 @@ def run_on_agent(work: Work, queue_name: str, call_timeout_s: float | None, spel
     me = plugin.description
     if work.label not in me["frameworks"]:
         return Outcome("error", f"{work.label}: agent {me['name']} serves only {', '.join(me['frameworks'])}")
-    queue = Queue(queue_name)
+    queue, stop = Queue(queue_name), Event(f"{queue_name}-stop")
     traces = me.get("traces")
     log.info("agent %s: running %s", me["name"], work.label)
 
     def emit(record) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt()  # the caller is gone: what follows would reach no one
         trace = getattr(record, "trace", None)
         if traces and trace is not None and hasattr(trace, "save"):  # written where every reader can find it
             trace.metadata["saved_to"] = str(trace.save(_join(traces, trace.trace_id or queue_name)))
         queue.put(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
 
     watch = CallWatch(work.label, call_timeout_s)
-    with spelling(spelled), Watchdog(watch):
-        try:
-            work.function(*work.args, emit=emit, watch=watch)
-        except BaseException as err:  # noqa: BLE001 - everything goes back as an outcome
-            end = outcome_of(err, work.label, watch.phase)
-            return Outcome(end.status, end.message, _picklable(end.error), end.detail)
-    log.info("agent %s: finished %s", me["name"], work.label)
-    return Outcome()
+    try:
+        with spelling(spelled), Watchdog(watch):
+            try:
+                work.function(*work.args, emit=emit, watch=watch)
+            except BaseException as err:  # noqa: BLE001 - everything goes back as an outcome
+                end = outcome_of(err, work.label, watch.phase)
+                log.info("agent %s: %s ended: %s", me["name"], work.label, end.message)
+                return Outcome(end.status, end.message, _picklable(end.error), end.detail)
+        log.info("agent %s: finished %s", me["name"], work.label)
+        return Outcome()
+    finally:
+        queue.close()
 
 
 class DaskLauncher(Launcher):
@@ -178,6 +186,7 @@ class DaskLauncher(Launcher):
             self._deliver(queue, on_record)
             return future.result()
         except (KeyboardInterrupt, StopRequested):
+            self._stop(queue.name)
             future.cancel()
             raise
         except Exception as err:  # noqa: BLE001 - the task failed on the agent's side of Dask itself
@@ -189,6 +198,15 @@ class DaskLauncher(Launcher):
                 queue.close()
             except Exception:  # noqa: BLE001 - the scheduler may be gone; nothing to keep
                 pass
+
+    def _stop(self, queue_name: str) -> None:
+        """Tell the agent to drop the run at its next record (Dask cannot stop a task that is running)."""
+        from distributed import Event
+
+        try:
+            Event(f"{queue_name}-stop", client=self.client).set()
+        except Exception:  # noqa: BLE001 - the scheduler is gone: so is the run
+            pass
 
     @staticmethod
     def _deliver(queue, on_record: Callable[[Any], None], wait: bool = False) -> None:  # noqa: ANN001
