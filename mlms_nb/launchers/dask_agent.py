@@ -8,9 +8,9 @@ frameworks it serves and the threads it gives a model. :func:`advertised` is wha
 
 Records stream back as they are made: the work's ``emit`` pickles each record into a ``distributed.Queue`` named
 for this run (through the scheduler; the records are the caller's own objects, as with the ``process`` launcher),
-and :meth:`DaskLauncher.launch` hands them to ``on_record`` here, in order, while the work goes on. An agent that
-leaves the cluster mid-run (killed, its machine gone) is seen within ``LIVENESS_S`` (the scheduler's list of
-workers): the outcome is a ``crash`` and :attr:`DaskLauncher.lost` is set, so the caller can run the evaluation on
+and :meth:`DaskLauncher.launch` hands them to ``on_record`` here, in order, while the work goes on; the last item
+is how the work ended. An agent that leaves the cluster mid-run (killed, its machine gone) is seen within
+``LIVENESS_S`` (the scheduler's list of workers): the outcome is a ``crash`` and :attr:`DaskLauncher.lost` is set, so the caller can run the evaluation on
 another agent. Ctrl-C here cancels the task and sets the run's stop event: Dask cannot stop a task that is running,
 so the agent drops the run at the work's next record.
 """
@@ -28,9 +28,8 @@ from mlms_nb.launchers.watch import CallWatch, Watchdog
 log = logging.getLogger(__name__)
 
 PLUGIN = "mlms-agent"
-POLL_S = 0.1
 LIVENESS_S = 0.5
-"""How often the launcher asks the scheduler whether the agent running the work is still there (s)."""
+"""When no record came for this long (s), the launcher asks the scheduler whether the agent is still there."""
 
 
 class AgentDescription:
@@ -127,14 +126,22 @@ def run_on_agent(work: Work, queue_name: str, call_timeout_s: float | None, spel
         with spelling(spelled), Watchdog(watch):
             try:
                 work.function(*work.args, emit=emit, watch=watch)
+                end = Outcome()
             except BaseException as err:  # noqa: BLE001 - everything goes back as an outcome
                 end = outcome_of(err, work.label, watch.phase)
-                log.info("agent %s: %s ended: %s", me["name"], work.label, end.message)
-                return Outcome(end.status, end.message, _picklable(end.error), end.detail)
-        log.info("agent %s: finished %s", me["name"], work.label)
-        return Outcome()
+                end = Outcome(end.status, end.message, _picklable(end.error), end.detail)
+        log.info("agent %s: %s %s", me["name"], work.label, "finished" if end.ok else f"ended: {end.message}")
+        queue.put(pickle.dumps(_End(end), protocol=pickle.HIGHEST_PROTOCOL))  # after every record: how it ended
+        return end
     finally:
         queue.close()
+
+
+class _End:
+    """The last item on a run's queue: its outcome (so the caller needs no second channel to learn it ended)."""
+
+    def __init__(self, outcome: Outcome):
+        self.outcome = outcome
 
 
 class DaskLauncher(Launcher):
@@ -171,25 +178,29 @@ class DaskLauncher(Launcher):
         future = self.client.submit(run_on_agent, work, queue.name, self.limits.call_timeout_s, current_spelling(),
                                     key=f"mlms-{work.label}-{new_id()}", workers=[self.agent["address"]],
                                     allow_other_workers=False, pure=False)
-        checked = time.monotonic()
         try:
-            while not future.done():
-                self._deliver(queue, on_record, wait=True)
-                if time.monotonic() - checked > LIVENESS_S:
-                    checked = time.monotonic()
+            while True:
+                try:
+                    item = pickle.loads(queue.get(timeout=LIVENESS_S))
+                except TimeoutError:  # nothing for a while: is the agent still there, the task still running?
+                    if future.status == "finished":  # it ended before running the work (see run_on_agent)
+                        return future.result()
+                    if future.status == "error":
+                        return outcome_of(future.exception(), work.label)
                     if self.agent["address"] not in self.client.nthreads():
-                        self._deliver(queue, on_record)
                         self.lost = True
                         return Outcome("crash", f"{work.label}: agent {self.agent['name']} at {self.agent['address']} "
                                                 "left the cluster before it finished (killed, or its machine went "
                                                 "away); what it measured before is kept")
-            self._deliver(queue, on_record)
-            return future.result()
+                    continue
+                if isinstance(item, _End):
+                    return item.outcome
+                on_record(item)
         except (KeyboardInterrupt, StopRequested):
             self._stop(queue.name)
             future.cancel()
             raise
-        except Exception as err:  # noqa: BLE001 - the task failed on the agent's side of Dask itself
+        except Exception as err:  # noqa: BLE001 - Dask itself failed (the scheduler went away, ...)
             return outcome_of(err, work.label)
         finally:
             if not future.done():
@@ -207,17 +218,6 @@ class DaskLauncher(Launcher):
             Event(f"{queue_name}-stop", client=self.client).set()
         except Exception:  # noqa: BLE001 - the scheduler is gone: so is the run
             pass
-
-    @staticmethod
-    def _deliver(queue, on_record: Callable[[Any], None], wait: bool = False) -> None:  # noqa: ANN001
-        """Hand every record on the queue to ``on_record`` (waiting up to ``POLL_S`` for the first when ``wait``)."""
-        if wait:
-            try:
-                on_record(pickle.loads(queue.get(timeout=POLL_S)))
-            except TimeoutError:
-                return
-        for item in queue.get(batch=True):
-            on_record(pickle.loads(item))
 
 
 def _join(base: str, name: str) -> str:
