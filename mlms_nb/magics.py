@@ -75,6 +75,9 @@ class MlmsMagics(Magics):
         verb = words[0]
         if verb not in VERBS:
             raise UsageError(f"%mlms: unknown verb {verb!r}; the verbs are {', '.join(VERBS)} (`%mlms --help`)")
+        if verb in ("agent", "scheduler"):  # they serve until stopped: the kernel would do nothing else
+            raise UsageError(f"%mlms {verb} runs until it is stopped, which would hold this kernel: start it in a "
+                             f"terminal (`mlms {verb} ...`) or with subprocess (example_notebooks/08_agents.ipynb)")
         parser = verb_parser(verb)
         if _wants_help(words[1:]):
             print(parser.format_help())
