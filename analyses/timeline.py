@@ -24,6 +24,7 @@ import pandas as pd
 from mlms_nb.schema.trace import LEVEL_NAMES, validate_spans
 
 from . import _lod
+from ._lod import signatures  # noqa: F401  (hover signatures of the pyramid rows; the server index uses them)
 from ._plot import AnalysisError, MissingDependency, check_backend
 
 # tab20, dark shades first: the same colours in Bokeh and matplotlib
