@@ -45,9 +45,16 @@ def evaluate_on_agents(manifests: list[Manifest], options: EvaluateOptions) -> E
     """Run on one matching agent (retrying on another when it dies), or on every one (``all_agents``)."""
     client, found = matching_agents(manifests, options)
     if options.remote.all_agents:
+        launchers = [_launcher(client, agent, options) for agent in found]
         with ThreadPoolExecutor(len(found), thread_name_prefix="mlms-agent-run") as pool:
-            runs = [pool.submit(_run_on, client, agent, manifests, options) for agent in found]
-            return [r.result()[0] for r in runs]
+            runs = [pool.submit(_run_on, client, agent, manifests, options, launcher)
+                    for agent, launcher in zip(found, launchers)]
+            try:
+                return [r.result()[0] for r in runs]
+            except KeyboardInterrupt:  # Ctrl-C here: every run stops, each keeping what arrived
+                for launcher in launchers:
+                    launcher.cancel()
+                return [r.result()[0] for r in runs]
     tried: set[str] = set()
     lost: list[str] = []
     agent = choose(found)
@@ -73,13 +80,17 @@ def evaluate_on_agents(manifests: list[Manifest], options: EvaluateOptions) -> E
     return evaluation
 
 
-def _run_on(client, agent: dict, manifests: list[Manifest], options: EvaluateOptions):  # noqa: ANN001
+def _launcher(client, agent: dict, options: EvaluateOptions) -> DaskLauncher:  # noqa: ANN001
+    return DaskLauncher(Limits(options.isolation.call_timeout_s), client=client, agent=agent)
+
+
+def _run_on(client, agent: dict, manifests: list[Manifest], options: EvaluateOptions,  # noqa: ANN001
+            launcher: DaskLauncher | None = None):
     """One evaluation on ``agent``: kept in the caller's history as it is measured; returns it and its launcher."""
     opts = options.model_copy(deep=True)
     if opts.threads is None:
         opts.threads = int(agent.get("threads") or 1)
-    iso = opts.isolation
-    launcher = DaskLauncher(Limits(iso.call_timeout_s), client=client, agent=agent)
+    launcher = launcher or _launcher(client, agent, opts)
     keeper = HistoryKeeper(None if opts.history is True else str(opts.history)) if opts.history else None
     evaluation = EvaluationRunner(manifests, opts, sink=keeper, launcher=launcher).run()
     if keeper is not None:

@@ -21,21 +21,6 @@ from mlms_nb.errors import MlmsError
 log = logging.getLogger(__name__)
 
 
-def parse_labels(text: str | dict | None) -> dict[str, str]:
-    """``team=vision,site=lab`` -> ``{"team": "vision", "site": "lab"}``; a word without ``=`` is refused."""
-    if isinstance(text, dict):
-        return {str(k): str(v) for k, v in text.items()}
-    labels = {}
-    for word in (w.strip() for w in (text or "").replace(" ", ",").split(",")):
-        if not word:
-            continue
-        key, eq, value = word.partition("=")
-        if not eq or not key or not value:
-            raise MlmsError(f"labels: {word!r} is not key=value (e.g. --labels team=vision,site=lab)")
-        labels[key] = value
-    return labels
-
-
 def run_scheduler(host: str = "127.0.0.1", port: int = 8786, tls: dict | None = None) -> None:
     """Run a Dask scheduler here until stopped; prints its address when it listens."""
     require("distributed", "mlms scheduler")

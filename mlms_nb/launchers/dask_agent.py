@@ -154,6 +154,7 @@ class DaskLauncher(Launcher):
         self.client = client
         self.agent = agent
         self.lost = False  # the agent left the cluster during a launch
+        self.cancelled = False  # the caller asked (from another thread) to stop: see cancel()
 
     def describe(self) -> str:
         a = self.agent
@@ -180,6 +181,8 @@ class DaskLauncher(Launcher):
                                     allow_other_workers=False, pure=False)
         try:
             while True:
+                if self.cancelled:
+                    raise KeyboardInterrupt()
                 try:
                     item = pickle.loads(queue.get(timeout=LIVENESS_S))
                 except TimeoutError:  # nothing for a while: is the agent still there, the task still running?
@@ -209,6 +212,11 @@ class DaskLauncher(Launcher):
                 queue.close()
             except Exception:  # noqa: BLE001 - the scheduler may be gone; nothing to keep
                 pass
+
+    def cancel(self) -> None:
+        """Stop the run in progress as Ctrl-C would (from another thread; within ``LIVENESS_S``): what arrived is
+        kept, and the agent drops the run at its next record."""
+        self.cancelled = True
 
     def _stop(self, queue_name: str) -> None:
         """Tell the agent to drop the run at its next record (Dask cannot stop a task that is running)."""
