@@ -398,13 +398,19 @@ def agent(options: AgentOptions) -> None:
 
 @takes(AgentsOptions)
 def agents(options: AgentsOptions) -> pd.DataFrame:
-    """The mlms agents of the scheduler at ``on``, one row per agent: address, host, threads, labels, the version of
-    each framework it serves, CPU, cores, memory, GPUs and driver, and whether it is busy."""
+    """The mlms agents of the scheduler at ``on`` (those satisfying ``where``, when given), one row per agent: address,
+    host, threads, labels, the version of each framework it serves, CPU, cores, memory, GPUs and driver, and whether
+    it is busy."""
     from mlms_nb.fleet.connect import connect
+    from mlms_nb.fleet.constraints import parse_where
+    from mlms_nb.fleet.registry import matching
 
     if not options.on:
         raise MlmsError(f"which scheduler? give its address: {spell('on', 'tcp://host:8786')}")
-    return agents_frame(list_agents(connect(options.on, tls_of(options))))
+    found = list_agents(connect(options.on, tls_of(options)))
+    if options.where:
+        found = matching(found, parse_where(options.where), options.where, options.on)
+    return agents_frame(found)
 
 
 def across(runs, baseline: str | None = None) -> Analysis:

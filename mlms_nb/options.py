@@ -217,13 +217,17 @@ class Tls(Options):
                                "--tls-key", extra={"metavar": "PATH"})
 
 
-class _Agents(Options):
-    """Where to evaluate: on mlms agents (Dask workers started by ``mlms agent``) of the scheduler at ``on``."""
-    on: str | None = _opt(None, "evaluate on the mlms agents of the Dask scheduler at this address, e.g. "
-                          "tcp://host:8786 (default: here)", "--on", extra={"metavar": "ADDRESS"})
+class _AgentsWhere(Options):
+    """The mlms agents (Dask workers started by ``mlms agent``) of the scheduler at ``on`` that satisfy ``where``."""
+    on: str | None = _opt(None, "the mlms agents of the Dask scheduler at this address, e.g. tcp://host:8786 "
+                          "(evaluate: default here)", "--on", extra={"metavar": "ADDRESS"})
     where: str | None = _opt(None, "what an agent must have, e.g. 'torch>=2.0 device=cpu arch=x86_64 team=vision' "
                              "(frameworks with version ranges, device, arch, host, name, threads>=N, cores>=N, "
                              "memory>=SIZE, labels key=value)", "--where", extra={"metavar": "CONSTRAINTS"})
+
+
+class _Agents(_AgentsWhere):
+    """Where to evaluate: on one (or every) agent of the scheduler at ``on`` that satisfies ``where``."""
     all_agents: bool = _opt(False, "run on every matching agent in parallel, one evaluation each", "--all")
 
     @model_validator(mode="after")
@@ -378,19 +382,21 @@ class RooflineOptions(Options):
     device: str | None = _opt(None, "the device whose ceilings to use (default: the evaluation's)", "--device")
 
 
-class SchedulerOptions(Tls):
-    """See :func:`mlms_nb.scheduler`."""
+class _Scheduler(Options):
     host: str | None = _opt(None, "the interface to listen on (default: 127.0.0.1 for the scheduler; for an agent, "
                             "the one that reaches the scheduler)", "--host")
     port: int = _opt(8786, "the port to listen on (0: any free port)", "--port", ge=0, le=65535)
 
 
-class AgentOptions(Tls):
-    """See :func:`mlms_nb.agent`."""
+class SchedulerOptions(Tls, _Scheduler):
+    """See :func:`mlms_nb.scheduler`."""
+
+
+class _Agent(Options):
     scheduler: str | None = _opt(None, "the Dask scheduler's address, e.g. tcp://host:8786", "--scheduler",
                                  extra={"metavar": "ADDRESS"})
     name: str | None = _opt(None, "the agent's name (default: HOST-Nt)", "--name")
-    labels: dict[str, str] = _opt({}, "labels an evaluation's --where can ask for, e.g. team=vision,site=lab",
+    labels: dict[str, str] | None = _opt(None, "labels an evaluation's --where can ask for, e.g. team=vision,site=lab",
                                   "--labels", extra={"metavar": "K=V,...", "python_type": "str | dict[str, str]"})
     nthreads: int = _opt(1, "intra-op threads a model gets on this agent unless the evaluation sets --threads (the "
                          "agent runs one evaluation at a time)", "--nthreads", "threads", ge=1)
@@ -399,7 +405,7 @@ class AgentOptions(Tls):
     traces: str | None = _opt(None, "a folder every agent and the notebook share: the agent writes the traces it "
                               "records there, and the history records where (default: traces travel back)", "--traces",
                               extra={"metavar": "DIR"})
-    host: str | None = SchedulerOptions.model_fields["host"]
+    host: str | None = _Scheduler.model_fields["host"]
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -421,9 +427,12 @@ class AgentOptions(Tls):
         return None if value is None else _frameworks(value)
 
 
-class AgentsOptions(Tls):
-    """See :func:`mlms_nb.fleet`."""
-    on: str | None = Remote.model_fields["on"]
+class AgentOptions(Tls, _Agent):
+    """See :func:`mlms_nb.agent`."""
+
+
+class AgentsOptions(Tls, _AgentsWhere):
+    """See :func:`mlms_nb.agents`."""
 
 
 MODELS: tuple[type[Options], ...] = (EvaluateOptions, Timing, Tracing, Isolation, Remote, DivergeOptions, HistoryOptions,

@@ -164,6 +164,7 @@ def test_agents_lists_each_agent_and_its_stack(cluster):
     assert frame.loc["a1", "onnxruntime"] and set(frame["cpu_arch"]) == {platform.machine()}
     assert (frame["memory_bytes"] > 0).all() and set(frame["host"]) == {platform.node()}
     assert frame.loc["b2", "traces"] == str(shared) and frame["address"].str.startswith("tls://").all()
+    assert list(mlms_nb.agents(on=address, where="team=vision", **tls)["agent"]) == ["a1", "torch-only"]
 
 
 def test_constraints_pick_the_agent_that_fits(cluster, history):
