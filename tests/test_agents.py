@@ -148,11 +148,18 @@ def cluster(tmp_path_factory):
             server.stop()
 
 
+# The cluster tests are slow together: starting the scheduler and three agents (each a fresh interpreter importing
+# mlms_nb and distributed) costs ~10 s of CPU once per module; each test after that takes about a second (the kill
+# test: two 2 s timed loops).
+slow = pytest.mark.slow
+
+
 @pytest.fixture
 def history(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'history.sqlite'}"
 
 
+@slow
 def test_agents_lists_each_agent_and_its_stack(cluster):
     import mlms_nb
 
@@ -167,6 +174,7 @@ def test_agents_lists_each_agent_and_its_stack(cluster):
     assert list(mlms_nb.agents(on=address, where="team=vision", **tls)["agent"]) == ["a1", "torch-only"]
 
 
+@slow
 def test_constraints_pick_the_agent_that_fits(cluster, history):
     import mlms_nb
     from mlms_nb.fleet.connect import AgentsError
@@ -186,6 +194,7 @@ def test_constraints_pick_the_agent_that_fits(cluster, history):
         mlms_nb.evaluate(str(path), on=address, where="team=speech threads>=4", history=history, **quick)
 
 
+@slow
 def test_all_agents_run_in_parallel_and_compare_side_by_side(cluster, history):
     import mlms_nb
 
@@ -202,6 +211,7 @@ def test_all_agents_run_in_parallel_and_compare_side_by_side(cluster, history):
     assert len(ab.table) == 1 and 0 <= ab.table["p_value"].iloc[0] <= 1
 
 
+@slow
 def test_the_cli_evaluates_on_every_matching_agent(cluster, history, capsys):
     import json
 
@@ -218,6 +228,7 @@ def test_the_cli_evaluates_on_every_matching_agent(cluster, history, capsys):
     assert [r["stack"]["agent"]["name"] for r in runs] == ["b2"]
 
 
+@slow
 def test_a_trace_an_agent_writes_to_the_shared_folder_is_recorded_there(cluster, history):
     import mlms_nb
     from mlms_nb.store.history import HistoryStore
@@ -231,6 +242,7 @@ def test_a_trace_an_agent_writes_to_the_shared_folder_is_recorded_there(cluster,
     assert mlms_nb.load_evaluation(ev.id, url=history).traces["onnxruntime"].spans.equals(ev.trace.spans)
 
 
+@slow
 def test_an_agent_killed_mid_run_is_replaced_and_the_result_is_complete(cluster, history):
     """Last in the module: it kills one of the fixture's agents."""
     import mlms_nb
