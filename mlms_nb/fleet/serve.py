@@ -52,8 +52,17 @@ def run_agent(scheduler: str, name: str | None = None, labels: dict[str, str] | 
     asyncio.run(_agent(scheduler, name, plugin, host, security_for(tls or {}, "worker")))
 
 
+QUIET_WORKER = {"distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.gil.enabled": False,
+                "distributed.admin.system-monitor.interval": "5s"}
+"""Dask's statistical profiler samples every thread's stack each 10 ms, and its system monitor polls each 0.5 s: both
+would share the CPU with the model being timed, so an agent turns the profiler and the GIL monitor off and polls less."""
+
+
 async def _agent(scheduler: str, name: str, plugin, host: str | None, security) -> None:  # noqa: ANN001
+    import dask
     from distributed import Worker
+
+    dask.config.set(QUIET_WORKER)
 
     try:
         worker = Worker(scheduler, nthreads=1, name=name, host=host, security=security, plugins=(plugin,),
