@@ -125,7 +125,7 @@ class ProgressDisplay:
             bar.total = p.total
         if p.done > bar.n:
             bar.update(p.done - bar.n)
-        elif p.finished:
+        if p.finished:  # its last state shows, whatever tqdm's refresh interval
             bar.refresh()
 
     def _desc(self, p: PassProgress) -> str:

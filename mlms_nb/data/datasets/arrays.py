@@ -42,7 +42,7 @@ def as_input(value: Any, preprocess) -> Any:
         return cast_to(manifest, value)
     if preprocess is None:
         if isinstance(value, Mapping):
-            return {k: np.ascontiguousarray(v) for k, v in value.items()}
+            return {k: cast_to(None, v) for k, v in value.items()}
         raise DatasetError(f"an input of type {type(value).__name__} needs a Preprocessor to become an array")
     return preprocess(value)
 
@@ -124,6 +124,7 @@ class NpzDataset(Dataset):
         if len(shape) < 1:
             raise DatasetError(f"{self.path}: 'x' must have a leading batch dimension, got a scalar")
         self.shape, self.dtype, self.fortran = tuple(shape), dtype, fortran
+        self._map: np.memmap | None = None
         self.y = None
         if y is not None:
             y = np.asarray(y).reshape(-1)
@@ -144,7 +145,9 @@ class NpzDataset(Dataset):
     def x(self) -> np.ndarray:
         """``x`` memory-mapped (read-only), or loaded whole when the archive compresses it."""
         if self._data_offset is not None and not self.fortran:
-            return np.memmap(self.path, dtype=self.dtype, mode="r", offset=self._data_offset, shape=self.shape)
+            if self._map is None:
+                self._map = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self._data_offset, shape=self.shape)
+            return self._map
         with np.load(self.path, allow_pickle=False) as npz:
             return npz["x"]
 
@@ -181,7 +184,7 @@ class NpzDataset(Dataset):
         if isinstance(chunk, tuple):
             chunk, rows = chunk
         else:
-            rows = self.x[chunk.start:chunk.stop]
+            rows = np.array(self.x[chunk.start:chunk.stop])  # read from disk here, in the worker
         labels = None if self.y is None else self.y[chunk.start:chunk.stop]
         return Batch(cast_to(manifest, rows), labels, [f"{self.path.name}[{i}]" for i in chunk])
 

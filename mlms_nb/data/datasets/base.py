@@ -105,6 +105,5 @@ def short_reason(reason: str) -> str:
 
 def cast_to(manifest, data: Any) -> Any:
     """Already-preprocessed data cast to the first input's element type (contiguous)."""
-    if manifest is None:
-        return np.ascontiguousarray(data)
-    return np.ascontiguousarray(data, dtype=np.dtype(manifest.inputs[0].element_type))
+    array = np.asarray(data, dtype=None if manifest is None else np.dtype(manifest.inputs[0].element_type))
+    return array if array.flags.c_contiguous else array.copy()  # (ascontiguousarray would make a scalar 1-d)
