@@ -121,8 +121,8 @@ class ProgressDisplay:
         if bar.desc.rstrip(": ") != self._desc(p) or (p.done < bar.n):  # a new pass: the same bar, reset
             bar.set_description_str(self._desc(p), refresh=False)
             bar.reset(total=p.total)
-        if p.total != bar.total:
-            bar.total = p.total
+        if p.total != bar.total:  # a loop's estimate moved
+            _set_total(bar, p.total)
         if p.done > bar.n:
             bar.update(p.done - bar.n)
         if p.finished:  # its last state shows, whatever tqdm's refresh interval
@@ -153,3 +153,11 @@ class ProgressDisplay:
     def close(self) -> None:
         for framework in list(self.bars):
             self.finish(framework)
+
+
+def _set_total(bar, total: int | None) -> None:
+    """Change a running bar's total (tqdm's ``reset`` would zero it); a notebook bar's widget follows."""
+    bar.total = total
+    widget = getattr(bar, "container", None)
+    if widget is not None and total is not None:
+        widget.children[1].max = total
