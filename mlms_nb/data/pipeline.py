@@ -141,7 +141,11 @@ class Stream:
         pool = ThreadPoolExecutor(max_workers=stats.workers, thread_name_prefix="mlms-read")
         feeder = threading.Thread(target=_feed, name="mlms-feed", daemon=True,
                                   args=(self.dataset, self.preprocess, self.batch_size, want, pool, shared, stats))
-        feeder.start()
+        try:
+            feeder.start()
+        except RuntimeError as err:  # no memory for a thread's stack (a worker process's memory limit)
+            pool.shutdown(wait=False)
+            raise _thread_memory(err) from None
         delivered = 0
         pending: list[Batch] = []  # read but not yet delivered: less than one batch (after skipped inputs)
         holding = False
@@ -245,10 +249,17 @@ def _feed(dataset, preprocess, batch_size: int, want: int | None, pool: ThreadPo
                 shared.submitted += len(chunk)
                 stats.peak_in_flight = max(stats.peak_in_flight, shared.in_flight)
             shared.ready.put(pool.submit(_read, dataset, chunk, preprocess, shared, stats))
+    except RuntimeError as err:  # the pool could not start a reader thread
+        shared.ready.put(_thread_memory(err) if "thread" in str(err) else err)
     except BaseException as err:  # noqa: BLE001 - a generator's or a listing's error reaches the consumer
         shared.ready.put(err)
     finally:
         shared.ready.put(_END)
+
+
+def _thread_memory(err: RuntimeError) -> MemoryError:
+    """A thread that could not start is memory that could not be had (its stack): said as a MemoryError."""
+    return MemoryError(f"cannot start a dataset reader thread ({err})")
 
 
 def _read(dataset, chunk, preprocess, shared: _Shared, stats: StreamStats) -> Batch:

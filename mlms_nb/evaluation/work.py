@@ -1,7 +1,8 @@
 """One framework's work in an evaluation, the unit a launcher runs (:mod:`mlms_nb.launchers`): open the dataset
-and the model, time the load and the first inference (cold), stream every input through the model once (the full
-pass, :mod:`mlms_nb.evaluation.full_pass`: throughput, and accuracy on labeled data), then per batch size warm up
-and run the scenario's timed loop, and finally the traced pass (:mod:`mlms_nb.evaluation.traced`).
+and the model, time the load and the first inference (cold), per batch size warm up and run the scenario's timed
+loop, then stream every input through the model once (the full pass, :mod:`mlms_nb.evaluation.full_pass`:
+throughput, and accuracy on labeled data), and finally the traced pass (:mod:`mlms_nb.evaluation.traced`). The
+quick timed loops come before the full pass, which may take minutes: stopped during it, they are kept.
 
 Every measurement is emitted as a record (:mod:`mlms_nb.evaluation.records`) the moment it is made; nothing is
 kept here. The timed loops use a small sample, the dataset's first inputs, preprocessed once before timing, so
@@ -84,6 +85,12 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         predict(first_batch)
         emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t0))
 
+        untraced_median_ns: dict[int, float] = {}
+        for batch_size in opts.batch_sizes:
+            watch.phase = f"timing batch size {batch_size}"
+            log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
+            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter)
+
         watch.phase = "the full pass"
         t_full = time.perf_counter_ns()
         full, accuracy = run_full_pass(predict, manifest, dataset, preprocess, max(opts.batch_sizes), limit=opts.limit,
@@ -97,13 +104,6 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         if traced:
             traced.tracer.add_span("full pass", TraceLevel.APPLICATION, "application", t_full, time.perf_counter_ns(),
                                    inputs=full.row["inputs"], dataset=dataset.name)
-
-        untraced_median_ns: dict[int, float] = {}
-        for batch_size in opts.batch_sizes:
-            watch.phase = f"timing batch size {batch_size}"
-            log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
-            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter)
-        if traced:
             watch.phase = "the traced pass"
             _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit)
     finally:
