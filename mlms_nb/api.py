@@ -32,6 +32,7 @@ from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.runner import EvaluationRunner, resolve_manifests
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
+from mlms_nb.frameworks.converters.manifests import CONVERTIBLE, converted_copies
 from mlms_nb.frameworks.costs import model_costs
 from mlms_nb.frameworks.live import check_trust, manifest_for
 from mlms_nb.frameworks.modelfiles import file_kind
@@ -128,10 +129,17 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
         model = find_manifest(model)
     if isinstance(model, Manifest):
         if "framework" in options.model_fields_set and options.framework != [model.framework.name]:
-            asked = ",".join(options.framework)
-            raise MlmsError(f"{model.source or 'the manifest'} is for framework {model.framework.name}, but "
-                            f"{spell('framework')} asks for {asked}: give a manifest of that framework (one file per "
-                            "framework), or its model name")
+            others = [fw for fw in options.framework if fw != model.framework.name]
+            if model.framework.name != "torch" or not set(others) <= set(CONVERTIBLE):
+                asked = ",".join(options.framework)
+                raise MlmsError(f"{model.source or 'the manifest'} is for framework {model.framework.name}, but "
+                                f"{spell('framework')} asks for {asked}: give a manifest of that framework (one file "
+                                "per framework), or its model name; only a PyTorch manifest is converted to "
+                                f"{' and '.join(CONVERTIBLE)}")
+            # a PyTorch manifest asked in ONNX Runtime / TensorFlow too: its converted copies (kept, by checksum)
+            check_trust(model, options.trust)
+            copies = converted_copies(model, others, options.trust)
+            return [model if fw == model.framework.name else copies[fw] for fw in options.framework]
         if not live:
             options.framework = [model.framework.name]
         return [model]
