@@ -180,7 +180,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
                     latency[(i, fw)] = (0.0, 0.0)
             layers_ns = sum(per_row.values()) if per_row else np.zeros_like(total)
             q25, q75 = np.percentile(total / 1e6, [25, 75])
-            how = how_measured(predictors[fw], latency_repeats)
+            how = how_measured(predictors[fw], latency_repeats, trace, captures[fw], points)
             summary.append(dict(framework=fw, layers_ms=float(np.median(layers_ns / 1e6)),
                                 unattributed_ms=float(np.median(unattributed / 1e6)),
                                 total_ms=float(np.median(total / 1e6)), total_iqr_ms=float(q75 - q25),
