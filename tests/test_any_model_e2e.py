@@ -96,3 +96,7 @@ def test_diverge_aligns_every_layer_and_none_diverges(divergence):
     assert (errors.to_numpy() <= 1e-4).all()
     assert set(d.first_divergent_layer.values()) == {None}
     assert (d.outputs["top1_agreement"] == 1.0).all() and (d.outputs["max_abs_logit_error"] <= 1e-4).all()
+    # ONNX Runtime ran its optimised graph (Conv + ReLU fused): the fused nodes' time is on the rows of the layers
+    # they stand for, and the report says so
+    assert d.layers["latency_ms[onnxruntime]"].notna().all()
+    assert "fused nodes per call" in d.notes["latency onnxruntime"]
