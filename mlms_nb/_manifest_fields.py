@@ -316,14 +316,15 @@ def labels_file(value: str) -> Path | None:
 
 
 class OutputSpec(_Strict):
-    """``labels``: asset URI of a text file, one label per line; ``classes``: how many the output has (1 to 10^7),
-    checked against the labels file when both are known."""
+    """``labels``: a label file shipped with mlms-nb by name (``imagenet1k``), or the asset URI of a text file, one
+    label per line; ``classes``: how many the output has (1 to 10^7), checked against the labels when both are known."""
     name: str | None = Field(None, description="the output's name in the graph (informative)")
     type: Literal["classification", "tensor"] = Field("classification", description="classification: top-1/top-5 "
                                                                                     "accuracy on labeled datasets")
     labels: str | None = Field(None, examples=["imagenet1k", "labels.txt"],
-                               description="a shipped label file by name (" + ", ".join(f"``{n}``" for n in
-                               shipped_labels()) + ") or the asset URI of a text file, one label per line")
+                               description="a shipped label file by name, a bare word (" + ", ".join(
+                                   f"``{n}``" for n in shipped_labels()) + "), or the asset URI of a text file, "
+                                   "one label per line (``./labels`` for a file without a dot in its name)")
     classes: int | None = Field(None, examples=[1000], description="how many classes the output has")
 
     @field_validator("name", mode="before")

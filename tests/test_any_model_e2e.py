@@ -55,9 +55,14 @@ def home(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def evaluation(manifest_path, home):
-    return mlms_nb.evaluate(str(manifest_path), framework=",".join(FRAMEWORKS), trust=True, limit=4, batch_sizes=[1],
-                            warmup=1, min_repeats=2, min_time_s=0.01, trace_level="FRAMEWORK", trace_repeats=1,
-                            keep_probabilities=True, progress=False, history=False)
+    threads = torch.get_num_threads()
+    try:  # one intra-op thread: on 2 busy cores more threads mostly spin-wait, burning CPU the suite needs
+        return mlms_nb.evaluate(str(manifest_path), framework=",".join(FRAMEWORKS), trust=True, limit=4,
+                                batch_sizes=[1], warmup=1, min_repeats=2, min_time_s=0.01, threads=1,
+                                trace_level="FRAMEWORK", trace_repeats=1, keep_probabilities=True, progress=False,
+                                history=False)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,24 @@ from mlms_nb.errors import ManifestError
 from mlms_nb.manifest import find_manifest, parse_manifest, shipped_labels
 
 NEW = ["efficientnet_lite2", "vit_tiny", "bert_tiny"]
-QUICK = dict(dataset="synthetic:2", batch_sizes=[1], warmup=1, min_repeats=2, min_time_s=0, progress=False,
+# one intra-op thread: on 2 busy cores more threads mostly spin-wait (a ViT-Ti forward: 2 s of CPU, not 0.04 s)
+QUICK = dict(dataset="synthetic:2", batch_sizes=[1], warmup=0, min_repeats=1, min_time_s=0, threads=1, progress=False,
              history=False)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_kept():
+    """The PyTorch predictor sets the process's intra-op threads; put them back for the tests after these."""
+    from mlms_nb._optional import is_available
+
+    if not is_available("torch"):
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_models_lists_the_new_architectures_with_their_weights():
