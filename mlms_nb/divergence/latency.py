@@ -83,16 +83,18 @@ def fused_keys(frame: pd.DataFrame, capture: LayerCapture, points: Sequence[Poin
     keys = list(capture.layer_keys(frame))
     counts = {"fused": 0, "rekeyed": 0, "unkeyed": 0}
     position = {p.key: p.position for p in points}
+    last_of: dict[tuple, object] = {}  # original nodes -> the last of their points (None: none has one)
     for i, text in enumerate(frame["attrs"]):
-        nodes = attrs_dict(text).get("original_nodes") if text else None
+        nodes = tuple(attrs_dict(text).get("original_nodes") or ()) if text else ()
         if nodes:
             counts["fused"] += len(nodes) > 1
-            named = pd.DataFrame({"attrs": [orjson.dumps({"onnx_node": n}).decode() for n in nodes]})
-            known = [k for k in capture.layer_keys(named) if k in position]
-            if known:
-                last = max(known, key=position.__getitem__)
+            if nodes not in last_of:
+                named = pd.DataFrame({"attrs": [orjson.dumps({"onnx_node": n}).decode() for n in nodes]})
+                known = [k for k in capture.layer_keys(named) if k in position]
+                last_of[nodes] = max(known, key=position.__getitem__) if known else None
+            if last_of[nodes] is not None:
                 counts["rekeyed"] += keys[i] not in position
-                keys[i] = last
+                keys[i] = last_of[nodes]
         counts["unkeyed"] += keys[i] not in position
     return keys, counts
 
