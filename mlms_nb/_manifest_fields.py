@@ -6,6 +6,7 @@ input, output and model specs, and how pydantic's errors become field paths (``p
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Literal, Union
 
 import semantic_version
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from mlms_nb import _manifest_checks as checks
+from mlms_nb.paths import builtin_manifest_dir
 from mlms_nb._manifest_checks import _errors, _join  # noqa: F401 - the field-path helpers, re-exported
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
@@ -299,14 +301,30 @@ class InputSpec(_Strict):
         return self.dimensions[0], self.dimensions[1]
 
 
+#: a bare name (no dot, slash or scheme) in ``outputs[].labels`` names a label file shipped with mlms-nb
+LABELS_SHORTHAND = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def shipped_labels() -> list[str]:
+    """The names of the label files shipped with mlms-nb (``labels: imagenet1k``)."""
+    return sorted(p.stem for p in (builtin_manifest_dir() / "labels").glob("*.txt"))
+
+
+def labels_file(value: str) -> Path | None:
+    """The shipped file a ``labels`` shorthand names; None when ``value`` is a path or URI, not a shorthand."""
+    return builtin_manifest_dir() / "labels" / f"{value}.txt" if LABELS_SHORTHAND.match(value) else None
+
+
 class OutputSpec(_Strict):
-    """``labels``: asset URI of a text file, one label per line; ``classes``: how many the output has (1 to 10^7),
-    checked against the labels file when both are known."""
+    """``labels``: a label file shipped with mlms-nb by name (``imagenet1k``), or the asset URI of a text file, one
+    label per line; ``classes``: how many the output has (1 to 10^7), checked against the labels when both are known."""
     name: str | None = Field(None, description="the output's name in the graph (informative)")
     type: Literal["classification", "tensor"] = Field("classification", description="classification: top-1/top-5 "
                                                                                     "accuracy on labeled datasets")
-    labels: str | None = Field(None, examples=["../labels/imagenet1k.txt"], description="asset URI of a text "
-                                                                                       "file, one label per line")
+    labels: str | None = Field(None, examples=["imagenet1k", "labels.txt"],
+                               description="a shipped label file by name, a bare word (" + ", ".join(
+                                   f"``{n}``" for n in shipped_labels()) + "), or the asset URI of a text file, "
+                                   "one label per line (``./labels`` for a file without a dot in its name)")
     classes: int | None = Field(None, examples=[1000], description="how many classes the output has")
 
     @field_validator("name", mode="before")
@@ -317,7 +335,11 @@ class OutputSpec(_Strict):
     @field_validator("labels", mode="before")
     @classmethod
     def _uri(cls, value: Any) -> Any:
-        return _text(value, MAX_URI, "an asset URI")
+        value = _text(value, MAX_URI, "an asset URI")
+        if isinstance(value, str) and LABELS_SHORTHAND.match(value) and value not in shipped_labels():
+            raise ValueError(f"{value!r} is not a shipped label file; shipped ones: {', '.join(shipped_labels())} "
+                             "(or give the path of a text file, one label per line)")
+        return value
 
     @field_validator("classes", mode="before")
     @classmethod
@@ -336,7 +358,8 @@ class ModelSpec(_Strict):
     folder, used first when given) or ``entrypoint`` (your own code building the model); ``weights_path`` holds
     weights for an architecture or an entrypoint. Paths are asset URIs; ``sha256`` maps an asset field to its digest."""
     architecture: str | None = Field(None, description="a built-in architecture: efficientnet_lite0, "
-                                                       "efficientnet_lite1 or resnet50")
+                                                       "efficientnet_lite1, efficientnet_lite2, resnet50, vit_tiny "
+                                                       "or bert_tiny")
     graph_path: str | None = Field(None, description="a model file (asset URI): TorchScript .pt/.ts/.jit, torch.export "
                                                      ".pt2, .onnx, .keras/.h5, or a SavedModel folder")
     weights_path: str | None = Field(None, description="weights for an architecture or an entrypoint (asset URI): "

@@ -17,6 +17,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "torch": ("PyTorch", "torch"),
     "efficientnet_lite_pytorch": ("efficientnet-lite-pytorch", "torch"),
     "safetensors": ("safetensors", "torch"),
+    "transformers": ("Hugging Face transformers", "zoo"),
     "onnx": ("onnx", "onnx"),
     "onnxruntime": ("ONNX Runtime", "onnx"),
     "tensorflow": ("TensorFlow", "tf"),

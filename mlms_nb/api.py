@@ -32,6 +32,7 @@ from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.runner import EvaluationRunner, resolve_manifests
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
+from mlms_nb.frameworks.converters.manifests import CONVERTIBLE, converted_copies
 from mlms_nb.frameworks.costs import model_costs
 from mlms_nb.frameworks.live import check_trust, manifest_for
 from mlms_nb.frameworks.modelfiles import file_kind
@@ -91,6 +92,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     ``inputs`` (an example batch, N first, or an `InputSpec` / dict), ``outputs``, ``preprocess`` and
     ``postprocess`` describe it as a manifest would (:func:`mlms_nb.frameworks.live.manifest_for`).
 
+    A PyTorch manifest (or live module) asked for with ``framework="torch,onnxruntime,tensorflow"`` runs the copies
+    the kept converters make of it (cached by sha256; docs/byom.md).
+
     Trust (docs/trust.md): entrypoints, code steps and model files that can run code (TorchScript, .pt2,
     SavedModel, Keras custom objects) run only with ``trust=True`` or when in the trust store (:func:`trust_add`).
 
@@ -114,7 +118,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 
 def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, preprocess: Any,
                postprocess: Any) -> list[Manifest]:
-    """The manifests to run; a manifest file or object asked for with another framework is refused."""
+    """The manifests to run. A manifest file or object names one framework: asked for with others it is refused,
+    except a PyTorch manifest that builds its module (entrypoint, architecture, live object), whose ONNX Runtime and
+    TensorFlow copies the kept converters make (:func:`~mlms_nb.frameworks.converters.manifests.converted_copies`)."""
     live = not isinstance(model, (str, Path, Manifest))
     if live:
         model = manifest_for(model, inputs, outputs, preprocess, postprocess)
@@ -128,10 +134,18 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
         model = find_manifest(model)
     if isinstance(model, Manifest):
         if "framework" in options.model_fields_set and options.framework != [model.framework.name]:
-            asked = ",".join(options.framework)
-            raise MlmsError(f"{model.source or 'the manifest'} is for framework {model.framework.name}, but "
-                            f"{spell('framework')} asks for {asked}: give a manifest of that framework (one file per "
-                            "framework), or its model name")
+            others = [fw for fw in options.framework if fw != model.framework.name]
+            eager = model.framework.name == "torch" and not model.model.graph_path  # an nn.Module we can export
+            if not eager or not set(others) <= set(CONVERTIBLE):
+                asked = ",".join(options.framework)
+                raise MlmsError(f"{model.source or 'the manifest'} is for framework {model.framework.name}, but "
+                                f"{spell('framework')} asks for {asked}: give a manifest of that framework (one file "
+                                "per framework), or its model name; only a PyTorch manifest that builds its module "
+                                f"(model.entrypoint or model.architecture) is converted to {' and '.join(CONVERTIBLE)}")
+            # a PyTorch manifest asked in ONNX Runtime / TensorFlow too: its converted copies (kept, by checksum)
+            check_trust(model, options.trust)
+            copies = converted_copies(model, others, options.trust)
+            return [model if fw == model.framework.name else copies[fw] for fw in options.framework]
         if not live:
             options.framework = [model.framework.name]
         return [model]

@@ -32,6 +32,7 @@ from mlms_nb._manifest_fields import (ASSET_FIELDS, FRAMEWORK_ALIASES, FRAMEWORK
                                FrameworkOptions, FrameworkSpec, InputSpec, ModelSpec, NormalizeArgs, OutputSpec, ResizeArgs,
                                SoftmaxArgs, Step, ToLayoutArgs, TopKArgs, _errors, _problems, _Strict, _text,
                                canonical_framework, parse_version)
+from mlms_nb._manifest_fields import labels_file, shipped_labels
 from mlms_nb._manifest_yaml import read_manifest_yaml
 from mlms_nb.errors import ManifestError, UnknownModelError
 from mlms_nb.paths import builtin_manifest_dir
@@ -41,7 +42,7 @@ __all__ = [
     "STEP_ARGS", "CenterCropArgs", "CodeArgs", "DecodeArgs", "FailedManifest", "FrameworkOptions", "FrameworkSpec", "InputSpec",
     "Manifest", "ManifestCatalog", "ModelSpec", "NormalizeArgs", "OutputSpec", "ResizeArgs", "SoftmaxArgs", "Step",
     "ToLayoutArgs", "TopKArgs", "canonical_framework", "find_manifest", "load_manifest", "manifest_paths",
-    "manifest_roots", "parse_manifest", "parse_version",
+    "manifest_roots", "parse_manifest", "parse_version", "labels_file", "shipped_labels",
 ]
 log = logging.getLogger(__name__)
 

@@ -322,6 +322,8 @@ class DivergeOptions(Options):
     quantized: bool | str = _opt(False, "also compare an INT8-quantized ONNX Runtime copy", "--quantized")
     batch_size: int = _opt(4, "inputs per call", "--batch-size", "inputs", ge=1)
     latency_repeats: int = _opt(5, "timed calls per layer latency", "--latency-repeats", "calls", ge=1)
+    trust: bool = _opt(False, "trust this run's manifest: its model.entrypoint and code steps; see docs/trust.md",
+                       "--trust")
 
     @field_validator("frameworks", mode="before")
     @classmethod

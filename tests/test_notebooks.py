@@ -109,3 +109,14 @@ def test_06_timeline(shared_home):
     assert any('class="mlms-bokeh"' in o.get("data", {}).get("text/html", "") for o in code[3].outputs)
     assert "works offline" in text_of(code[4])
     assert any(o.get("data", {}).get("image/png") for o in code[5].outputs)   # the static figure
+
+
+@pytest.mark.slow  # ~15 s CPU: a kernel importing torch, ONNX Runtime and TensorFlow; the model work is 32 px, 4 photos
+def test_07_bring_your_own_model(shared_home):
+    nb = run_notebook("07_bring_your_own_model.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "refused: " in text_of(code[2]) and "it was not run: trust it with" in text_of(code[2])
+    assert "same top-1 everywhere: True" in text_of(code[3])
+    for fw in ("torch", "onnxruntime", "tensorflow"):
+        assert int(text_of(code[4]).split(f"{fw}: ")[1].split()[0]) >= 5  # layer spans of a FRAMEWORK trace
+    assert "'torch~onnxruntime': None, 'torch~tensorflow': None, 'onnxruntime~tensorflow': None" in text_of(code[5])
