@@ -47,6 +47,13 @@ class AccuracyPass:
 
 
 @dataclass(frozen=True)
+class OutputsPass:
+    """Every output of every input, captured as ``capture_outputs`` asked (the ``outputs`` frame's rows)."""
+    framework: str
+    outputs: pd.DataFrame
+
+
+@dataclass(frozen=True)
 class TimedLoop:
     """One scenario's timed loop at one batch size: raw latencies (int64 ns), the loop's wall time, the untimed
     warm-up calls before it, scenario extras (server: target/achieved qps, bound). ``complete`` is False when the
@@ -71,5 +78,5 @@ class TracedPass:
     overhead: list = field(default_factory=list)
 
 
-MEASUREMENTS = (ColdStart, AccuracyPass, TimedLoop, TracedPass)
+MEASUREMENTS = (ColdStart, AccuracyPass, OutputsPass, TimedLoop, TracedPass)
 """The records that hold a measurement (the history store keeps a framework's row from the first of them on)."""

@@ -58,6 +58,10 @@ class Evaluation:
     accuracy: pd.DataFrame = field(default_factory=pd.DataFrame)
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
     probabilities: dict[str, np.ndarray] = field(default_factory=dict)
+    #: one row per framework x input (x chunk) x output: shape, summary, values where captured (capture_outputs)
+    outputs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per framework x output x metric, against the reference framework (the first that captured outputs)
+    output_agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
     complete: bool = True
     #: per framework: ``status`` (complete | partial | failed | not run), ``reason`` (None or error, interrupt,
     #: signal, timeout, crash), ``message``, ``measured_batch_sizes``, ``missing_batch_sizes``,
@@ -217,6 +221,7 @@ class Evaluation:
             stack=stack, options=options,
             latency=rows(self.latency), cold_start=rows(self.cold_start), accuracy=rows(self.accuracy),
             predictions=rows(self.predictions), trace_overhead=rows(self.trace_overhead),
+            outputs=rows(self.outputs), output_agreement=rows(self.output_agreement),
             traces={k: v for k, v in self.traces.items() if k == framework},
             samples={SampleKey(*k): v.copy() for k, v in self.samples.items() if k[0] == framework},
             probabilities={k: v.copy() for k, v in self.probabilities.items() if k == framework},
@@ -225,6 +230,14 @@ class Evaluation:
             outcomes={k: dict(v) for k, v in self.outcomes.items() if k == framework},
             warnings=[w for w in self.warnings if _warning_framework(w, self.frameworks) in (None, framework)],
             trace_ids=list(self.trace_ids), history_ids=[], id=self.id, created_at=self.created_at)
+
+    def agreement(self, reference: str | None = None, metrics=None) -> pd.DataFrame:
+        """Each framework's captured outputs against ``reference``'s (default: the first framework), one row per
+        framework x output x metric (:func:`mlms_nb.evaluation.agreement.agreement`); ``metrics``: built-in names
+        (mse, mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``, beside the manifest's own."""
+        from mlms_nb.evaluation.agreement import agreement
+
+        return agreement(self.outputs, reference, metrics, _manifest_metrics(self.manifests))
 
     @property
     def trace(self):
@@ -282,6 +295,7 @@ class Evaluation:
             manifests={k: v for p in parts for k, v in p.manifests.items()}, stack=stack, options=options,
             latency=concat("latency"), cold_start=concat("cold_start"), accuracy=concat("accuracy"),
             predictions=concat("predictions"), trace_overhead=concat("trace_overhead"),
+            outputs=concat("outputs"), output_agreement=concat("output_agreement"),
             traces={k: v for p in parts for k, v in p.traces.items()},
             samples={k: v for p in parts for k, v in p.samples.items()},
             probabilities={k: v for p in parts for k, v in p.probabilities.items()},
@@ -358,6 +372,19 @@ class Evaluation:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         return display.mimebundle(self)
+
+
+def _manifest_metrics(manifests: dict[str, dict]) -> dict[str, list[str]]:
+    """Output name -> the built-in metrics its manifests list (``outputs[].metrics``)."""
+    out: dict[str, list[str]] = {}
+    for manifest in manifests.values():
+        for i, spec in enumerate(manifest.get("outputs") or []):
+            name = spec.get("name") or ("output" if i == 0 else f"output_{i}")
+            for metric in spec.get("metrics") or []:
+                out.setdefault(name, [])
+                if metric not in out[name]:
+                    out[name].append(metric)
+    return out
 
 
 def _warning_framework(warning: str, frameworks: list[str]) -> str | None:

@@ -59,8 +59,9 @@ class EvaluationRunner:
     """Runs one evaluation over several manifests (frameworks) with one set of options."""
 
     def __init__(self, manifests: list[Manifest], options: EvaluateOptions, sink: Sink | None = None,
-                 launcher: Launcher | None = None):
+                 launcher: Launcher | None = None, metrics=None):
         self.manifests = manifests
+        self.metrics = metrics  # output metrics (names or {name: fn}); applied here, never shipped to a worker
         self.options = options
         self.sink = sink
         names = {m.name for m in manifests}
@@ -82,7 +83,7 @@ class EvaluationRunner:
             model=first.name, model_version=first.version, frameworks=frameworks,
             manifests={m.framework.name: m.to_dict() for m in self.manifests},
             stack=detect_stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe()})
-        assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario)
+        assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario, metrics=self.metrics)
         progress = _progress(len(self.manifests) * len(opts.batch_sizes), opts.progress, first.name)
         stop: BaseException | None = None
         outcomes: dict[str, Outcome] = {}

@@ -17,6 +17,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from mlms_nb.data.feeds import count
+
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import Timing, spell
 
@@ -149,4 +151,4 @@ def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timin
         if getattr(stop, "partial", None) is not None:
             stop.partial = stop.partial._replace(warmup_calls=warm)  # type: ignore[attr-defined]
         raise
-    return TimingResult(scenario, int(batch.shape[0]), samples, wall, warm, extra)
+    return TimingResult(scenario, count(batch), samples, wall, warm, extra)

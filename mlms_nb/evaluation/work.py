@@ -22,7 +22,10 @@ from mlms_nb.data.datasets import open_dataset
 from mlms_nb.data.labels import check_label_count, load_labels
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError
-from mlms_nb.evaluation.records import AccuracyPass, ColdStart, Note, Opened, TimedLoop, TracedPass
+from mlms_nb.data.feeds import fed_name
+from mlms_nb.evaluation.inputs import LoadedInputs, load_inputs
+from mlms_nb.evaluation.outputs import OutputRecorder, capturing, outputs_pass
+from mlms_nb.evaluation.records import AccuracyPass, ColdStart, Note, Opened, OutputsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
@@ -56,7 +59,8 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     level = TraceLevel.parse(opts.tracing.trace_level)
     traced = start_traced_pass(level, job.trace_id, fw) if level > TraceLevel.NONE else None
     t_pre = time.perf_counter_ns()
-    inputs, labels, ids = _load_inputs(dataset, preprocess, opts.limit)
+    inputs = load_inputs(dataset, preprocess, opts.limit)  # dense, ragged (dynamic sizes) or chunked sequences
+    labels, ids = inputs.labels, inputs.ids
     if traced:
         traced.tracer.add_span("preprocess dataset", TraceLevel.APPLICATION, "application", t_pre,
                                time.perf_counter_ns(), inputs=len(inputs), dataset=dataset.name)
@@ -81,14 +85,22 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         first_batch = make_batch(inputs, opts.batch_sizes[0])
         t0 = time.perf_counter_ns()
         predict(first_batch)
-        emit(ColdStart(fw, int(first_batch.shape[0]), load_ns, time.perf_counter_ns() - t0))
+        emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t0))
 
-        if labels is not None and manifest.outputs[0].type == "classification":
+        recorder = OutputRecorder(manifest, fw, opts.capture_outputs)
+        if labels is not None and manifest.outputs[0].type == "classification" and inputs.kind == "dense":
             watch.phase = "the accuracy pass"
-            acc, preds, probs = _accuracy(predict, manifest, inputs, labels, ids, max(opts.batch_sizes), opts.trust)
+            scored = capturing(predict, recorder, ids, fed_name(manifest)) if recorder.enabled else predict
+            acc, preds, probs = _accuracy(scored, manifest, inputs.data, labels, ids, max(opts.batch_sizes),
+                                          opts.trust)
             acc.update({"framework": fw, "dataset": dataset.name, "skipped": len(dataset.skipped)})
             preds.insert(0, "framework", fw)
             emit(AccuracyPass(fw, acc, preds, probs if opts.keep_probabilities else None))
+        elif recorder.enabled:
+            watch.phase = "the outputs pass"
+            outputs_pass(predict, manifest, inputs, recorder, max(opts.batch_sizes))
+        if recorder.rows:
+            emit(OutputsPass(fw, recorder.frame()))
 
         untraced_median_ns: dict[int, float] = {}
         for batch_size in opts.batch_sizes:
@@ -135,7 +147,8 @@ def _trace(traced, predictor, manifest: Manifest, inputs: np.ndarray, opts: Eval
     fw = manifest.framework.name
     log.info("tracing %s at level %s", fw, traced.tracer.level.name)
     batches = {b: make_batch(inputs, b) for b in opts.batch_sizes}
-    trace_batches(traced, predictor, Postprocessor(manifest, trust=opts.trust), batches, untraced_median_ns,
+    post = Postprocessor(manifest, trust=opts.trust)
+    trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns,
                   repeats=opts.tracing.trace_repeats)
     emit(TracedPass(fw, traced.tracer.trace(), traced.tracer.trace_id, list(traced.overhead)))
 
@@ -151,23 +164,10 @@ def _prepare_assets(manifest: Manifest) -> None:
             resolve_asset(uri, manifest.model.sha256.get(field_name), base)
 
 
-def _load_inputs(dataset, preprocess, limit):
-    """All preprocessed inputs of the dataset in memory (N first), their labels and ids."""
-    data, labels, ids = [], [], []
-    for batch in dataset.iter_batches(32, preprocess, limit=limit):
-        data.append(batch.data)
-        ids.extend(batch.ids)
-        if batch.labels is not None:
-            labels.append(batch.labels)
-    if not data:
-        raise DatasetError(f"dataset {dataset.name!r} gave no inputs")
-    return np.concatenate(data), (np.concatenate(labels) if labels else None), ids
-
-
-def make_batch(inputs: np.ndarray, batch_size: int) -> np.ndarray:
-    """``batch_size`` inputs, cycling through the dataset when it is smaller; contiguous."""
-    idx = np.arange(batch_size) % len(inputs)
-    return np.ascontiguousarray(inputs[idx])
+def make_batch(inputs: LoadedInputs, batch_size: int):
+    """``batch_size`` inputs, cycling through the dataset when it is smaller; contiguous (see
+    :meth:`~mlms_nb.evaluation.inputs.LoadedInputs.batch`)."""
+    return inputs.batch(batch_size)
 
 
 def _accuracy(predict, manifest, inputs, labels, ids, batch_size, trust):

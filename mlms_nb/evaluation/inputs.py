@@ -1,0 +1,83 @@
+"""The preprocessed inputs of one framework's work, in one of three shapes:
+
+- dense: every input has one shape; held stacked (an array, or a mapping name -> array for several fed inputs
+  such as a tokenizer's ids and mask), N first;
+- ragged: inputs of dynamic sizes (``dimensions`` with ``null`` or a symbol), held one by one; each is run alone
+  (batch 1) in the outputs pass;
+- sequences: each dataset item became ordered chunks (a ``chunk`` step); each item is run chunk by chunk, in order,
+  the state outputs fed back as the next chunk's state inputs (``Manifest.state``).
+
+Timed loops need one batch of a given size: dense inputs cycle through the dataset; ragged ones repeat the first
+input; sequences repeat the first chunk of the first item (with zero state), so latency is one call's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from mlms_nb.data.feeds import concat, count, stack, take
+from mlms_nb.errors import DatasetError
+
+
+@dataclass
+class LoadedInputs:
+    """Inputs of one dataset (see the module docstring): ``kind`` is dense, ragged or sequences."""
+    kind: str
+    data: Any                       # dense: stacked batch; ragged / sequences: list of items
+    ids: list[str]
+    labels: np.ndarray | None = None
+    skipped: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def batch(self, batch_size: int) -> Any:
+        """``batch_size`` inputs for a timed loop (see the module docstring); contiguous."""
+        if self.kind == "dense":
+            return take(self.data, np.arange(batch_size) % count(self.data))
+        one = self.data[0] if self.kind == "ragged" else take(self.data[0], 0)  # a sequence: its first chunk
+        return stack([one] * batch_size)
+
+    def calls(self, batch_size: int) -> Iterator[tuple[list[str], Any]]:
+        """``(ids, batch)`` in dataset order: dense inputs ``batch_size`` at a time, ragged ones one at a time."""
+        if self.kind == "dense":
+            for start in range(0, len(self), batch_size):
+                yield self.ids[start:start + batch_size], take(self.data, slice(start, start + batch_size))
+        elif self.kind == "ragged":
+            for input_id, item in zip(self.ids, self.data):
+                yield [input_id], stack([item])
+        else:
+            raise DatasetError("inputs cut into chunks run item by item (run_sequences), not in batches")
+
+
+def load_inputs(dataset, preprocess, limit: int | None) -> LoadedInputs:
+    """Every preprocessed input of ``dataset`` (at most ``limit``), held as dense, ragged or sequences."""
+    ragged = preprocess.input.dynamic or preprocess.chunked
+    data, labels, ids = [], [], []
+    for batch in dataset.iter_batches(1 if ragged else 32, preprocess, limit=limit):
+        ids.extend(batch.ids)
+        if batch.labels is not None:
+            labels.append(batch.labels)
+        if ragged:
+            data.extend(take(batch.data, i) for i in range(len(batch.ids)))
+        else:
+            data.append(batch.data)
+    if not ids:
+        raise DatasetError(f"dataset {dataset.name!r} gave no inputs")
+    label_array = np.concatenate(labels) if labels else None
+    if preprocess.chunked:
+        return LoadedInputs("sequences", data, ids, label_array)
+    if ragged:
+        shapes = {_shape(item) for item in data}
+        if len(shapes) == 1:  # every input came out the same size after all
+            return LoadedInputs("dense", stack(data), ids, label_array)
+        return LoadedInputs("ragged", data, ids, label_array)
+    return LoadedInputs("dense", concat(data), ids, label_array)
+
+
+def _shape(item: Any) -> Any:
+    if isinstance(item, dict):
+        return tuple(sorted((k, np.shape(v)) for k, v in item.items()))
+    return np.shape(item)
