@@ -160,3 +160,19 @@ def test_inputs_are_checked_by_name_and_shape(streamer_models):
     data["state"] = {}
     with pytest.raises(ManifestError, match=r"inputs\[1\]: nothing feeds input 'state'"):
         parse_manifest(data)
+
+
+def test_output_divergence_for_a_model_without_an_architecture(streamer_models, mlms_home, monkeypatch):
+    from mlms_nb import display
+    from mlms_nb.divergence import diverge_outputs
+
+    monkeypatch.setenv("MLMS_MANIFEST_PATH", str(streamer_models["manifests"]))
+    result = diverge_outputs("streamer", frameworks="torch,onnxruntime", trust=True, limit=4,
+                             dataset=str(streamer_models["folder"] / "signals.npz"))
+    assert result.diverged == []
+    rows = result.table.set_index(["output", "metric"])
+    assert rows.loc[("new_state", "max_rel_error"), "value"] < 1e-4 and rows.loc[("new_state", "mse"), "inputs"] == 4
+    text = display.render_text(result)
+    assert "Output divergence of streamer (reference: torch)" in text and "4 inputs of" in text
+    assert display.render_json(result)["rows"]
+    assert result.plot("bokeh") is not None

@@ -25,6 +25,7 @@ import numpy as np
 
 from mlms_nb.errors import DatasetError, MlmsError
 from mlms_nb.manifest import Manifest
+from mlms_nb.data.feeds import stack
 from mlms_nb.data.transforms import ImageDecodeError, Preprocessor
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -151,7 +152,7 @@ class _ImageFiles(Dataset):
 
     def _batch(self, data: list[np.ndarray], idx: list[int]) -> Batch:
         labels = None if self.labels is None else self.labels[idx]
-        return Batch(data=np.stack(data), labels=labels, ids=[self.ids[i] for i in idx])
+        return Batch(data=stack(data), labels=labels, ids=[self.ids[i] for i in idx])
 
 
 def _short(reason: str, path: Path) -> str:
@@ -285,7 +286,10 @@ class SyntheticDataset(Dataset):
         super().__init__()
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
             raise DatasetError(f"synthetic: count must be a positive integer, got {count!r}")
-        spec = manifest.inputs[0]
+        spec = manifest.fed_input
+        if spec.dynamic:
+            raise DatasetError(f"synthetic: {manifest.key}'s input {spec.name or 'input'} has dynamic dimensions "
+                               f"{spec.dimensions}; evaluate it on a dataset (a folder of images, a .npz)")
         self.manifest = manifest
         self.count = int(count)
         self.seed = int(seed)
@@ -357,19 +361,20 @@ class NpzDataset(Dataset):
 
     def check(self, manifest: Manifest) -> None:
         """Raise `DatasetError` unless ``x`` is shaped ``(N, *inputs[0].dimensions)``."""
-        expected = [int(d) for d in manifest.inputs[0].dimensions]
+        spec = manifest.fed_input
+        expected = list(spec.dimensions)
         actual = list(self.x.shape[1:])
-        if actual != expected:
+        if len(actual) != len(expected) or any(isinstance(e, int) and e != a for e, a in zip(expected, actual)):
             raise DatasetError(
                 f"{self.path}: 'x' holds inputs shaped {actual} (without the batch), but {manifest.key} expects "
-                f"{expected} ({manifest.inputs[0].layout} without the batch); the .npz must be preprocessed already")
+                f"{expected} ({spec.layout} without the batch); the .npz must be preprocessed already")
 
     def _batches(self, batch_size, preprocess, limit, drop_last):
         manifest = preprocess.manifest if preprocess is not None else self.manifest
         dtype = None
         if manifest is not None:
             self.check(manifest)
-            dtype = np.dtype(manifest.inputs[0].element_type)
+            dtype = np.dtype(manifest.fed_input.element_type)
         n = len(self) if limit is None else min(limit, len(self))
         for start in range(0, n, batch_size):
             stop = min(start + batch_size, n)

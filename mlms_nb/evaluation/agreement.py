@@ -1,9 +1,10 @@
 """How far each framework's outputs are from a reference framework's, from the values both captured (the
 ``outputs`` frame, :mod:`mlms_nb.evaluation.outputs`): one row per framework x output x metric.
 
-Always: ``max_abs_error`` and ``mean_abs_error`` over every element (the output's unit), ``max_rel_error`` and
-``mean_rel_error`` (``|a - r| / max(|r|, 1e-12)``, a fraction), ``cosine`` (per input, averaged; 1 = same
-direction). Built-in metrics by name (``outputs[].metrics`` in the manifest, or ``metrics=[...]``), each averaged
+Always: ``max_abs_error`` and ``mean_abs_error`` over every element (the output's unit), ``max_rel_error`` =
+max|a - r| / max|r| and ``mean_rel_error`` = mean|a - r| / mean|r| (fractions of the reference's range, as the
+layer-level divergence defines them: an element-wise ratio explodes on zeros), ``cosine`` (per input, averaged;
+1 = same direction). Built-in metrics by name (``outputs[].metrics`` in the manifest, or ``metrics=[...]``), each averaged
 over the inputs: ``mse``, ``mae``, ``iou`` (masks: elements > 0.5; 1 when both are empty) and ``exact_match``
 (1 when every element is equal). A user metric is a callable ``fn(output, reference) -> float`` given as
 ``metrics={"name": fn}`` in the Python API; it runs on each input's pair of arrays (shaped as the output) and is
@@ -56,6 +57,19 @@ def resolve_metrics(metrics: Mapping[str, Any] | Iterable[str] | None) -> dict[s
     return out
 
 
+def manifest_metrics(manifests: Mapping[str, dict]) -> dict[str, list[str]]:
+    """Output name -> the built-in metrics its manifests (framework -> ``Manifest.to_dict()``) list."""
+    out: dict[str, list[str]] = {}
+    for manifest in manifests.values():
+        for i, spec in enumerate(manifest.get("outputs") or []):
+            name = spec.get("name") or ("output" if i == 0 else f"output_{i}")
+            for metric in spec.get("metrics") or []:
+                out.setdefault(name, [])
+                if metric not in out[name]:
+                    out[name].append(metric)
+    return out
+
+
 def agreement(outputs: pd.DataFrame, reference: str | None = None, metrics: Any = None,
               per_output: Mapping[str, Iterable[str]] | None = None) -> pd.DataFrame:
     """The ``output_agreement`` frame of every framework in ``outputs`` against ``reference`` (default: the first
@@ -96,7 +110,8 @@ def _compare(pairs: list[tuple[np.ndarray, np.ndarray]], functions: dict[str, Ca
     a = np.concatenate([p[0].reshape(-1) for p in pairs])
     r = np.concatenate([p[1].reshape(-1) for p in pairs])
     abs_err = np.abs(a - r)
-    rel_err = abs_err / np.maximum(np.abs(r), EPS)
+    scale_max = max(float(np.max(np.abs(r))) if r.size else 0.0, EPS)
+    scale_mean = max(float(np.mean(np.abs(r))) if r.size else 0.0, EPS)
     cosines = []
     for x, y in pairs:
         x, y = x.reshape(-1), y.reshape(-1)
@@ -104,8 +119,8 @@ def _compare(pairs: list[tuple[np.ndarray, np.ndarray]], functions: dict[str, Ca
         cosines.append(float(x @ y / norm) if norm > 0 else float(np.array_equal(x, y)))
     out = {"max_abs_error": float(abs_err.max()) if abs_err.size else 0.0,
            "mean_abs_error": float(abs_err.mean()) if abs_err.size else 0.0,
-           "max_rel_error": float(rel_err.max()) if rel_err.size else 0.0,
-           "mean_rel_error": float(rel_err.mean()) if rel_err.size else 0.0,
+           "max_rel_error": float(abs_err.max()) / scale_max if abs_err.size else 0.0,
+           "mean_rel_error": float(abs_err.mean()) / scale_mean if abs_err.size else 0.0,
            "cosine": float(np.mean(cosines))}
     for name, fn in functions.items():
         try:

@@ -235,9 +235,9 @@ class Evaluation:
         """Each framework's captured outputs against ``reference``'s (default: the first framework), one row per
         framework x output x metric (:func:`mlms_nb.evaluation.agreement.agreement`); ``metrics``: built-in names
         (mse, mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``, beside the manifest's own."""
-        from mlms_nb.evaluation.agreement import agreement
+        from mlms_nb.evaluation.agreement import agreement, manifest_metrics
 
-        return agreement(self.outputs, reference, metrics, _manifest_metrics(self.manifests))
+        return agreement(self.outputs, reference, metrics, manifest_metrics(self.manifests))
 
     @property
     def trace(self):
@@ -372,19 +372,6 @@ class Evaluation:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         return display.mimebundle(self)
-
-
-def _manifest_metrics(manifests: dict[str, dict]) -> dict[str, list[str]]:
-    """Output name -> the built-in metrics its manifests list (``outputs[].metrics``)."""
-    out: dict[str, list[str]] = {}
-    for manifest in manifests.values():
-        for i, spec in enumerate(manifest.get("outputs") or []):
-            name = spec.get("name") or ("output" if i == 0 else f"output_{i}")
-            for metric in spec.get("metrics") or []:
-                out.setdefault(name, [])
-                if metric not in out[name]:
-                    out[name].append(metric)
-    return out
 
 
 def _warning_framework(warning: str, frameworks: list[str]) -> str | None:

@@ -51,7 +51,7 @@ def resolve_manifests(model: str | Manifest, frameworks: list[str], explicit: bo
 
 def default_dataset(manifest: Manifest) -> str:
     """Labeled photos for pretrained image classifiers; synthetic tensors otherwise."""
-    image_classifier = manifest.inputs[0].type == "image" and manifest.outputs[0].type == "classification"
+    image_classifier = manifest.fed_input.type == "image" and manifest.outputs[0].type == "classification"
     return "imagenet-samples" if manifest.pretrained and image_classifier else "synthetic"
 
 
