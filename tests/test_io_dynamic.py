@@ -96,6 +96,7 @@ def test_photos_of_different_sizes_run_in_one_dataset(masknet_folder, mlms_home,
     spans = ev.trace.spans
     assert (spans["name"] == "predict").sum() >= 2
     assert not (spans["name"] == "postprocess").any()  # no softmax/top-5 of a mask in the traced pass
+    assert "Output agreement: onnxruntime vs torch, mask: max_abs_error" in ev.to_text()
 
 
 def test_a_size_against_the_dimensions_is_named(masknet_folder):
