@@ -122,3 +122,13 @@ def test_capture_modes_and_output_metrics():
     assert rows.loc["exact_match", "value"] == 0.0 and rows.loc["max_abs_error", "value"] == pytest.approx(0.6)
     with pytest.raises(MlmsError, match="unknown metric 'rmse'"):
         agreement(outputs, metrics=["rmse"])
+
+
+def test_a_fed_input_batched_on_another_axis_is_moved_there():
+    from mlms_nb.evaluation.inputs import LoadedInputs
+
+    inputs = LoadedInputs("dense", np.arange(12, dtype=np.float32).reshape(3, 4), ["a", "b", "c"],
+                          batch_axes={"x": 1}, fed="x")
+    batch = inputs.batch(2)  # datasets stack on axis 0; the model takes (4, N)
+    assert batch.shape == (4, 2) and batch[:, 1].tolist() == [4, 5, 6, 7]
+    assert [b.shape for _, b in inputs.calls(2)] == [(4, 2), (4, 1)]

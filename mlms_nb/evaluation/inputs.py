@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from mlms_nb.data.feeds import concat, count, stack, take
+from mlms_nb.data.feeds import concat, count, fed_name, input_names, stack, take
 from mlms_nb.errors import DatasetError
 
 
@@ -29,6 +29,18 @@ class LoadedInputs:
     ids: list[str]
     labels: np.ndarray | None = None
     skipped: list = field(default_factory=list)
+    #: fed inputs whose batch axis is not the first: name -> axis (datasets stack on axis 0; moved before a call)
+    batch_axes: dict[str, int] = field(default_factory=dict)
+    fed: str = "input"
+
+    def to_model(self, batch: Any) -> Any:
+        """A batch stacked on axis 0, with each fed input's batch moved to its own batch axis."""
+        if not self.batch_axes:
+            return batch
+        if isinstance(batch, dict):
+            return {k: np.moveaxis(v, 0, self.batch_axes[k]) if k in self.batch_axes else v for k, v in batch.items()}
+        axis = self.batch_axes.get(self.fed)
+        return batch if axis is None else np.ascontiguousarray(np.moveaxis(batch, 0, axis))
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -36,18 +48,18 @@ class LoadedInputs:
     def batch(self, batch_size: int) -> Any:
         """``batch_size`` inputs for a timed loop (see the module docstring); contiguous."""
         if self.kind == "dense":
-            return take(self.data, np.arange(batch_size) % count(self.data))
+            return self.to_model(take(self.data, np.arange(batch_size) % count(self.data)))
         one = self.data[0] if self.kind == "ragged" else take(self.data[0], 0)  # a sequence: its first chunk
-        return stack([one] * batch_size)
+        return self.to_model(stack([one] * batch_size))
 
     def calls(self, batch_size: int) -> Iterator[tuple[list[str], Any]]:
         """``(ids, batch)`` in dataset order: dense inputs ``batch_size`` at a time, ragged ones one at a time."""
         if self.kind == "dense":
             for start in range(0, len(self), batch_size):
-                yield self.ids[start:start + batch_size], take(self.data, slice(start, start + batch_size))
+                yield self.ids[start:start + batch_size], self.to_model(take(self.data, slice(start, start + batch_size)))
         elif self.kind == "ragged":
             for input_id, item in zip(self.ids, self.data):
-                yield [input_id], stack([item])
+                yield [input_id], self.to_model(stack([item]))
         else:
             raise DatasetError("inputs cut into chunks run item by item (run_sequences), not in batches")
 
@@ -67,14 +79,19 @@ def load_inputs(dataset, preprocess, limit: int | None) -> LoadedInputs:
     if not ids:
         raise DatasetError(f"dataset {dataset.name!r} gave no inputs")
     label_array = np.concatenate(labels) if labels else None
+    manifest = preprocess.manifest
+    names = input_names(manifest)
+    layout = dict(batch_axes={name: spec.batch_axis for name, spec in zip(names, manifest.inputs)
+                              if spec.batch_axis not in (None, 0) and spec.type != "constant"
+                              and name not in manifest.state.values()}, fed=fed_name(manifest))
     if preprocess.chunked:
-        return LoadedInputs("sequences", data, ids, label_array)
+        return LoadedInputs("sequences", data, ids, label_array, **layout)
     if ragged:
         shapes = {_shape(item) for item in data}
         if len(shapes) == 1:  # every input came out the same size after all
-            return LoadedInputs("dense", stack(data), ids, label_array)
-        return LoadedInputs("ragged", data, ids, label_array)
-    return LoadedInputs("dense", concat(data), ids, label_array)
+            return LoadedInputs("dense", stack(data), ids, label_array, **layout)
+        return LoadedInputs("ragged", data, ids, label_array, **layout)
+    return LoadedInputs("dense", concat(data), ids, label_array, **layout)
 
 
 def _shape(item: Any) -> Any:

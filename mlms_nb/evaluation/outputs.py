@@ -102,13 +102,15 @@ def _row(framework: str, input_id: str, chunk: int, name: str, value: np.ndarray
             "values": flat.tolist() if keep_values and flat is not None else None}
 
 
-def capturing(predict: Callable, recorder: OutputRecorder, ids: list[str], feed_name: str) -> Callable:
+def capturing(predict: Callable, recorder: OutputRecorder, ids: list[str], feed_name: str,
+              to_model: Callable = lambda batch: batch) -> Callable:
     """``predict`` for the accuracy pass (array in, first output out) that also records every output of each
-    call for the next ``len(batch)`` of ``ids`` (the pass goes through the inputs in order)."""
+    call for the next ``len(batch)`` of ``ids`` (the pass goes through the inputs in order); ``to_model`` moves
+    the batch axis where the model wants it."""
     position = [0]
 
     def predict_and_record(batch: np.ndarray):
-        outputs = predict({feed_name: batch})
+        outputs = predict({feed_name: to_model(batch)})
         start = position[0]
         position[0] += len(batch)
         recorder.add(ids[start:start + len(batch)], outputs)
@@ -121,7 +123,7 @@ def outputs_pass(predict: Callable, manifest: Manifest, inputs, recorder: Output
     """Every input through ``predict`` (a mapping in, every output out), recorded (dense, ragged or sequences:
     :mod:`mlms_nb.evaluation.inputs`)."""
     if inputs.kind == "sequences":
-        run_sequences(predict, manifest, inputs.ids, inputs.data, recorder)
+        run_sequences(predict, manifest, inputs.ids, inputs.data, recorder, inputs.to_model)
         return
     name = fed_name(manifest)
     for ids, batch in inputs.calls(batch_size):
@@ -129,9 +131,10 @@ def outputs_pass(predict: Callable, manifest: Manifest, inputs, recorder: Output
 
 
 def run_sequences(predict: Callable, manifest: Manifest, ids: list[str], items: list[Any],
-                  recorder: OutputRecorder | None = None) -> list[list[dict[str, np.ndarray]]]:
+                  recorder: OutputRecorder | None = None,
+                  to_model: Callable = lambda batch: batch) -> list[list[dict[str, np.ndarray]]]:
     """Each item's chunks in order, state carried from call to call and reset per item; returns per item the
-    outputs of each chunk (batch 1)."""
+    outputs of each chunk (batch 1). ``to_model`` moves a chunk's batch axis where the model wants it."""
     name = fed_name(manifest)
     results = []
     for input_id, item in zip(ids, items):
@@ -140,7 +143,7 @@ def run_sequences(predict: Callable, manifest: Manifest, ids: list[str], items: 
         chunks = len(next(iter(item.values()))) if isinstance(item, dict) else len(item)
         for c in range(chunks):
             one = {k: v[c:c + 1] for k, v in item.items()} if isinstance(item, dict) else {name: item[c:c + 1]}
-            outputs = predict({**one, **state})
+            outputs = predict({**to_model(one), **state})
             state = {into: outputs[out] for out, into in manifest.state.items()}
             per_chunk.append(outputs)
             if recorder is not None:

@@ -90,7 +90,8 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         recorder = OutputRecorder(manifest, fw, opts.capture_outputs)
         if labels is not None and manifest.outputs[0].type == "classification" and inputs.kind == "dense":
             watch.phase = "the accuracy pass"
-            scored = capturing(predict, recorder, ids, fed_name(manifest)) if recorder.enabled else predict
+            scored = (capturing(predict, recorder, ids, fed_name(manifest), inputs.to_model)
+                      if recorder.enabled or inputs.batch_axes else predict)
             acc, preds, probs = _accuracy(scored, manifest, inputs.data, labels, ids, max(opts.batch_sizes),
                                           opts.trust)
             acc.update({"framework": fw, "dataset": dataset.name, "skipped": len(dataset.skipped)})
