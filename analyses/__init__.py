@@ -13,5 +13,5 @@ Every ``plot`` takes ``backend="bokeh"`` or ``"matplotlib"``; :func:`show` displ
 (Bokeh with INLINE resources), :func:`figure_page` gives the text of a standalone HTML page (``timeline.to_html``
 writes the timeline's page to a file).
 """
-from ._plot import BOKEHJS_MARK, FIGURE_MARK, Displayable, show  # noqa: F401
-from ._plot import to_html as figure_page  # noqa: F401
+from ._output import BOKEHJS_MARK, FIGURE_MARK, Displayable, show  # noqa: F401
+from ._output import to_html as figure_page  # noqa: F401

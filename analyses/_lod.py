@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 
 @dataclass
@@ -143,3 +144,19 @@ def level_for(pyramid: Pyramid, ns_per_px: float) -> int:
         return 0
     finer = np.flatnonzero(res <= ns_per_px * LEVEL_SLACK * (1 + 1e-9))
     return int(finer[0]) if len(finer) else pyramid.raw_level
+
+
+def signatures(tl: pd.DataFrame, colours: dict[str, str]) -> tuple[np.ndarray, dict]:
+    """Signature id of every row and the signature table (name, shape, layer_type, kind, level, flops, c:
+    colour index into ``colours`` + other)."""
+    cols = ["name", "shape", "layer_type", "kind", "level", "colour_key"]
+    keys = pd.DataFrame({c: tl[c].cat.codes.to_numpy() for c in cols})
+    keys["flops"] = tl["flops"].to_numpy()
+    sig = keys.groupby(list(keys.columns), sort=False, dropna=False).ngroup().to_numpy(np.int64)
+    first = np.unique(sig, return_index=True)[1]
+    rows = tl.iloc[first]
+    index = {k: i for i, k in enumerate(colours)}
+    table = {c: rows[c].astype(str).tolist() for c in ("name", "shape", "layer_type", "kind", "level")}
+    table["flops"] = rows["flops"].to_numpy(np.float64)
+    table["c"] = np.array([index.get(str(k), len(colours)) for k in rows["colour_key"]], np.int32)
+    return sig, table

@@ -24,6 +24,7 @@ import gzip
 import numpy as np
 import pandas as pd
 
+from ._lod import signatures
 from ._plot import MissingDependency
 
 OTHER_COLOR = "#c7c7c7"
@@ -157,22 +158,6 @@ LEGEND_COLUMNS = 4
 HOVER_FIELDS = ("name", "duration", "shape", "FLOPs", "layer type", "spans merged", "busy time", "start")
 """Labels of the hover tooltip, in order."""
 _HOVER_FORMATS = ("name", "duration", "shape", "flops", "layer_type", "count", "busy", "start")
-
-
-def signatures(tl: pd.DataFrame, colours: dict[str, str]) -> tuple[np.ndarray, dict]:
-    """Signature id of every row and the signature table (name, shape, layer_type, kind, level, flops, c:
-    colour index into ``colours`` + other)."""
-    cols = ["name", "shape", "layer_type", "kind", "level", "colour_key"]
-    keys = pd.DataFrame({c: tl[c].cat.codes.to_numpy() for c in cols})
-    keys["flops"] = tl["flops"].to_numpy()
-    sig = keys.groupby(list(keys.columns), sort=False, dropna=False).ngroup().to_numpy(np.int64)
-    first = np.unique(sig, return_index=True)[1]
-    rows = tl.iloc[first]
-    index = {k: i for i, k in enumerate(colours)}
-    table = {c: rows[c].astype(str).tolist() for c in ("name", "shape", "layer_type", "kind", "level")}
-    table["flops"] = rows["flops"].to_numpy(np.float64)
-    table["c"] = np.array([index.get(str(k), len(colours)) for k in rows["colour_key"]], np.int32)
-    return sig, table
 
 
 def payload(tl: pd.DataFrame, sig: np.ndarray) -> tuple[str, dict]:

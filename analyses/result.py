@@ -30,13 +30,13 @@ class Analysis:
         """The figure: a Bokeh layout (``backend="bokeh"``) or a matplotlib Figure (``"matplotlib"``)."""
         if self.draw is None:
             raise AnalysisError(f"the {self.name} analysis has nothing to plot")
-        from ._plot import Displayable
+        from ._output import Displayable
 
         return Displayable(self.draw(self.table, backend, **kwargs))  # shows itself as a cell's last value
 
     def show(self, backend: str = "bokeh", **kwargs) -> None:
         """Display the figure in a notebook (Bokeh with INLINE resources: works offline)."""
-        from ._plot import show
+        from ._output import show
 
         show(self.plot(backend, **kwargs))
 

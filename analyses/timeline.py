@@ -24,6 +24,7 @@ import pandas as pd
 from mlms_nb.schema.trace import LEVEL_NAMES, validate_spans
 
 from . import _lod
+from ._lod import signatures  # noqa: F401  (hover signatures of the pyramid rows; the server index uses them)
 from ._plot import AnalysisError, MissingDependency, check_backend
 
 # tab20, dark shades first: the same colours in Bokeh and matplotlib
@@ -357,7 +358,7 @@ def _matplotlib(tl, start_ms, end_ms, title, measured_by):
 def to_html(fig, path: str | os.PathLike, title: str = "mlms-nb timeline") -> Path:
     """Write ``fig`` (Bokeh: BokehJS and the data inlined, works offline; matplotlib: an embedded PNG) as a
     standalone HTML page at ``path``; returns the path (its size in bytes is what the page weighs)."""
-    from ._plot import to_html as page
+    from ._output import to_html as page
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -368,6 +369,6 @@ def to_html(fig, path: str | os.PathLike, title: str = "mlms-nb timeline") -> Pa
 
 def show(fig) -> None:
     """Display ``fig`` in a notebook (Bokeh with INLINE resources; matplotlib as PNG)."""
-    from ._plot import show as display
+    from ._output import show as display
 
     display(fig)

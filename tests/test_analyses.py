@@ -408,7 +408,7 @@ def test_04_roofline_and_layers_notebook(shared_home):
     code = [c for c in nb.cells if c.cell_type == "code"]
     occurrence = text_of(code[1])
     assert "Conv2dStaticSamePadding" in occurrence and "every predict call ran the same number of layers" in occurrence
-    from mlms_nb.analyses._plot import BOKEHJS_MARK, FIGURE_MARK
+    from mlms_nb.analyses import BOKEHJS_MARK, FIGURE_MARK
 
     html = [[o.get("data", {}).get("text/html", "") for o in c.outputs] for c in code]
     bokeh = [c for c in html if any(FIGURE_MARK in h for h in c)]

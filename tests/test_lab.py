@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mlms_nb.analyses._plot import BOKEHJS_MARK, FIGURE_MARK
+from mlms_nb.analyses import BOKEHJS_MARK, FIGURE_MARK
 from tests.lab_support import BASE_URL, CHROMIUM, SMALL_RUN, launch_chromium, small_traced_run, start_lab
 
 pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (the jupyter extra)")

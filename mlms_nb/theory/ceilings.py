@@ -20,10 +20,8 @@ torch thread count. ``refresh=True`` measures again.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import html
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -32,8 +30,11 @@ from typing import Any, Protocol
 import pandas as pd
 
 from mlms_nb._clock import now_utc
-from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
+from mlms_nb.errors import MlmsError
 from mlms_nb.stack import detect_stack, stack_hash
+from mlms_nb.theory._devices import (  # noqa: F401  (gpu_theoretical, DeviceUnavailableError: this module's API)
+    DeviceUnavailableError, check_available, gpu_theoretical, last_level_cache_bytes, nvml_limits, parse_device,
+    torch_module)
 
 CPU_GEMM_TARGET_S = 0.1
 CPU_GEMM_REPETITIONS = 5
@@ -47,15 +48,6 @@ MIN_REPETITIONS = 3
 NOISY_SPREAD = 0.2  # IQR / median above which the result carries a warning note
 TRIAD_SCALAR = 3.0
 TRIAD_BYTES_PER_ELEMENT = 3 * 8  # float64: read b, read c, write a
-
-# fp32 lanes (CUDA cores) per SM by compute capability, from NVIDIA's CUDA programming guide.
-FP32_LANES_PER_SM = {(5, 0): 128, (5, 2): 128, (5, 3): 128, (6, 0): 64, (6, 1): 128, (6, 2): 128, (7, 0): 64,
-                     (7, 2): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128, (9, 0): 128,
-                     (10, 0): 128, (10, 3): 128, (12, 0): 128, (12, 1): 128}
-
-
-class DeviceUnavailableError(MlmsError):
-    """The requested device cannot be measured here (no CUDA build of PyTorch, no GPU, index out of range)."""
 
 
 @dataclass(frozen=True)
@@ -137,112 +129,6 @@ def _fmt(value: float) -> str:
     if value is None or value != value:
         return ""
     return f"{value:.4g}" if abs(value) < 1e3 else f"{value:.4e}"
-
-
-# ---------------------------------------------------------------- devices
-
-def _torch():
-    try:
-        import torch  # noqa: PLC0415 - imported on first use
-    except ImportError:
-        raise FrameworkNotInstalledError("measuring machine ceilings needs PyTorch: pip install 'mlms-nb[torch]'") from None
-    return torch
-
-
-def parse_device(device: Any) -> str:
-    """``"cpu"``, ``"cuda"`` (-> ``cuda:0``) or ``"cuda:N"``, checked for form only; anything else is an MlmsError."""
-    text = str(device).strip().lower()
-    if text == "cpu":
-        return "cpu"
-    if text in ("cuda", "gpu"):
-        return "cuda:0"
-    kind, _, index = text.partition(":")
-    if kind in ("cuda", "gpu") and index.isdigit():
-        return f"cuda:{int(index)}"
-    raise MlmsError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N' (N a GPU index)")
-
-
-def check_available(device: str) -> None:
-    """Raise DeviceUnavailableError, saying why, when ``device`` (from :func:`parse_device`) cannot run here."""
-    if device == "cpu":
-        return
-    torch = _torch()
-    if torch.version.cuda is None:
-        raise DeviceUnavailableError(f"device {device!r}: PyTorch {torch.__version__} here is a CPU-only build, so "
-                                     "nothing can run on a GPU; install a CUDA build of torch on a machine with an "
-                                     "NVIDIA GPU")
-    if not torch.cuda.is_available():
-        raise DeviceUnavailableError(f"device {device!r}: no CUDA device is visible (torch.cuda.is_available() is "
-                                     "False: no NVIDIA GPU or driver, or CUDA_VISIBLE_DEVICES hides them)")
-    index = int(device.split(":")[1])
-    if index >= torch.cuda.device_count():
-        raise DeviceUnavailableError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
-
-
-def last_level_cache_bytes() -> int | None:
-    """Total size of the highest-level CPU cache over its instances (Linux sysfs); None where unknown."""
-    best: dict[str, tuple[int, int]] = {}  # shared_cpu_list -> (level, bytes)
-    for folder in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cache/index[0-9]*"):
-        try:
-            with open(os.path.join(folder, "level")) as f:
-                level = int(f.read())
-            with open(os.path.join(folder, "size")) as f:
-                size = f.read().strip().upper()
-            with open(os.path.join(folder, "shared_cpu_list")) as f:
-                shared = f.read().strip()
-            with open(os.path.join(folder, "type")) as f:
-                kind = f.read().strip()
-        except (OSError, ValueError):
-            continue
-        if kind == "Instruction":
-            continue
-        factor = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
-        value = int(size.rstrip("KMG")) * factor
-        best[f"{level}:{shared}"] = (level, value)
-    if not best:
-        return None
-    top = max(level for level, _ in best.values())
-    return sum(value for level, value in best.values() if level == top)
-
-
-def gpu_theoretical(sm_count: int, capability: tuple[int, int], sm_clock_mhz: float | None,
-                    memory_clock_mhz: float | None, bus_width_bits: int | None) -> tuple[float | None, float | None]:
-    """(fp32 FLOP/s, bytes/s) from the data sheet formula; None for a part that cannot be computed."""
-    lanes = FP32_LANES_PER_SM.get(tuple(capability))
-    flops = 2.0 * sm_count * lanes * sm_clock_mhz * 1e6 if lanes and sm_clock_mhz else None
-    bandwidth = 2.0 * memory_clock_mhz * 1e6 * bus_width_bits / 8 if memory_clock_mhz and bus_width_bits else None
-    return flops, bandwidth
-
-
-def _nvml_limits(uuid: str | None, index: int) -> tuple[dict[str, float], str]:
-    """Max SM and memory clocks (MHz) and the memory bus width (bits) from NVML, and a note when it failed."""
-    from mlms_nb.profilers.nvml import import_pynvml, nvml_error_name, nvml_init, nvml_shutdown
-
-    try:
-        pynvml = import_pynvml()
-    except FrameworkNotInstalledError as err:
-        return {}, str(err)
-    try:
-        nvml_init(pynvml)
-    except Exception as err:  # noqa: BLE001 - NVMLError_*
-        return {}, f"NVML could not start ({nvml_error_name(pynvml, err)}): no theoretical numbers"
-    try:
-        handle = None
-        if uuid:
-            try:
-                handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            except Exception:  # noqa: BLE001 - fall back to the index
-                handle = None
-        handle = handle or pynvml.nvmlDeviceGetHandleByIndex(index)
-        return {
-            "sm_clock_mhz": float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-            "memory_clock_mhz": float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
-            "bus_width_bits": int(pynvml.nvmlDeviceGetMemoryBusWidth(handle)),
-        }, ""
-    except Exception as err:  # noqa: BLE001
-        return {}, f"NVML could not read clocks or bus width ({nvml_error_name(pynvml, err)})"
-    finally:
-        nvml_shutdown(pynvml)
 
 
 # ---------------------------------------------------------------- measuring
@@ -332,7 +218,7 @@ def measure_ceilings(device: str = "cpu") -> Ceilings:
     """Measure peak fp32 FLOP/s and triad bandwidth of ``device`` now (no cache; see ``machine_ceilings``)."""
     device = parse_device(device)
     check_available(device)
-    torch = _torch()
+    torch = torch_module()
     timer = _timer(torch, device)
     note, theoretical_flops, theoretical_bw = "", None, None
     if device == "cpu":
@@ -361,7 +247,7 @@ def measure_ceilings(device: str = "cpu") -> Ceilings:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = previous[0]
             torch.set_float32_matmul_precision(previous[1])
-        limits, note = _nvml_limits(str(getattr(props, "uuid", "") or ""), index)
+        limits, note = nvml_limits(str(getattr(props, "uuid", "") or ""), index)
         theoretical_flops, theoretical_bw = gpu_theoretical(
             props.multi_processor_count, (props.major, props.minor), limits.get("sm_clock_mhz"),
             limits.get("memory_clock_mhz"), limits.get("bus_width_bits"))
@@ -412,7 +298,7 @@ def machine_ceilings(device: str = "cpu", refresh: bool = False, cache: Ceilings
     anew."""
     device = parse_device(device)
     check_available(device)
-    threads = _torch().get_num_threads() if device == "cpu" else None
+    threads = torch_module().get_num_threads() if device == "cpu" else None
     key = (getattr(cache, "url", None), _stack_hash(), device, threads)
     if not refresh:
         if key in _memo:
