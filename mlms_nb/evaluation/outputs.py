@@ -110,13 +110,20 @@ def capturing(predict: Callable, recorder: OutputRecorder, ids: list[str], feed_
     position = [0]
 
     def predict_and_record(batch: np.ndarray):
-        outputs = predict({feed_name: to_model(batch)})
         start = position[0]
         position[0] += len(batch)
-        recorder.add(ids[start:start + len(batch)], outputs)
-        return next(iter(outputs.values()))
+        return record_batch(predict, feed_name, ids[start:start + len(batch)], batch, recorder, to_model)
 
     return predict_and_record
+
+
+def record_batch(predict: Callable, feed_name: str, ids: list[str], data: Any, recorder: OutputRecorder,
+                 to_model: Callable = lambda batch: batch) -> Any:
+    """One batch of a streamed pass: ``data`` (the fed input's array, N first, or a mapping name -> array) through
+    ``predict``, every output recorded for ``ids``; returns the first output (what a classifier's scorer reads)."""
+    outputs = predict(to_model(data) if isinstance(data, Mapping) else {feed_name: to_model(data)})
+    recorder.add(ids, outputs)
+    return next(iter(outputs.values()))
 
 
 def outputs_pass(predict: Callable, manifest: Manifest, inputs, recorder: OutputRecorder, batch_size: int) -> None:
