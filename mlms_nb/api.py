@@ -68,8 +68,10 @@ def models(framework: str | None = None) -> pd.DataFrame:
         origin = "built-in" if catalog.is_builtin(m) else ("user, not the default" if id(m) in shadowed else "user")
         rows.append({
             "model": m.name, "version": m.version, "framework": m.framework.name,
-            "framework_version": m.framework.version, "input": "x".join(map(str, m.inputs[0].dimensions)),
-            "layout": m.inputs[0].layout, "weights": m.model.weights,
+            "framework_version": m.framework.version,
+            "input": "x".join("?" if d is None else str(d) for d in m.fed_input.dimensions or ())
+                     + (f" (+{len(m.inputs) - 1} more)" if len(m.inputs) > 1 else ""),
+            "layout": m.fed_input.layout, "weights": m.model.weights,
             "top1": m.attributes.get("top1"), "origin": origin, "description": m.description, "source": m.source,
         })
     frame = pd.DataFrame(rows).sort_values(["model", "framework"], ignore_index=True) if rows else pd.DataFrame()
