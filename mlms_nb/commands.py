@@ -6,6 +6,7 @@ here), and what each verb returns (:class:`Output`: a value, what to show, the J
 from __future__ import annotations
 
 import argparse
+import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,7 +178,10 @@ def run_eval(args: argparse.Namespace) -> Output:
     if isinstance(inputs, str):
         raise MlmsError(f"--inputs {inputs}: names a notebook variable describing a live model's input; from the "
                         "command line, describe the model by a manifest")
-    evaluation = api.evaluate(args.model, inputs=inputs, **given(EvaluateOptions, args), progress=not args.json)
+    options = given(EvaluateOptions, args)
+    # progress goes to stderr; with --json only to a terminal, so a captured stderr holds just the messages
+    options["progress"] = options.get("progress", True) and (not args.json or sys.stderr.isatty())
+    evaluation = api.evaluate(args.model, inputs=inputs, **options)
     parts = [evaluation]
     if not evaluation.trace_overhead.empty:
         parts.append(display.Table(evaluation.trace_overhead, "Tracing overhead (traced ÷ untraced median)"))

@@ -16,6 +16,7 @@ options model and the machinery that turns them into signatures and flags read b
 from __future__ import annotations
 
 import contextlib
+import os
 import contextvars
 import difflib
 import functools
@@ -228,8 +229,10 @@ class EvaluateOptions(Options):
                                   "inputs",
                                   extra={"python_default": (1,), "python_type": "str | int | Iterable[int]",
                                          "metavar": "SIZES"})
-    dataset: str | None = _opt(None, "imagenet-samples | synthetic[:N] | an image folder | a .npz file (default: "
-                               "labeled photos for pretrained classifiers, else synthetic)", "--dataset")
+    dataset: Any = _opt(None, "imagenet-samples | synthetic[:N] | a folder of images, audio or .npy | a .npz, "
+                        "Parquet or Arrow file; from Python also a Dataset or any iterable of inputs (default: "
+                        "labeled photos for pretrained classifiers, else synthetic)", "--dataset",
+                        extra={"python_type": "str | os.PathLike | Dataset | Iterable | None", "metavar": "DATASET"})
     scenario: Literal["single-stream", "offline", "server"] = _opt(
         "single-stream", "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99)", "--scenario")
     device: str = _opt("cpu", "cpu or cuda[:N]", "--device")
@@ -250,7 +253,9 @@ class EvaluateOptions(Options):
     trust: bool = _opt(False, "trust this run's model and manifest: code steps, model.entrypoint, and model files that "
                        "can run code (TorchScript, .pt2, SavedModel, Keras with custom objects); see docs/trust.md",
                        "--trust")
-    progress: bool = _opt(True, "show a progress bar")
+    progress: bool = _opt(True, "show progress bars (stderr in a terminal, a widget in a notebook): inputs done, "
+                          "inputs/s and the time left of each pass", "--no-progress",
+                          extra={"cli_help": "no progress bars"})
     history: bool | str = _opt(True, "store the result in the history store (True: the default store; a string: an "
                                "SQLAlchemy URL)", "--no-history",
                                extra={"cli_help": "do not store the result in the history store"})
@@ -268,6 +273,15 @@ class EvaluateOptions(Options):
         if text in ("none", "summary", "all") or (head == "first" and number.isdigit()):
             return text
         raise ValueError(f"expected none, summary, all or first:N (N a number of inputs), got {value!r}")
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _dataset(cls, value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, bytes):
+            raise ValueError("expected a dataset name, a path or (from Python) an iterable, got bytes")
+        return value  # a name or path (text), or a Python dataset / iterable (opened by the evaluation)
 
     @field_validator("batch_sizes", mode="before")
     @classmethod
@@ -300,6 +314,8 @@ class EvaluateOptions(Options):
         flat = self.flat()
         for name in ("framework", "keep_probabilities", "trust", "progress", "history"):
             flat.pop(name)
+        if flat.get("dataset") is not None and not isinstance(flat["dataset"], str):  # a Python object: its name
+            flat["dataset"] = str(getattr(flat["dataset"], "name", None) or f"python:{type(flat['dataset']).__name__}")
         isolation = ("a worker process per framework, one after another" if self.isolation.isolate
                      else "in-process (frameworks run one after another)")
         return {**flat, "isolation": isolation, "clock": "time.perf_counter_ns"}

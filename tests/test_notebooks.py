@@ -1,6 +1,7 @@
 """The example notebooks run end to end on a real kernel, and say what they should."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nbformat
@@ -14,6 +15,28 @@ def run_notebook(name: str) -> nbformat.NotebookNode:
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     return nb
+
+
+def run_notebook_once(name: str) -> nbformat.NotebookNode:
+    """``name`` executed once per test run, shared by the tests that read it (any pytest-xdist worker): the first
+    caller executes it under a file lock and keeps it in this run's folder; the others wait and read that copy.
+    Keyed by the run (PYTEST_XDIST_TESTRUNUID, else this process), so a later run never sees an old result."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    digest = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"mlms-nb-tests-{run}"
+    folder.mkdir(exist_ok=True)
+    done = folder / f"{digest}-{name}"
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            nb = run_notebook(name)
+            nbformat.write(nb, str(done) + ".part")
+            os.replace(str(done) + ".part", done)
+    return nbformat.read(done, as_version=4)
 
 
 def text_of(cell) -> str:

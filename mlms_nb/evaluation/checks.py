@@ -18,6 +18,7 @@ class ResourceError(MlmsError):
 
 def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, launcher: str) -> None:
     check_batch_memory(manifests, options)
+    check_python_dataset(manifests, options, launcher)
     if options.isolation.call_timeout_s is not None and launcher == "inline":
         check_cancellable(manifests, options)
 
@@ -68,6 +69,22 @@ def check_cancellable(manifests: list[Manifest], options: EvaluateOptions) -> No
                 f"{spell('call_timeout_s', options.isolation.call_timeout_s)} cannot stop a {fw} call inside this "
                 f"process (only ONNX Runtime can cancel one): add {spell_on('isolate')} to run each framework in a "
                 "worker process that the timeout can stop")
+
+
+def check_python_dataset(manifests: list[Manifest], options: EvaluateOptions, launcher: str) -> None:
+    """An iterator (a generator) can be read once, in this process: refuse it for several frameworks or a worker."""
+    data = options.dataset
+    if data is None or isinstance(data, str) or callable(data) or not hasattr(data, "__iter__"):
+        return
+    if hasattr(data, "chunks"):  # a Dataset object
+        return
+    if iter(data) is data:
+        if len(manifests) > 1:
+            raise MlmsError(f"the dataset is an iterator, which can be read once, but {len(manifests)} frameworks "
+                            "each read it: pass a list, or a function returning a new iterator")
+        if launcher != "inline":
+            raise MlmsError(f"the dataset is an iterator, which cannot be sent to a worker process "
+                            f"({spell_on('isolate')}): pass a list, or save it as a .npz file")
 
 
 def _gib(n: int) -> str:

@@ -68,14 +68,17 @@ def load_inputs(dataset, preprocess, limit: int | None) -> LoadedInputs:
     """Every preprocessed input of ``dataset`` (at most ``limit``), held as dense, ragged or sequences."""
     ragged = preprocess.input.dynamic or preprocess.chunked
     data, labels, ids = [], [], []
-    for batch in dataset.iter_batches(1 if ragged else 32, preprocess, limit=limit):
-        ids.extend(batch.ids)
-        if batch.labels is not None:
-            labels.append(batch.labels)
-        if ragged:
-            data.extend(take(batch.data, i) for i in range(len(batch.ids)))
-        else:
-            data.append(batch.data)
+    with dataset.iter_batches(1 if ragged else 32, preprocess, limit=limit) as stream:
+        for batch in stream:
+            if not len(batch.ids):
+                continue
+            ids.extend(batch.ids)
+            if batch.labels is not None:
+                labels.append(batch.labels)
+            if ragged:
+                data.extend(take(batch.data, i) for i in range(len(batch.ids)))
+            else:
+                data.append(batch.data)
     if not ids:
         raise DatasetError(f"dataset {dataset.name!r} gave no inputs")
     label_array = np.concatenate(labels) if labels else None

@@ -39,7 +39,8 @@ class Evaluation:
     Frames (empty when not measured): ``latency`` one row per framework x batch size x scenario
     (``framework, batch_size, scenario`` + the `latency_stats` keys, + ``target_qps, latency_bound_ms,
     meets_bound, achieved_qps`` in the server scenario); ``cold_start`` (``framework, load_ms,
-    first_inference_ms, batch_size``); ``accuracy`` (``framework, dataset, n, top1, top5, skipped``;
+    first_inference_ms, batch_size``); ``full_pass`` (every input streamed through the model once: ``inputs,
+    wall_s, inputs_per_s, preprocess_s, inference_s, wait_s``...); ``accuracy`` (``framework, dataset, n, top1, top5, skipped``;
     top1/top5 are fractions 0..1); ``predictions`` one row per framework x input.
     ``samples`` maps a `SampleKey` ``(framework, batch_size, scenario)`` to the raw int64 nanosecond latencies.
     Columns, dtypes and units of every frame: :mod:`mlms_nb.schema.evaluation`.
@@ -55,6 +56,8 @@ class Evaluation:
     latency: pd.DataFrame = field(default_factory=pd.DataFrame)
     samples: dict[SampleKey, np.ndarray] = field(default_factory=dict)
     cold_start: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per framework: the streamed pass over every input (inputs, wall_s, inputs_per_s, preprocess_s, ...)
+    full_pass: pd.DataFrame = field(default_factory=pd.DataFrame)
     accuracy: pd.DataFrame = field(default_factory=pd.DataFrame)
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
     probabilities: dict[str, np.ndarray] = field(default_factory=dict)
@@ -219,7 +222,8 @@ class Evaluation:
             model=self.model, model_version=self.model_version, frameworks=[framework],
             manifests={k: v for k, v in self.manifests.items() if k == framework},
             stack=stack, options=options,
-            latency=rows(self.latency), cold_start=rows(self.cold_start), accuracy=rows(self.accuracy),
+            latency=rows(self.latency), cold_start=rows(self.cold_start), full_pass=rows(self.full_pass),
+            accuracy=rows(self.accuracy),
             predictions=rows(self.predictions), trace_overhead=rows(self.trace_overhead),
             outputs=rows(self.outputs), output_agreement=rows(self.output_agreement),
             traces={k: v for k, v in self.traces.items() if k == framework},
@@ -293,7 +297,8 @@ class Evaluation:
         return cls(
             model=first.model, model_version=first.model_version, frameworks=frameworks,
             manifests={k: v for p in parts for k, v in p.manifests.items()}, stack=stack, options=options,
-            latency=concat("latency"), cold_start=concat("cold_start"), accuracy=concat("accuracy"),
+            latency=concat("latency"), cold_start=concat("cold_start"), full_pass=concat("full_pass"),
+            accuracy=concat("accuracy"),
             predictions=concat("predictions"), trace_overhead=concat("trace_overhead"),
             outputs=concat("outputs"), output_agreement=concat("output_agreement"),
             traces={k: v for p in parts for k, v in p.traces.items()},

@@ -1,9 +1,11 @@
 """One framework's work in an evaluation, the unit a launcher runs (:mod:`mlms_nb.launchers`): open the dataset
-and the model, time the load and the first inference (cold), score accuracy over the dataset, then per batch
-size warm up and run the scenario's timed loop, and finally the traced pass (:mod:`mlms_nb.evaluation.traced`).
+and the model, time the load and the first inference (cold), stream every input through the model once (the full
+pass, :mod:`mlms_nb.evaluation.full_pass`: throughput, and accuracy on labeled data), then per batch size warm up
+and run the scenario's timed loop, and finally the traced pass (:mod:`mlms_nb.evaluation.traced`).
 
 Every measurement is emitted as a record (:mod:`mlms_nb.evaluation.records`) the moment it is made; nothing is
-kept here. Inputs for the timed loops are preprocessed once, before timing, so latency is the model's alone.
+kept here. The timed loops use a small sample, the dataset's first inputs, preprocessed once before timing, so
+latency is the model's alone. Progress is reported as records too (:mod:`mlms_nb.evaluation.progress`).
 A timed loop cut short (Ctrl-C, a stop signal, a timeout, an error) is emitted as it stands, marked incomplete,
 before the stop goes on up.
 """
@@ -16,16 +18,15 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pandas as pd
 
 from mlms_nb.data.datasets import open_dataset
-from mlms_nb.data.labels import check_label_count, load_labels
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError
-from mlms_nb.data.feeds import fed_name
-from mlms_nb.evaluation.inputs import LoadedInputs, load_inputs
-from mlms_nb.evaluation.outputs import OutputRecorder, capturing, outputs_pass
-from mlms_nb.evaluation.records import AccuracyPass, ColdStart, Note, Opened, OutputsPass, TimedLoop, TracedPass
+from mlms_nb.data.feeds import take
+from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
+from mlms_nb.evaluation.outputs import OutputRecorder
+from mlms_nb.evaluation.progress import Reporter
+from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
@@ -58,15 +59,17 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     preprocess = Preprocessor(manifest, trust=opts.trust)
     level = TraceLevel.parse(opts.tracing.trace_level)
     traced = start_traced_pass(level, job.trace_id, fw) if level > TraceLevel.NONE else None
+    reporter = Reporter(emit, fw) if opts.progress else None
     t_pre = time.perf_counter_ns()
-    inputs = load_inputs(dataset, preprocess, opts.limit)  # dense, ragged (dynamic sizes) or chunked sequences
-    labels, ids = inputs.labels, inputs.ids
+    # inputs of their own sizes (dynamic dimensions) or cut into ordered chunks go one dataset item per call
+    one_by_one = preprocess.input.dynamic or preprocess.chunked
+    head = head_sample(dataset, preprocess, 1 if one_by_one else max(opts.batch_sizes), opts.limit)
+    inputs = head.data  # the timed loops' and the traced pass's sample, cycled to each batch size
+    if preprocess.chunked:
+        inputs = take(inputs, (slice(None), 0))  # a sequence's first chunk: latency is one call's
     if traced:
-        traced.tracer.add_span("preprocess dataset", TraceLevel.APPLICATION, "application", t_pre,
-                               time.perf_counter_ns(), inputs=len(inputs), dataset=dataset.name)
-    if dataset.skipped:
-        emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
-                      + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
+        traced.tracer.add_span("preprocess sample", TraceLevel.APPLICATION, "application", t_pre,
+                               time.perf_counter_ns(), inputs=len(head), dataset=dataset.name)
 
     _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
     watch.phase = "loading the model"
@@ -87,27 +90,30 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         predict(first_batch)
         emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t0))
 
+        watch.phase = "the full pass"
+        t_full = time.perf_counter_ns()
         recorder = OutputRecorder(manifest, fw, opts.capture_outputs)
-        if labels is not None and manifest.outputs[0].type == "classification" and inputs.kind == "dense":
-            watch.phase = "the accuracy pass"
-            scored = (capturing(predict, recorder, ids, fed_name(manifest), inputs.to_model)
-                      if recorder.enabled or inputs.batch_axes else predict)
-            acc, preds, probs = _accuracy(scored, manifest, inputs.data, labels, ids, max(opts.batch_sizes),
-                                          opts.trust)
-            acc.update({"framework": fw, "dataset": dataset.name, "skipped": len(dataset.skipped)})
-            preds.insert(0, "framework", fw)
-            emit(AccuracyPass(fw, acc, preds, probs if opts.keep_probabilities else None))
-        elif recorder.enabled:  # at the first batch size, which the first inference already ran
-            watch.phase = "the outputs pass"
-            outputs_pass(predict, manifest, inputs, recorder, opts.batch_sizes[0])
+        full, accuracy = run_full_pass(predict, manifest, dataset, preprocess,
+                                       1 if one_by_one else max(opts.batch_sizes), limit=opts.limit,
+                                       keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
+                                       recorder=recorder if recorder.enabled else None)
+        if dataset.skipped:
+            emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
+                          + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
+        emit(full)
+        if accuracy is not None:
+            emit(accuracy)
         if recorder.rows:
             emit(OutputsPass(fw, recorder.frame()))
+        if traced:
+            traced.tracer.add_span("full pass", TraceLevel.APPLICATION, "application", t_full, time.perf_counter_ns(),
+                                   inputs=full.row["inputs"], dataset=dataset.name)
 
         untraced_median_ns: dict[int, float] = {}
         for batch_size in opts.batch_sizes:
             watch.phase = f"timing batch size {batch_size}"
             log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
-            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit)
+            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter)
         if traced:
             watch.phase = "the traced pass"
             _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit)
@@ -115,12 +121,13 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         predictor.close()
 
 
-def _time_one(fw: str, batch_size: int, predict, inputs: np.ndarray, opts: EvaluateOptions, emit: Callable) -> float:
+def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, emit: Callable, reporter=None) -> float:
     """One timed loop, emitted; returns its median (ns). Cut short, what it measured is emitted (marked
     incomplete, with why) before the stop goes on."""
     try:
         batch = make_batch(inputs, batch_size)
-        result = run_scenario(opts.scenario, predict, batch, opts.timing)
+        result = run_scenario(opts.scenario, predict, batch, opts.timing,
+                              reporter.loop(batch_size, opts.timing) if reporter else None)
     except BaseException as stop:
         partial = getattr(stop, "partial", None)
         if partial is not None and len(partial.samples_ns):
@@ -142,7 +149,7 @@ def _reason(stop: BaseException) -> str:
     return "timeout" if isinstance(stop, CallTimeout) else "error"
 
 
-def _trace(traced, predictor, manifest: Manifest, inputs: np.ndarray, opts: EvaluateOptions,
+def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
            untraced_median_ns: dict[int, float], emit: Callable) -> None:
     """The traced pass after the untraced sweep; its overhead is measured against that sweep's medians."""
     fw = manifest.framework.name
@@ -163,47 +170,3 @@ def _prepare_assets(manifest: Manifest) -> None:
         uri = getattr(manifest.model, field_name)
         if uri:
             resolve_asset(uri, manifest.model.sha256.get(field_name), base)
-
-
-def make_batch(inputs: LoadedInputs, batch_size: int):
-    """``batch_size`` inputs, cycling through the dataset when it is smaller; contiguous (see
-    :meth:`~mlms_nb.evaluation.inputs.LoadedInputs.batch`)."""
-    return inputs.batch(batch_size)
-
-
-def _accuracy(predict, manifest, inputs, labels, ids, batch_size, trust):
-    """Top-1 / top-5 over all inputs, and one row of predictions per input."""
-    post = Postprocessor(manifest, trust=trust)
-    names = load_labels(manifest) if manifest.outputs[0].labels else None
-    probs, top_idx, top_p = [], [], []
-    for start in range(0, len(inputs), batch_size):
-        pred = post(predict(inputs[start:start + batch_size]))
-        if names is not None and start == 0:  # labels of another length than the model's classes: refused
-            check_label_count(names, pred.probabilities.shape[1], manifest)
-        probs.append(pred.probabilities)
-        top_idx.append(pred.top_k_indices)
-        top_p.append(pred.top_k_probabilities)
-    probs, top_idx, top_p = np.concatenate(probs), np.concatenate(top_idx), np.concatenate(top_p)
-    known = labels >= 0
-    correct1 = top_idx[:, 0] == labels
-    correct5 = (top_idx[:, :5] == labels[:, None]).any(axis=1)
-
-    def name(i: int) -> str | None:
-        return names[i] if names and 0 <= i < len(names) else None
-
-    preds = pd.DataFrame({
-        "input_id": ids,
-        "label": labels.astype(int),
-        "label_name": [name(int(i)) for i in labels],
-        "top1": top_idx[:, 0].astype(int),
-        "top1_name": [name(int(i)) for i in top_idx[:, 0]],
-        "top1_prob": top_p[:, 0].astype(float),
-        "top5": [list(map(int, r[:5])) for r in top_idx],
-        "top5_probs": [list(map(float, r[:5])) for r in top_p],
-        "correct_top1": correct1 & known,
-        "correct_top5": correct5 & known,
-    })
-    n = int(known.sum())
-    acc = {"n": n, "top1": float(correct1[known].mean()) if n else float("nan"),
-           "top5": float(correct5[known].mean()) if n else float("nan")}
-    return acc, preds, probs

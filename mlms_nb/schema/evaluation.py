@@ -10,6 +10,9 @@ Percentiles use numpy's linear interpolation; the median's CI is a seeded percen
 
 **cold_start** -- one row per framework: loading the model and its first inference, timed once.
 
+**full_pass** -- one row per framework: every dataset input streamed through the model once (decoded and
+preprocessed by background workers while the model runs), with its wall time and where the time went.
+
 **accuracy** -- one row per framework with labeled data: top-1/top-5 as fractions 0..1 of ``n`` inputs.
 
 **predictions** -- one row per framework x input: label, top-1, top-5 and whether they were right.
@@ -161,6 +164,25 @@ COLD_START = FrameSchema("cold_start", (
     Column("first_inference_ms", "float64", "ms", "the first predict call, at the first batch size"),
 ), key=("framework",))
 
+FULL_PASS = FrameSchema("full_pass", (
+    _FRAMEWORK,
+    Column("dataset", "str", "", "the dataset's name"),
+    _BATCH,
+    Column("inputs", "int64", "inputs", "inputs that went through the model"),
+    Column("batches", "int64", "calls", "predict calls"),
+    Column("skipped", "int64", "inputs", "unreadable inputs left out"),
+    Column("wall_s", "float64", "s", "wall time of the pass, from opening the stream to the last batch's results "
+           "(time.perf_counter_ns)"),
+    Column("inputs_per_s", "float64", "inputs/s", "inputs / wall_s: end-to-end throughput, preprocessing included"),
+    Column("preprocess_s", "float64", "s", "time the pipeline's workers spent reading, decoding and preprocessing, "
+           "summed over the workers (overlaps the inference; can exceed wall_s)"),
+    Column("inference_s", "float64", "s", "time inside the framework's predict calls"),
+    Column("postprocess_s", "float64", "s", "time scoring the outputs (softmax, top-k, per-input rows)"),
+    Column("wait_s", "float64", "s", "time the model waited for the next batch (preprocessing not hidden)"),
+    Column("workers", "int64", "threads", "pipeline worker threads"),
+    Column("prefetch", "int64", "batches", "batches read ahead at most"),
+), key=("framework",))
+
 ACCURACY = FrameSchema("accuracy", (
     Column("n", "int64", "inputs", "labeled inputs scored"),
     Column("top1", "float64", "fraction", "share of inputs whose top-1 class is the label (0..1)"),
@@ -246,6 +268,6 @@ HISTORY = FrameSchema("history", (
     Column("median_ms", "float64", "ms", "median latency at the smallest batch size"),
 ), key=("id",))
 
-FRAMES: dict[str, FrameSchema] = {s.name: s for s in (LATENCY, COLD_START, ACCURACY, PREDICTIONS, TRACE_OVERHEAD,
-                                                       OUTPUTS, OUTPUT_AGREEMENT)}
+FRAMES: dict[str, FrameSchema] = {s.name: s for s in (LATENCY, COLD_START, FULL_PASS, ACCURACY, PREDICTIONS,
+                                                      TRACE_OVERHEAD, OUTPUTS, OUTPUT_AGREEMENT)}
 """The frames an `Evaluation` stores, by attribute name."""
