@@ -69,8 +69,10 @@ def models(framework: str | None = None) -> pd.DataFrame:
         origin = "built-in" if catalog.is_builtin(m) else ("user, not the default" if id(m) in shadowed else "user")
         rows.append({
             "model": m.name, "version": m.version, "framework": m.framework.name,
-            "framework_version": m.framework.version, "input": "x".join(map(str, m.inputs[0].dimensions)),
-            "layout": m.inputs[0].layout, "weights": m.model.weights,
+            "framework_version": m.framework.version,
+            "input": "x".join("?" if d is None else str(d) for d in m.fed_input.dimensions or ())
+                     + (f" (+{len(m.inputs) - 1} more)" if len(m.inputs) > 1 else ""),
+            "layout": m.fed_input.layout, "weights": m.model.weights,
             "top1": m.attributes.get("top1"), "origin": origin, "description": m.description, "source": m.source,
         })
     frame = pd.DataFrame(rows).sort_values(["model", "framework"], ignore_index=True) if rows else pd.DataFrame()
@@ -84,9 +86,9 @@ def models(framework: str | None = None) -> pd.DataFrame:
     return frame
 
 
-@takes(EvaluateOptions, "model", "inputs", "outputs", "preprocess", "postprocess")
+@takes(EvaluateOptions, "model", "inputs", "outputs", "preprocess", "postprocess", "metrics")
 def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, outputs: Any = None, preprocess: Any = None,
-             postprocess: Any = None) -> Evaluation:
+             postprocess: Any = None, metrics: Any = None) -> Evaluation:
     """Evaluate ``model`` in one or more frameworks; returns an `Evaluation`. ``model``: a name (see
     :func:`models`), a manifest path or `Manifest`, or a live ``torch.nn.Module`` / ``keras.Model`` whose
     ``inputs`` (an example batch, N first, or an `InputSpec` / dict), ``outputs``, ``preprocess`` and
@@ -104,12 +106,21 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     NONE a traced pass of ``trace_repeats`` calls per batch size follows it (``evaluation.trace``,
     ``evaluation.trace_overhead``). ``history``: store the result (True: the default store; a string: an
     SQLAlchemy URL; False: don't); a failing store is a warning on the result, never a lost measurement.
+
+    Outputs: ``capture_outputs`` says what ``evaluation.outputs`` keeps of every output (none, summary, all,
+    first:N); the kept values of each framework are compared with the first framework's in
+    ``evaluation.output_agreement`` (max/mean abs and rel error, cosine), plus ``metrics``: built-in names (mse,
+    mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``.
     """
+    if metrics is not None:
+        from mlms_nb.evaluation.agreement import resolve_metrics
+
+        resolve_metrics(metrics)  # an unknown name is refused before anything runs
     manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess)
     for manifest in manifests:
         check_trust(manifest, options.trust)
     keeper = HistoryKeeper(None if options.history is True else str(options.history)) if options.history else None
-    evaluation = EvaluationRunner(manifests, options, sink=keeper).run()
+    evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics).run()
     if keeper is not None:
         keeper.finish(evaluation)
         evaluation.saved = keeper.saved

@@ -211,8 +211,29 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
             f"{fmt_num(r.get('first_inference_ms'))} ms"
             + (f" (batch {fmt_int(r.get('batch_size'))})" if not is_missing(r.get("batch_size")) else "")
             for r in ev.cold_start.to_dict("records"))))
+    lines += _outputs_lines(ev)
     if not ev.complete:
         lines.append(("Incomplete", "; ".join(ev.missing())))
+    return lines
+
+
+def _outputs_lines(ev) -> list[tuple[str, str]]:
+    """What ``capture_outputs`` kept, and each output's agreement with the reference framework."""
+    outputs = getattr(ev, "outputs", None)
+    if outputs is None or outputs.empty or not {"framework", "input_id", "output", "values"} <= set(outputs.columns):
+        return []
+    parts = []
+    for fw, rows in outputs.groupby("framework", sort=False):
+        kept = int(rows.loc[rows["values"].notna(), "input_id"].nunique())
+        parts.append(f"{fw}: {fmt_int(rows['input_id'].nunique())} inputs x {rows['output'].nunique()} output(s), "
+                     f"values of {fmt_int(kept)}")
+    lines = [("Outputs", "; ".join(parts) + " (Evaluation.outputs)")]
+    agreement = getattr(ev, "output_agreement", None)
+    if agreement is not None and not agreement.empty:
+        shown = agreement[agreement["metric"].isin(["max_abs_error", "max_rel_error", "cosine"])]
+        text = "; ".join(f"{fw} vs {ref}, {out}: " + ", ".join(f"{m} {fmt_num(v)}" for m, v in zip(g["metric"], g["value"]))
+                         for (fw, ref, out), g in shown.groupby(["framework", "reference", "output"], sort=False))
+        lines.append(("Output agreement", text + " (rel: of the reference's max |value|; Evaluation.output_agreement)"))
     return lines
 
 
@@ -350,7 +371,8 @@ def _evaluation_json(ev) -> dict:
             "model": ev.model, "model_version": ev.model_version, "framework": fw,
             "accuracy": {k: acc[0][k] for k in ("top1", "top5", "n", "dataset")} if acc else None,
             "cold_start": cold[0] if cold else None, "full_pass": full[0] if full else None,
-            "trace_overhead": rows_of(ev.trace_overhead, fw), "latency": rows_of(ev.latency, fw)})
+            "trace_overhead": rows_of(ev.trace_overhead, fw), "latency": rows_of(ev.latency, fw),
+            "output_agreement": rows_of(getattr(ev, "output_agreement", pd.DataFrame()), fw)})
     return {"evaluation_id": ev.id, "complete": ev.complete, "saved": ev.saved, "missing": ev.missing(),
             "outcomes": ev.outcomes, "warnings": ev.warnings, "stack": ev.stack, "options": ev.options,
             "results": results}

@@ -246,6 +246,10 @@ class EvaluateOptions(Options):
     isolation: Isolation = Field(default_factory=Isolation)
     limit: int | None = _opt(None, "use at most this many dataset inputs", "--limit", "inputs", ge=1)
     keep_probabilities: bool = _opt(False, "keep every input's class probabilities (Evaluation.probabilities)")
+    capture_outputs: str = _opt("summary", "what Evaluation.outputs keeps of every output: none, summary (shape, min, "
+                                "max, mean, std per input), all (also the values) or first:N (values of the first N "
+                                "inputs); kept values are compared across frameworks (Evaluation.output_agreement)",
+                                "--capture-outputs")
     trust: bool = _opt(False, "trust this run's model and manifest: code steps, model.entrypoint, and model files that "
                        "can run code (TorchScript, .pt2, SavedModel, Keras with custom objects); see docs/trust.md",
                        "--trust")
@@ -260,6 +264,15 @@ class EvaluateOptions(Options):
     @classmethod
     def _framework(cls, value: Any) -> list[str]:
         return _frameworks(value)
+
+    @field_validator("capture_outputs", mode="before")
+    @classmethod
+    def _capture(cls, value: Any) -> str:
+        text = f"first:{value}" if isinstance(value, int) and not isinstance(value, bool) else str(value).strip().lower()
+        head, _, number = text.partition(":")
+        if text in ("none", "summary", "all") or (head == "first" and number.isdigit()):
+            return text
+        raise ValueError(f"expected none, summary, all or first:N (N a number of inputs), got {value!r}")
 
     @field_validator("dataset", mode="before")
     @classmethod

@@ -19,17 +19,19 @@ def test_evaluate_keeps_its_python_signature():
         "model", "framework", "batch_sizes", "dataset", "scenario", "device", "threads", "graph_optimization_level",
         "trace_level", "trace_repeats", "warmup", "min_repeats", "min_time_s", "max_time_s", "target_qps",
         "latency_bound_ms", "isolate", "call_timeout_s", "run_timeout_s", "memory_limit_bytes",
-        "limit", "keep_probabilities", "trust", "progress", "history",
-        "inputs", "outputs", "preprocess", "postprocess"]  # keyword-only: a live model's description
+        "limit", "keep_probabilities", "capture_outputs", "trust", "progress", "history",
+        "inputs", "outputs", "preprocess", "postprocess",  # keyword-only: a live model's description
+        "metrics"]  # keyword-only: output metrics (names or callables), applied where the evaluation is assembled
     defaults = {name: p.default for name, p in params.items()
-                if name not in ("model", "inputs", "outputs", "preprocess", "postprocess")}
+                if name not in ("model", "inputs", "outputs", "preprocess", "postprocess", "metrics")}
     assert defaults == {
         "framework": "torch", "batch_sizes": (1,), "dataset": None, "scenario": "single-stream", "device": "cpu",
         "threads": None, "graph_optimization_level": None, "trace_level": "NONE", "trace_repeats": 5,
         "warmup": "auto", "min_repeats": 20,
         "min_time_s": 1.0, "max_time_s": 120.0, "target_qps": None, "latency_bound_ms": None, "isolate": False,
         "call_timeout_s": None, "run_timeout_s": None, "memory_limit_bytes": None, "limit": None,
-        "keep_probabilities": False, "trust": False, "progress": True, "history": True}
+        "keep_probabilities": False, "capture_outputs": "summary", "trust": False, "progress": True,
+        "history": True}
     assert "``min_time_s`` (default 1.0, s) [--min-time]" in mlms_nb.evaluate.__doc__
 
 

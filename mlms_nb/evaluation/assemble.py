@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from mlms_nb.evaluation.records import (
-    MEASUREMENTS, AccuracyPass, ColdStart, FullPass, Note, Opened, TimedLoop, TracedPass,
+    MEASUREMENTS, AccuracyPass, ColdStart, FullPass, Note, Opened, OutputsPass, TimedLoop, TracedPass,
 )
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.stats import latency_stats, stability_warning
@@ -25,8 +25,10 @@ measuring anything; never started (an earlier stop); still measuring (as the his
 class Assembler:
     """Fills ``evaluation``'s frames from records and keeps ``evaluation.outcomes`` per framework."""
 
-    def __init__(self, evaluation: Evaluation, batch_sizes: list[int], scenario: str):
+    def __init__(self, evaluation: Evaluation, batch_sizes: list[int], scenario: str, metrics=None):
         self.ev = evaluation
+        self.metrics = metrics  # output metrics beside the manifest's: names or {name: fn(output, reference)}
+        self._outputs: list[pd.DataFrame] = []
         self.batch_sizes = list(batch_sizes)
         self.scenario = scenario
         self._rows: list[dict] = []
@@ -88,6 +90,11 @@ class Assembler:
             ev.predictions = pd.concat(self._predictions, ignore_index=True)
             if record.probabilities is not None:
                 ev.probabilities[fw] = record.probabilities
+        elif isinstance(record, OutputsPass):
+            self._outputs.append(record.outputs)
+            ev.outputs = pd.concat(self._outputs, ignore_index=True)
+            if ev.outputs["framework"].nunique() > 1:  # every framework's outputs against the first's, as they come
+                ev.output_agreement = ev.agreement(metrics=self.metrics)
         elif isinstance(record, TimedLoop):
             self._rows.append(self._latency_row(record))
             ev.latency = pd.DataFrame(self._rows)

@@ -9,7 +9,7 @@ from mlms_nb.errors import MlmsError
 from mlms_nb.manifest import Manifest
 from mlms_nb.options import EvaluateOptions, spell, spell_on
 
-_ITEM_BYTES = {"float32": 4, "float16": 2, "uint8": 1, "int32": 4, "int64": 8}
+_ITEM_BYTES = {"float32": 4, "float16": 2, "float64": 8, "uint8": 1, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
 
 
 class ResourceError(MlmsError):
@@ -24,9 +24,13 @@ def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, la
 
 
 def batch_bytes(manifest: Manifest, batch_size: int) -> int:
-    """Bytes of one input batch of ``batch_size`` (the manifest's first input; dimensions exclude the batch)."""
-    spec = manifest.inputs[0]
-    return batch_size * math.prod(int(d) for d in spec.dimensions) * _ITEM_BYTES.get(spec.element_type, 4)
+    """Bytes of one input batch of ``batch_size``: every input (dimensions exclude the batch; an input without a
+    batch axis counts once), a dynamic dimension counted as 1 (a lower bound)."""
+    total = 0
+    for spec in manifest.inputs:
+        elements = math.prod(d if isinstance(d, int) else 1 for d in spec.dimensions or ())
+        total += (batch_size if spec.batch_axis is not None else 1) * elements * _ITEM_BYTES.get(spec.element_type, 4)
+    return total
 
 
 def available_bytes(options: EvaluateOptions) -> int:
@@ -45,7 +49,7 @@ def check_batch_memory(manifests: list[Manifest], options: EvaluateOptions) -> N
     free = available_bytes(options)
     if needed <= free:
         return
-    spec = manifests[0].inputs[0]
+    spec = manifests[0].fed_input
     shape = "x".join(str(d) for d in spec.dimensions)
     raise ResourceError(
         f"{spell('batch_sizes', ','.join(map(str, options.batch_sizes)))}: batch size {biggest} needs at least "

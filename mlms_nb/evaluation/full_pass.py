@@ -39,12 +39,20 @@ def make_batch(inputs: Any, batch_size: int) -> Any:
 
 def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
                   keep_probabilities: bool, trust: bool, reporter=None, workers: int | None = None,
-                  prefetch: int | None = None) -> tuple[FullPass, AccuracyPass | None]:
+                  prefetch: int | None = None, recorder=None) -> tuple[FullPass, AccuracyPass | None]:
     """Stream the dataset through ``predict`` at ``batch_size``; returns the pass's record and, for a classifier
-    on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`)."""
+    on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`).
+    ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
+    (the model is then called by name, and returns every output). Items cut into ordered chunks (a ``chunk``
+    step) run chunk by chunk, the state carried (:func:`~mlms_nb.evaluation.outputs.run_sequences`)."""
+    from mlms_nb.data.feeds import fed_name
+    from mlms_nb.evaluation.outputs import run_sequences
+
     fw = manifest.framework.name
+    sequences = bool(getattr(preprocess, "chunked", False))
+    fed = fed_name(manifest)
     scorer = _Scorer(manifest, trust, keep_probabilities) if (
-        dataset.labeled and manifest.outputs[0].type == "classification") else None
+        dataset.labeled and manifest.outputs[0].type == "classification" and not sequences) else None
     size = dataset.size()
     total = None if size is None else (size if limit is None else min(size, limit))
     if reporter is not None:
@@ -57,8 +65,18 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
                               prefetch=prefetch) as stream:
         for batch in stream:
             t0 = clock()
-            outputs = predict(batch.data)
+            named = None
+            if sequences:
+                run_sequences(predict, manifest, batch.ids, list(batch.data), recorder)
+                outputs = None
+            elif recorder is not None:
+                named = predict(batch.data if isinstance(batch.data, dict) else {fed: batch.data})
+                outputs = next(iter(named.values()))
+            else:
+                outputs = predict(batch.data)
             t1 = clock()
+            if named is not None:
+                recorder.add(batch.ids, named)
             if scorer is not None:
                 scorer.add(batch, outputs)
             inference_ns += t1 - t0

@@ -47,6 +47,13 @@ class AccuracyPass:
 
 
 @dataclass(frozen=True)
+class OutputsPass:
+    """Every output of every input, captured as ``capture_outputs`` asked (the ``outputs`` frame's rows)."""
+    framework: str
+    outputs: pd.DataFrame
+
+
+@dataclass(frozen=True)
 class FullPass:
     """Every input of the dataset through the model once, streamed (:mod:`mlms_nb.evaluation.full_pass`): ``row``
     holds the columns of :data:`mlms_nb.schema.evaluation.FULL_PASS` (inputs, wall_s, inputs_per_s, preprocess_s,
@@ -92,5 +99,5 @@ class TracedPass:
     overhead: list = field(default_factory=list)
 
 
-MEASUREMENTS = (ColdStart, FullPass, AccuracyPass, TimedLoop, TracedPass)
+MEASUREMENTS = (ColdStart, FullPass, AccuracyPass, OutputsPass, TimedLoop, TracedPass)
 """The records that hold a measurement (the history store keeps a framework's row from the first of them on)."""

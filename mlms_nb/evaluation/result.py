@@ -61,6 +61,10 @@ class Evaluation:
     accuracy: pd.DataFrame = field(default_factory=pd.DataFrame)
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
     probabilities: dict[str, np.ndarray] = field(default_factory=dict)
+    #: one row per framework x input (x chunk) x output: shape, summary, values where captured (capture_outputs)
+    outputs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per framework x output x metric, against the reference framework (the first that captured outputs)
+    output_agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
     complete: bool = True
     #: per framework: ``status`` (complete | partial | failed | not run), ``reason`` (None or error, interrupt,
     #: signal, timeout, crash), ``message``, ``measured_batch_sizes``, ``missing_batch_sizes``,
@@ -221,6 +225,7 @@ class Evaluation:
             latency=rows(self.latency), cold_start=rows(self.cold_start), full_pass=rows(self.full_pass),
             accuracy=rows(self.accuracy),
             predictions=rows(self.predictions), trace_overhead=rows(self.trace_overhead),
+            outputs=rows(self.outputs), output_agreement=rows(self.output_agreement),
             traces={k: v for k, v in self.traces.items() if k == framework},
             samples={SampleKey(*k): v.copy() for k, v in self.samples.items() if k[0] == framework},
             probabilities={k: v.copy() for k, v in self.probabilities.items() if k == framework},
@@ -229,6 +234,14 @@ class Evaluation:
             outcomes={k: dict(v) for k, v in self.outcomes.items() if k == framework},
             warnings=[w for w in self.warnings if _warning_framework(w, self.frameworks) in (None, framework)],
             trace_ids=list(self.trace_ids), history_ids=[], id=self.id, created_at=self.created_at)
+
+    def agreement(self, reference: str | None = None, metrics=None) -> pd.DataFrame:
+        """Each framework's captured outputs against ``reference``'s (default: the first framework), one row per
+        framework x output x metric (:func:`mlms_nb.evaluation.agreement.agreement`); ``metrics``: built-in names
+        (mse, mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``, beside the manifest's own."""
+        from mlms_nb.evaluation.agreement import agreement, manifest_metrics
+
+        return agreement(self.outputs, reference, metrics, manifest_metrics(self.manifests))
 
     @property
     def trace(self):
@@ -287,6 +300,7 @@ class Evaluation:
             latency=concat("latency"), cold_start=concat("cold_start"), full_pass=concat("full_pass"),
             accuracy=concat("accuracy"),
             predictions=concat("predictions"), trace_overhead=concat("trace_overhead"),
+            outputs=concat("outputs"), output_agreement=concat("output_agreement"),
             traces={k: v for p in parts for k, v in p.traces.items()},
             samples={k: v for p in parts for k, v in p.samples.items()},
             probabilities={k: v for p in parts for k, v in p.probabilities.items()},

@@ -52,7 +52,7 @@ def resolve_manifests(model: str | Manifest, frameworks: list[str], explicit: bo
 
 def default_dataset(manifest: Manifest) -> str:
     """Labeled photos for pretrained image classifiers; synthetic tensors otherwise."""
-    image_classifier = manifest.inputs[0].type == "image" and manifest.outputs[0].type == "classification"
+    image_classifier = manifest.fed_input.type == "image" and manifest.outputs[0].type == "classification"
     return "imagenet-samples" if manifest.pretrained and image_classifier else "synthetic"
 
 
@@ -60,8 +60,9 @@ class EvaluationRunner:
     """Runs one evaluation over several manifests (frameworks) with one set of options."""
 
     def __init__(self, manifests: list[Manifest], options: EvaluateOptions, sink: Sink | None = None,
-                 launcher: Launcher | None = None):
+                 launcher: Launcher | None = None, metrics=None):
         self.manifests = manifests
+        self.metrics = metrics  # output metrics (names or {name: fn}); applied here, never shipped to a worker
         self.options = options
         self.sink = sink
         names = {m.name for m in manifests}
@@ -83,7 +84,7 @@ class EvaluationRunner:
             model=first.name, model_version=first.version, frameworks=frameworks,
             manifests={m.framework.name: m.to_dict() for m in self.manifests},
             stack=detect_stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe()})
-        assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario)
+        assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario, metrics=self.metrics)
         progress = ProgressDisplay(first.name, opts.progress)
         stop: BaseException | None = None
         outcomes: dict[str, Outcome] = {}

@@ -17,6 +17,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from mlms_nb.data.feeds import count
+
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import Timing, spell
 
@@ -169,4 +171,4 @@ def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timin
     finally:
         if progress:
             progress.done()
-    return TimingResult(scenario, int(batch.shape[0]), samples, wall, warm, extra)
+    return TimingResult(scenario, count(batch), samples, wall, warm, extra)

@@ -23,9 +23,11 @@ import numpy as np
 from mlms_nb.data.datasets import open_dataset
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError
+from mlms_nb.data.feeds import take
 from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
+from mlms_nb.evaluation.outputs import OutputRecorder
 from mlms_nb.evaluation.progress import Reporter
-from mlms_nb.evaluation.records import ColdStart, Note, Opened, TimedLoop, TracedPass
+from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
@@ -60,8 +62,12 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     traced = start_traced_pass(level, job.trace_id, fw) if level > TraceLevel.NONE else None
     reporter = Reporter(emit, fw) if opts.progress else None
     t_pre = time.perf_counter_ns()
-    head = head_sample(dataset, preprocess, max(opts.batch_sizes), opts.limit)
+    # inputs of their own sizes (dynamic dimensions) or cut into ordered chunks go one dataset item per call
+    one_by_one = preprocess.input.dynamic or preprocess.chunked
+    head = head_sample(dataset, preprocess, 1 if one_by_one else max(opts.batch_sizes), opts.limit)
     inputs = head.data  # the timed loops' and the traced pass's sample, cycled to each batch size
+    if preprocess.chunked:
+        inputs = take(inputs, (slice(None), 0))  # a sequence's first chunk: latency is one call's
     if traced:
         traced.tracer.add_span("preprocess sample", TraceLevel.APPLICATION, "application", t_pre,
                                time.perf_counter_ns(), inputs=len(head), dataset=dataset.name)
@@ -93,14 +99,19 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
 
         watch.phase = "the full pass"
         t_full = time.perf_counter_ns()
-        full, accuracy = run_full_pass(predict, manifest, dataset, preprocess, max(opts.batch_sizes), limit=opts.limit,
-                                       keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter)
+        recorder = OutputRecorder(manifest, fw, opts.capture_outputs)
+        full, accuracy = run_full_pass(predict, manifest, dataset, preprocess,
+                                       1 if one_by_one else max(opts.batch_sizes), limit=opts.limit,
+                                       keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
+                                       recorder=recorder if recorder.enabled else None)
         if dataset.skipped:
             emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
                           + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
         emit(full)
         if accuracy is not None:
             emit(accuracy)
+        if recorder.rows:
+            emit(OutputsPass(fw, recorder.frame()))
         if traced:
             traced.tracer.add_span("full pass", TraceLevel.APPLICATION, "application", t_full, time.perf_counter_ns(),
                                    inputs=full.row["inputs"], dataset=dataset.name)
@@ -144,7 +155,8 @@ def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
     fw = manifest.framework.name
     log.info("tracing %s at level %s", fw, traced.tracer.level.name)
     batches = {b: make_batch(inputs, b) for b in opts.batch_sizes}
-    trace_batches(traced, predictor, Postprocessor(manifest, trust=opts.trust), batches, untraced_median_ns,
+    post = Postprocessor(manifest, trust=opts.trust)
+    trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns,
                   repeats=opts.tracing.trace_repeats)
     emit(TracedPass(fw, traced.tracer.trace(), traced.tracer.trace_id, list(traced.overhead)))
 

@@ -20,6 +20,12 @@ preprocessed by background workers while the model runs), with its wall time and
 **summary** -- :attr:`Evaluation.summary`: one row per framework x batch size (``scenario`` only when the
 evaluation ran several).
 
+**outputs** -- one row per framework x input (x chunk) x output: shape, dtype, a summary and, as
+``capture_outputs`` asks, the values (:mod:`mlms_nb.evaluation.outputs`).
+
+**output_agreement** -- one row per framework x output x metric against the reference framework's captured
+values (:mod:`mlms_nb.evaluation.agreement`).
+
 **trace_overhead** -- traced runs only: per framework and batch size, the traced median against the untraced.
 
 **history** -- :meth:`mlms_nb.store.history.HistoryStore.query`: one row per stored evaluation x framework.
@@ -73,6 +79,16 @@ class FrameSchema:
     def pick(self, *names: str) -> tuple[str, ...]:
         """``names``, checked against the schema (a name it does not define raises `SchemaError`)."""
         return tuple(self[n].name for n in names)
+
+    def frame(self, rows: list[dict]):
+        """A pandas frame of ``rows`` with this schema's columns, in order, as its dtypes say."""
+        import pandas as pd
+
+        frame = pd.DataFrame(rows, columns=list(self.names))
+        for column in self.columns:
+            if column.dtype in ("int64", "float64", "bool"):
+                frame[column.name] = frame[column.name].astype(column.dtype)
+        return frame
 
     def units(self) -> dict[str, str]:
         return {c.name: c.unit for c in self.columns if c.unit}
@@ -207,6 +223,32 @@ TRACE_OVERHEAD = FrameSchema("trace_overhead", (
     Column("overhead_pct", "float64", "%", "100 * (traced / untraced - 1)"),
 ), key=("framework", "batch_size"))
 
+OUTPUTS = FrameSchema("outputs", (
+    _FRAMEWORK,
+    Column("input_id", "str", "", "the input's id (file name, or index)"),
+    Column("chunk", "int64", "", "the chunk's place in its input's ordered chunks (0-based); -1 when not chunked"),
+    Column("output", "str", "", "the output's name (outputs[].name; output, output_1 ... when unnamed)"),
+    Column("shape", "object", "elements", "the output's shape for this input, without the batch"),
+    Column("dtype", "str", "", "the output's element type"),
+    Column("min", "float64", "output's own", "smallest finite element"),
+    Column("max", "float64", "output's own", "largest finite element"),
+    Column("mean", "float64", "output's own", "mean of the finite elements"),
+    Column("std", "float64", "output's own", "standard deviation of the finite elements"),
+    Column("values", "object", "output's own", "every element, flattened (float64), where capture_outputs kept "
+                                               "them; missing otherwise"),
+), key=("framework", "input_id", "chunk", "output"))
+
+OUTPUT_AGREEMENT = FrameSchema("output_agreement", (
+    _FRAMEWORK,
+    Column("reference", "str", "", "the framework compared against"),
+    Column("output", "str", "", "the output's name"),
+    Column("metric", "str", "", "max_abs_error, mean_abs_error, max_rel_error, mean_rel_error, cosine, or a "
+                                "built-in (mse, mae, iou, exact_match) or user metric"),
+    Column("value", "float64", "", "the metric: errors in the output's unit (rel: fraction), cosine -1..1; built-in "
+                                   "and user metrics averaged over the inputs compared"),
+    Column("inputs", "int64", "inputs", "inputs (x chunks) compared: those whose values both frameworks captured"),
+), key=("framework", "reference", "output", "metric"))
+
 HISTORY = FrameSchema("history", (
     Column("id", "int64", "", "row id in the store (one row per evaluation and framework)"),
     Column("evaluation_id", "str", "", "the evaluation's 32-hex id"),
@@ -227,5 +269,5 @@ HISTORY = FrameSchema("history", (
 ), key=("id",))
 
 FRAMES: dict[str, FrameSchema] = {s.name: s for s in (LATENCY, COLD_START, FULL_PASS, ACCURACY, PREDICTIONS,
-                                                      TRACE_OVERHEAD)}
+                                                      TRACE_OVERHEAD, OUTPUTS, OUTPUT_AGREEMENT)}
 """The frames an `Evaluation` stores, by attribute name."""

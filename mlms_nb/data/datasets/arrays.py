@@ -38,7 +38,7 @@ def as_input(value: Any, preprocess) -> Any:
     anything else goes through ``preprocess`` (without one, an array is taken as it is)."""
     manifest = getattr(preprocess, "manifest", None)
     if isinstance(value, np.ndarray) and (preprocess is None or (
-            manifest is not None and shape_fits(value.shape, manifest.inputs[0].dimensions))):
+            manifest is not None and shape_fits(value.shape, manifest.fed_input.dimensions))):
         return cast_to(manifest, value)
     if preprocess is None:
         if isinstance(value, Mapping):
@@ -60,7 +60,10 @@ class SyntheticDataset(Dataset):
         super().__init__()
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
             raise DatasetError(f"synthetic: count must be a positive integer, got {count!r}")
-        spec = manifest.inputs[0]
+        spec = manifest.fed_input
+        if spec.dynamic:
+            raise DatasetError(f"synthetic: {manifest.key}'s input {spec.name or 'input'} has dynamic dimensions "
+                               f"{spec.dimensions}; evaluate it on a dataset (a folder of images, a .npz)")
         self.manifest = manifest
         self.count = int(count)
         self.seed = int(seed)
@@ -153,12 +156,12 @@ class NpzDataset(Dataset):
 
     def check(self, manifest: Manifest) -> None:
         """Raise `DatasetError` unless ``x`` is shaped ``(N, *inputs[0].dimensions)``."""
-        dims = list(manifest.inputs[0].dimensions)
+        dims = list(manifest.fed_input.dimensions)
         actual = list(self.shape[1:])
         if not shape_fits(tuple(actual), dims):
             raise DatasetError(
                 f"{self.path}: 'x' holds inputs shaped {actual} (without the batch), but {manifest.key} expects "
-                f"{dims} ({manifest.inputs[0].layout} without the batch); the .npz must be preprocessed already")
+                f"{dims} ({manifest.fed_input.layout} without the batch); the .npz must be preprocessed already")
 
     def chunks(self, size: int) -> Iterator[Any]:
         if self.manifest is not None:

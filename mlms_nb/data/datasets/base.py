@@ -105,5 +105,5 @@ def short_reason(reason: str) -> str:
 
 def cast_to(manifest, data: Any) -> Any:
     """Already-preprocessed data cast to the first input's element type (contiguous)."""
-    array = np.asarray(data, dtype=None if manifest is None else np.dtype(manifest.inputs[0].element_type))
+    array = np.asarray(data, dtype=None if manifest is None else np.dtype(manifest.fed_input.element_type))
     return array if array.flags.c_contiguous else array.copy()  # (ascontiguousarray would make a scalar 1-d)

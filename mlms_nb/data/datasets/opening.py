@@ -69,7 +69,7 @@ def _folder(path: Path, manifest: Manifest) -> Dataset:
             "npy" if suffix == ".npy" else None)
         if key:
             counts[key] += 1
-    if manifest.inputs[0].type == "audio" or counts["audio"] > max(counts["image"], counts["npy"]):
+    if manifest.fed_input.type == "audio" or counts["audio"] > max(counts["image"], counts["npy"]):
         return AudioFolder(path, labels=labels)
     if counts["npy"] > counts["image"]:
         return NpyFolder(path, labels=labels)
