@@ -232,3 +232,21 @@ def plot(table: pd.DataFrame, backend: str = "bokeh", metric: str = "max_rel_err
         lat.points(x[ok], values[ok], label=fw, color=_plot.color(len(pairs) + i), size=4,
                    hover={"layer": [names[j] for j in np.flatnonzero(ok)]})
     return _plot.combine(panels, title=title)
+
+
+def plot_outputs(table: pd.DataFrame, backend: str = "bokeh", tolerance: float = 1e-4, title: str | None = None):
+    """Output-level divergence (:mod:`mlms_nb.divergence.outputs`): max_rel_error per framework and output as bars
+    (orange: over ``tolerance``)."""
+    _plot.require_columns(table, ("framework", "output", "metric", "value"), "an output divergence table")
+    rows = table[table["metric"] == "max_rel_error"]
+    labels = [f"{fw}: {out}" for fw, out in zip(rows["framework"], rows["output"])]
+    values = rows["value"].to_numpy(dtype=float)
+    panel = _plot.charts(backend, [dict(
+        title=title or "output divergence",
+        x_label=f"max_rel_error = max|b - a| / max|a| over the inputs (orange: over tolerance {tolerance:g})",
+        y_label="framework: output", categories=labels)], height=max(200, 40 * len(labels) + 120))[0]
+    over = values > tolerance
+    for sel, color in ((~over, _plot.color(0)), (over, _plot.color(1))):
+        if sel.any():
+            panel.hbars(np.array(labels)[sel], values[sel], color=color)
+    return _plot.combine([panel])

@@ -18,6 +18,7 @@ steps that leave the size to each image. Steps after a ``code`` step are the cod
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 MAX_IMAGE_SIDE = 4096
@@ -27,6 +28,7 @@ MAX_CLASSES = 10_000_000
 MAX_MEAN = 1e6
 SCALE_RANGE = (1e-6, 1e6)
 DECODED_CHANNELS = {"RGB": 3, "BGR": 3, "GRAY": 1}
+SYMBOL = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 
 
 def whole_number(value: Any, low: int, high: int, what: str) -> int:
@@ -74,20 +76,38 @@ def numbers(value: Any, kind: str) -> list[float]:
     return out
 
 
-def dimensions(value: Any) -> list[int]:
-    """An input's dimensions (no batch): each 1 to `MAX_DIMENSION`, at most `MAX_INPUT_ELEMENTS` in all."""
+def dimensions(value: Any) -> list[int | str | None]:
+    """An input's dimensions (no batch): each 1 to `MAX_DIMENSION`, or dynamic: ``null`` (any size) or a symbol such
+    as ``H`` (one size wherever the symbol appears in one call); at most `MAX_INPUT_ELEMENTS` in all (static ones)."""
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"expected a list of sizes such as [3, 224, 224], got {_show(value)}")
-    dims = []
+    dims: list[int | str | None] = []
     for i, d in enumerate(value):
+        if d is None:
+            dims.append(None)
+            continue
+        if isinstance(d, str):
+            if not SYMBOL.match(d):
+                raise ValueError(f"[{i}]: expected a size, null (dynamic) or a symbol such as H (letters, digits and "
+                                 f"_, starting with a letter), got {_show(d)}")
+            dims.append(d)
+            continue
+        if isinstance(d, (int, float)) and not isinstance(d, bool) and d == -1:
+            raise ValueError(f"[{i}]: write a dynamic dimension as null or a symbol such as H, not -1")
         try:
             dims.append(whole_number(d, 1, MAX_DIMENSION, "elements"))
         except ValueError as err:
             raise ValueError(f"[{i}]: {err}") from None
-    if math.prod(dims) > MAX_INPUT_ELEMENTS:
-        raise ValueError(f"{dims} holds {math.prod(dims):,} elements per input, over the limit of "
+    static = [d for d in dims if isinstance(d, int)]
+    if math.prod(static) > MAX_INPUT_ELEMENTS:
+        raise ValueError(f"{dims} holds {math.prod(static):,} elements per input, over the limit of "
                          f"{MAX_INPUT_ELEMENTS:,}")
     return dims
+
+
+def is_dynamic(dim: Any) -> bool:
+    """Whether one dimension is left to each input (``null`` or a symbol)."""
+    return not isinstance(dim, int)
 
 
 def _show(value: Any) -> str:
@@ -97,15 +117,34 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def pipeline_problems(spec: Any, steps: list[Any]) -> list[tuple[str, str]]:
-    """``(field path, message)`` for each way ``steps`` cannot turn an image into ``spec``'s input."""
+IMAGE_OPS = ("decode", "resize", "resize_fit", "center_crop", "normalize", "to_layout", "code")
+AUDIO_OPS = ("decode_audio", "chunk", "code")
+TEXT_OPS = ("tokenize", "code")
+OPS_BY_TYPE = {"image": IMAGE_OPS, "tensor": IMAGE_OPS, "audio": AUDIO_OPS, "text": TEXT_OPS}
+
+
+def pipeline_problems(spec: Any, steps: list[Any], where: str = "inputs[0]") -> list[tuple[str, str]]:
+    """``(field path, message)`` for each way ``steps`` cannot turn a dataset item into ``spec``'s input (``where``
+    is the input's field path: the first input the dataset feeds)."""
+    allowed = OPS_BY_TYPE.get(spec.type, ())
+    for i, step in enumerate(steps):
+        if step.op not in allowed:
+            return [(f"preprocess[{i}]", f"step {step.op} does not apply to a {spec.type} input ({where}.type); "
+                                         f"its steps are {', '.join(allowed)}")]
+    if spec.type == "audio":
+        return [] if not steps or steps[0].op in ("decode_audio", "code") else [
+            ("preprocess[0]", "the steps of an audio input start with decode_audio (the file's samples)")]
+    if spec.type == "text":
+        if steps and steps[0].op in ("tokenize", "code"):
+            return []
+        return [("preprocess", f"a text input needs a tokenize step (a tokenizer file) to turn text into {where}")]
     if spec.type != "image" and not steps:
         return []  # a tensor input fed by already preprocessed data
     problems: list[tuple[str, str]] = []
     if not steps:
         decoded = DECODED_CHANNELS[spec.color_mode]
         if decoded != spec.channels:
-            problems.append(("inputs[0].color_mode", _channels_message(decoded, spec.channels)))
+            problems.append((f"{where}.color_mode", _channels_message(decoded, spec.channels, where)))
         return problems
     if spec.type != "image" and steps[0].op not in ("decode", "code"):
         return [("preprocess[0]", "the steps of a tensor input run on decoded images: start them with decode, "
@@ -113,7 +152,7 @@ def pipeline_problems(spec: Any, steps: list[Any]) -> list[tuple[str, str]]:
     size: tuple[int, int] | None = None  # None: each image's own size
     size_path = "preprocess"
     layout = "HWC"
-    channels, channels_from = DECODED_CHANNELS[spec.color_mode], "inputs[0].color_mode"
+    channels, channels_from = DECODED_CHANNELS[spec.color_mode], f"{where}.color_mode"
     for i, step in enumerate(steps):
         path, args = f"preprocess[{i}]", step.args
         if step.op == "code":
@@ -122,15 +161,17 @@ def pipeline_problems(spec: Any, steps: list[Any]) -> list[tuple[str, str]]:
             if i:
                 problems.append((path, "decode must be the first step; move it to preprocess[0]"))
             channels, channels_from = DECODED_CHANNELS[args.color_mode], f"{path}.decode.color_mode"
-        elif step.op == "resize":
+        elif step.op in ("resize", "resize_fit"):
             if layout == "CHW":
-                problems.append((path, "resize works on height x width x channels images; move it before "
+                problems.append((path, f"{step.op} works on height x width x channels images; move it before "
                                        "the to_layout step that puts channels first"))
-            if isinstance(args.size, int):
+            if step.op == "resize_fit":
+                size = None  # each image's own aspect ratio
+            elif isinstance(args.size, int):
                 size = None if size is None else _shorter_side_to(size, args.size)
             else:
                 size = (int(args.size[0]), int(args.size[1]))
-            size_path = f"{path}.resize.size"
+            size_path = f"{path}.{step.op}"
         elif step.op == "center_crop":
             size = (args.size, args.size) if isinstance(args.size, int) else (int(args.size[0]), int(args.size[1]))
             size_path = f"{path}.center_crop.size"
@@ -139,25 +180,27 @@ def pipeline_problems(spec: Any, steps: list[Any]) -> list[tuple[str, str]]:
                 count = len(getattr(args, name))
                 if count not in (1, spec.channels):
                     problems.append((f"{path}.normalize.{name}", f"expected 1 or {spec.channels} values (one per "
-                                                                 f"channel of inputs[0]), got {count}"))
+                                                                 f"channel of {where}), got {count}"))
         elif step.op == "to_layout":
             layout = "CHW" if (args.layout or spec.layout) == "NCHW" else "HWC"
     if spec.type != "image":
         return problems
     height, width = spec.height_width
-    if size is None:
+    dynamic = is_dynamic(height) or is_dynamic(width)
+    if size is None and not dynamic:
         problems.append(("preprocess", f"the steps leave the image size to each image; end them with a resize or "
-                                       f"center_crop to [{height}, {width}] (inputs[0].dimensions)"))
-    elif size != (height, width):
-        problems.append((size_path, f"the steps make {size[0]}x{size[1]} images but inputs[0].dimensions says "
+                                       f"center_crop to [{height}, {width}] ({where}.dimensions), or make the "
+                                       "height and width dynamic (null or a symbol such as H)"))
+    elif size is not None and any(not is_dynamic(want) and got != want for got, want in zip(size, (height, width))):
+        problems.append((size_path, f"the steps make {size[0]}x{size[1]} images but {where}.dimensions says "
                                     f"{height}x{width} (height x width); make the two agree"))
     if channels != spec.channels:
-        problems.append((channels_from, _channels_message(channels, spec.channels)))
+        problems.append((channels_from, _channels_message(channels, spec.channels, where)))
     return problems
 
 
-def _channels_message(decoded: int, expected: int) -> str:
-    return (f"decoding gives {decoded} channel{'s' if decoded > 1 else ''} but inputs[0].dimensions has {expected}; "
+def _channels_message(decoded: int, expected: int, where: str = "inputs[0]") -> str:
+    return (f"decoding gives {decoded} channel{'s' if decoded > 1 else ''} but {where}.dimensions has {expected}; "
             "use color_mode GRAY for 1 channel or RGB/BGR for 3")
 
 

@@ -6,13 +6,15 @@ input, output and model specs, and how pydantic's errors become field paths (``p
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Literal, Union
 
 import semantic_version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from mlms_nb import _manifest_checks as checks
+from mlms_nb.paths import builtin_manifest_dir
 from mlms_nb._manifest_checks import _errors, _join  # noqa: F401 - the field-path helpers, re-exported
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
@@ -75,6 +77,75 @@ class ResizeArgs(_Strict):
         return checks.image_size(value)
 
 
+class ResizeFitArgs(_Strict):
+    """Keep the aspect ratio: scale so that the shorter side becomes ``short_side`` (when given) without the longer
+    side passing ``long_side`` (when given), then round each side to the nearest multiple of ``multiple_of`` (at
+    least one multiple). Sides in pixels, 1 to 4096."""
+    short_side: int | None = Field(None, description="the shorter side's target (pixels)")
+    long_side: int | None = Field(None, description="the longer side's limit (pixels)")
+    multiple_of: int = Field(1, description="round each side to a multiple of this (pixels), e.g. 32")
+    interpolation: Literal["nearest", "bilinear", "bicubic", "lanczos"] = "bilinear"
+
+    @field_validator("short_side", "long_side", "multiple_of", mode="before")
+    @classmethod
+    def _side(cls, value: Any) -> Any:
+        return None if value is None else checks.whole_number(value, 1, checks.MAX_IMAGE_SIDE, "pixels")
+
+    @model_validator(mode="after")
+    def _one_side(self) -> "ResizeFitArgs":
+        if self.short_side is None and self.long_side is None:
+            raise ValueError("give short_side, long_side or both (pixels)")
+        return self
+
+
+class DecodeAudioArgs(_Strict):
+    """Read a WAV/FLAC/OGG file with soundfile (float32 in -1..1), mix to ``channels`` (mono averages them) and
+    resample to ``sample_rate`` (Hz; soxr when installed, else scipy's polyphase filter)."""
+    sample_rate: int = Field(16000, description="the model's sample rate (Hz)")
+    channels: Literal["mono", "keep"] = Field("mono", description="mono: average the channels; keep: (C, samples)")
+
+    @field_validator("sample_rate", mode="before")
+    @classmethod
+    def _rate(cls, value: Any) -> int:
+        return checks.whole_number(value, 1, 1_000_000, "Hz")
+
+
+class ChunkArgs(_Strict):
+    """Cut the signal's last axis into ordered chunks of ``size`` samples every ``hop`` (default ``size``), each
+    prefixed by ``context`` samples of what came before (zeros before the start); the last chunk is padded with
+    zeros. Gives ``(chunks, ..., context + size)``: one model call per chunk, in order."""
+    size: int = Field(description="samples per chunk")
+    hop: int | None = Field(None, description="samples between chunk starts (default: size)")
+    context: int = Field(0, description="samples of left context before each chunk")
+
+    @field_validator("size", "hop", "context", mode="before")
+    @classmethod
+    def _samples(cls, value: Any, info) -> Any:
+        if value is None:
+            return None
+        return checks.whole_number(value, 0 if info.field_name == "context" else 1, checks.MAX_DIMENSION, "samples")
+
+
+class TokenizeArgs(_Strict):
+    """Tokenize text with a `tokenizers` file (``tokenizer.json``, an asset URI), truncated and padded to
+    ``max_length``; ``ids``, ``attention_mask`` and ``type_ids`` name the model inputs each goes to (null: not fed)."""
+    tokenizer: str = Field(description="asset URI of a tokenizers JSON file")
+    max_length: int = Field(128, description="tokens per input (truncated, then padded)")
+    ids: str = Field("input_ids", description="the input the token ids go to")
+    attention_mask: str | None = Field(None, description="the input the attention mask goes to (1 = token)")
+    type_ids: str | None = Field(None, description="the input the token type ids go to")
+
+    @field_validator("tokenizer", mode="before")
+    @classmethod
+    def _uri(cls, value: Any) -> Any:
+        return _text(value, MAX_URI, "an asset URI")
+
+    @field_validator("max_length", mode="before")
+    @classmethod
+    def _length(cls, value: Any) -> int:
+        return checks.whole_number(value, 1, checks.MAX_DIMENSION, "tokens")
+
+
 class CenterCropArgs(_Strict):
     """``size`` (pixels, 1 to 4096): an int for a square, or ``[h, w]``."""
     size: Union[int, tuple[int, int]]
@@ -132,14 +203,19 @@ class CodeArgs(_Strict):
 STEP_ARGS: dict[str, type[_Strict]] = {
     "decode": DecodeArgs,
     "resize": ResizeArgs,
+    "resize_fit": ResizeFitArgs,
     "center_crop": CenterCropArgs,
     "normalize": NormalizeArgs,
     "to_layout": ToLayoutArgs,
     "softmax": SoftmaxArgs,
     "top_k": TopKArgs,
+    "decode_audio": DecodeAudioArgs,
+    "chunk": ChunkArgs,
+    "tokenize": TokenizeArgs,
     "code": CodeArgs,
 }
-PREPROCESS_OPS = ("decode", "resize", "center_crop", "normalize", "to_layout", "code")
+PREPROCESS_OPS = ("decode", "resize", "resize_fit", "center_crop", "normalize", "to_layout", "decode_audio", "chunk",
+                  "tokenize", "code")
 POSTPROCESS_OPS = ("softmax", "top_k", "code")
 
 
@@ -235,16 +311,32 @@ class FrameworkSpec(_Strict):
         return parse_version(version) in semantic_version.NpmSpec(self.version)
 
 
+ELEMENT_TYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool")
+INPUT_TYPES = ("image", "tensor", "audio", "text", "constant")
+
+
 class InputSpec(_Strict):
     """One model input. ``dimensions`` exclude the batch and follow ``layout`` (NCHW: [C, H, W]); an image's
-    height and width are 1 to 4096 pixels, each dimension 1 to 2^20, 2^26 elements in all."""
-    name: str | None = Field(None, description="the input's name in the graph (informative)")
-    type: Literal["image", "tensor"] = Field("image", description="image: datasets of photos are decoded and "
-                                                                  "preprocessed; tensor: synthetic or .npz inputs")
-    element_type: Literal["float32", "float16", "uint8", "int32", "int64"] = Field("float32",
-                                                                                   description="element type fed")
+    height and width are 1 to 4096 pixels, each dimension 1 to 2^20, 2^26 elements in all. A dimension may be
+    dynamic: ``null`` (any size) or a symbol such as ``H`` (the same size wherever the symbol appears in one call);
+    sizes are checked against it at run time. ``batch_axis``: where the batch goes (0: first; null: the input has
+    none, e.g. a scalar). ``type: constant`` feeds ``value`` (a number or nested list) in every call."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str | None = Field(None, description="the input's name: the ONNX graph input, the torch forward argument "
+                                               "or the Keras input it feeds; needed when there are several inputs")
+    type: Literal["image", "tensor", "audio", "text", "constant"] = Field(
+        "image", description="image: photos decoded and preprocessed; tensor: synthetic or .npz inputs; audio: sound "
+                             "files (decode_audio, chunk); text: strings (tokenize); constant: `value` in every call")
+    element_type: Literal["float32", "float16", "float64", "uint8", "int8", "int32", "int64", "bool"] = Field(
+        "float32", validation_alias=AliasChoices("element_type", "dtype"),
+        description="element type fed (`dtype` is accepted as another spelling)")
     layout: Literal["NCHW", "NHWC"] = Field("NCHW", description="axis order (NCHW: PyTorch and ONNX; NHWC: Keras)")
-    dimensions: list[int] = Field(examples=[[3, 224, 224]], description="the shape without the batch, in `layout`")
+    dimensions: list[int | str | None] | None = Field(
+        None, examples=[[3, 224, 224], [3, None, None], [1, "T"]],
+        description="the shape without the batch, in `layout`; null or a symbol (H) for a dynamic dimension; "
+                    "required except for constants (whose value gives it)")
+    batch_axis: int | None = Field(0, description="the axis the batch is stacked on (0: first); null: no batch axis")
+    value: Any = Field(None, examples=[16000], description="type constant: the value fed in every call")
     color_mode: Literal["RGB", "BGR", "GRAY"] = Field("RGB", description="channel order images are decoded to")
     mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0], examples=[[123.675, 116.28, 103.53]],
                               description="subtracted per channel from pixel values 0..255 (default normalize)")
@@ -258,8 +350,13 @@ class InputSpec(_Strict):
 
     @field_validator("dimensions", mode="before")
     @classmethod
-    def _dims(cls, value: Any) -> list[int]:
-        return checks.dimensions(value)
+    def _dims(cls, value: Any) -> Any:
+        return None if value is None else checks.dimensions(value)
+
+    @field_validator("batch_axis", mode="before")
+    @classmethod
+    def _axis(cls, value: Any) -> Any:
+        return None if value is None else checks.whole_number(value, 0, 32, "axes")
 
     @field_validator("mean", "scale", mode="before")
     @classmethod
@@ -268,18 +365,31 @@ class InputSpec(_Strict):
 
     @model_validator(mode="after")
     def _shape(self) -> "InputSpec":
+        if self.type == "constant":
+            return self._constant()
+        if self.value is not None:
+            raise _problems([("value", "only a constant input has a value; set type: constant or remove it")])
+        if self.dimensions is None:
+            raise _problems([("dimensions", "required field is missing")])
+        if self.batch_axis is not None and self.batch_axis > len(self.dimensions):
+            raise _problems([("batch_axis", f"an input of {len(self.dimensions)} dimensions (without the batch) can "
+                                            f"take the batch at axis 0 to {len(self.dimensions)}, not {self.batch_axis}")])
         if self.type == "image":
             problems = []
             if len(self.dimensions) != 3:
                 raise _problems([("dimensions", f"expected 3 integers ({self.layout} without the batch), "
                                                 f"got {len(self.dimensions)}")])
+            channels = self.channels
+            if checks.is_dynamic(channels):
+                index = 0 if self.layout == "NCHW" else 2
+                raise _problems([(f"dimensions[{index}]", "an image's channel count must be a number (1 or 3), "
+                                                          f"not {channels!r}")])
             height, width = self.height_width
             for name, side in (("height", height), ("width", width)):
-                if side > checks.MAX_IMAGE_SIDE:
+                if isinstance(side, int) and side > checks.MAX_IMAGE_SIDE:
                     index = (1 if self.layout == "NCHW" else 0) + (name == "width")
                     problems.append((f"dimensions[{index}]", f"an image {name} of at most {checks.MAX_IMAGE_SIDE} "
                                                              f"pixels is supported, got {side}"))
-            channels = self.channels
             for field_name in ("mean", "scale"):
                 values = getattr(self, field_name)
                 if len(values) not in (1, channels):
@@ -287,6 +397,29 @@ class InputSpec(_Strict):
             if problems:
                 raise _problems(problems)
         return self
+
+    def _constant(self) -> "InputSpec":
+        import numpy as np
+
+        if self.value is None:
+            raise _problems([("value", "a constant input needs the value to feed, such as 16000")])
+        try:
+            array = np.asarray(self.value, dtype=self.element_type)
+        except (TypeError, ValueError, OverflowError) as err:
+            raise _problems([("value", f"not a {self.element_type} number or nested list of them ({err})")]) from None
+        if array.size > 1 << 16:
+            raise _problems([("value", f"a constant of at most 65,536 elements is supported, got {array.size:,}")])
+        if self.dimensions is not None and list(array.shape) != self.dimensions:
+            raise _problems([("dimensions", f"the value is shaped {list(array.shape)}, not {self.dimensions}")])
+        if self.batch_axis == 0 and "batch_axis" not in self.model_fields_set:
+            self.batch_axis = None  # a constant is fed as it is unless told to repeat it per input
+        self.dimensions = list(array.shape)
+        return self
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether any dimension is left to each input."""
+        return any(checks.is_dynamic(d) for d in self.dimensions or ())
 
     @property
     def channels(self) -> int:
@@ -299,15 +432,42 @@ class InputSpec(_Strict):
         return self.dimensions[0], self.dimensions[1]
 
 
+#: a bare name (no dot, slash or scheme) in ``outputs[].labels`` names a label file shipped with mlms-nb
+LABELS_SHORTHAND = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def shipped_labels() -> list[str]:
+    """The names of the label files shipped with mlms-nb (``labels: imagenet1k``)."""
+    return sorted(p.stem for p in (builtin_manifest_dir() / "labels").glob("*.txt"))
+
+
+def labels_file(value: str) -> Path | None:
+    """The shipped file a ``labels`` shorthand names; None when ``value`` is a path or URI, not a shorthand."""
+    return builtin_manifest_dir() / "labels" / f"{value}.txt" if LABELS_SHORTHAND.match(value) else None
+
+
+OUTPUT_METRICS = ("mse", "mae", "iou", "exact_match")
+
+
 class OutputSpec(_Strict):
-    """``labels``: asset URI of a text file, one label per line; ``classes``: how many the output has (1 to 10^7),
-    checked against the labels file when both are known."""
-    name: str | None = Field(None, description="the output's name in the graph (informative)")
+    """``labels``: a label file shipped with mlms-nb by name (``imagenet1k``), or the asset URI of a text file, one
+    label per line; ``classes``: how many the output has (1 to 10^7), checked against the labels when both are known.
+    ``metrics``: built-in metrics of this output against the reference framework's (mse, mae, iou of masks
+    thresholded at 0.5, exact_match)."""
+    name: str | None = Field(None, description="the output's name: the ONNX graph output, the position or key of "
+                                               "torch forward's result, or the Keras output; needed when there are "
+                                               "several outputs")
     type: Literal["classification", "tensor"] = Field("classification", description="classification: top-1/top-5 "
-                                                                                    "accuracy on labeled datasets")
-    labels: str | None = Field(None, examples=["../labels/imagenet1k.txt"], description="asset URI of a text "
-                                                                                       "file, one label per line")
+                                                                                    "accuracy on labeled datasets; "
+                                                                                    "tensor: captured and compared")
+    labels: str | None = Field(None, examples=["imagenet1k", "labels.txt"],
+                               description="a shipped label file by name, a bare word (" + ", ".join(
+                                   f"``{n}``" for n in shipped_labels()) + "), or the asset URI of a text file, "
+                                   "one label per line (``./labels`` for a file without a dot in its name)")
     classes: int | None = Field(None, examples=[1000], description="how many classes the output has")
+    metrics: list[Literal["mse", "mae", "iou", "exact_match"]] = Field(
+        default_factory=list, examples=[["mse"]], description="built-in metrics against the reference framework's "
+                                                              "output: mse, mae, iou (masks), exact_match")
 
     @field_validator("name", mode="before")
     @classmethod
@@ -317,7 +477,11 @@ class OutputSpec(_Strict):
     @field_validator("labels", mode="before")
     @classmethod
     def _uri(cls, value: Any) -> Any:
-        return _text(value, MAX_URI, "an asset URI")
+        value = _text(value, MAX_URI, "an asset URI")
+        if isinstance(value, str) and LABELS_SHORTHAND.match(value) and value not in shipped_labels():
+            raise ValueError(f"{value!r} is not a shipped label file; shipped ones: {', '.join(shipped_labels())} "
+                             "(or give the path of a text file, one label per line)")
+        return value
 
     @field_validator("classes", mode="before")
     @classmethod
@@ -336,7 +500,8 @@ class ModelSpec(_Strict):
     folder, used first when given) or ``entrypoint`` (your own code building the model); ``weights_path`` holds
     weights for an architecture or an entrypoint. Paths are asset URIs; ``sha256`` maps an asset field to its digest."""
     architecture: str | None = Field(None, description="a built-in architecture: efficientnet_lite0, "
-                                                       "efficientnet_lite1 or resnet50")
+                                                       "efficientnet_lite1, efficientnet_lite2, resnet50, vit_tiny "
+                                                       "or bert_tiny")
     graph_path: str | None = Field(None, description="a model file (asset URI): TorchScript .pt/.ts/.jit, torch.export "
                                                      ".pt2, .onnx, .keras/.h5, or a SavedModel folder")
     weights_path: str | None = Field(None, description="weights for an architecture or an entrypoint (asset URI): "

@@ -17,6 +17,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "torch": ("PyTorch", "torch"),
     "efficientnet_lite_pytorch": ("efficientnet-lite-pytorch", "torch"),
     "safetensors": ("safetensors", "torch"),
+    "transformers": ("Hugging Face transformers", "zoo"),
     "onnx": ("onnx", "onnx"),
     "onnxruntime": ("ONNX Runtime", "onnx"),
     "tensorflow": ("TensorFlow", "tf"),
@@ -25,6 +26,9 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "tf2onnx": ("tf2onnx", "convert"),
     "onnxscript": ("onnxscript", "convert"),  # google.protobuf: reading TensorFlow profiles (.xplane.pb)
     "scipy": ("SciPy", "analysis"),
+    "soundfile": ("soundfile", "audio"),
+    "soxr": ("soxr", "audio"),
+    "tokenizers": ("tokenizers", "text"),
     "bokeh": ("Bokeh", "analysis"),
     "matplotlib": ("matplotlib", "analysis"),
     "opentelemetry": ("OpenTelemetry", "otel"),

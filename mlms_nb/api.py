@@ -35,6 +35,7 @@ from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.runner import EvaluationRunner, resolve_manifests
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
+from mlms_nb.frameworks.converters.manifests import CONVERTIBLE, converted_copies
 from mlms_nb.frameworks.costs import model_costs
 from mlms_nb.frameworks.live import check_trust, manifest_for
 from mlms_nb.frameworks.modelfiles import file_kind
@@ -72,8 +73,10 @@ def models(framework: str | None = None) -> pd.DataFrame:
         origin = "built-in" if catalog.is_builtin(m) else ("user, not the default" if id(m) in shadowed else "user")
         rows.append({
             "model": m.name, "version": m.version, "framework": m.framework.name,
-            "framework_version": m.framework.version, "input": "x".join(map(str, m.inputs[0].dimensions)),
-            "layout": m.inputs[0].layout, "weights": m.model.weights,
+            "framework_version": m.framework.version,
+            "input": "x".join("?" if d is None else str(d) for d in m.fed_input.dimensions or ())
+                     + (f" (+{len(m.inputs) - 1} more)" if len(m.inputs) > 1 else ""),
+            "layout": m.fed_input.layout, "weights": m.model.weights,
             "top1": m.attributes.get("top1"), "origin": origin, "description": m.description, "source": m.source,
         })
     frame = pd.DataFrame(rows).sort_values(["model", "framework"], ignore_index=True) if rows else pd.DataFrame()
@@ -87,13 +90,16 @@ def models(framework: str | None = None) -> pd.DataFrame:
     return frame
 
 
-@takes(EvaluateOptions, "model", "inputs", "outputs", "preprocess", "postprocess")
+@takes(EvaluateOptions, "model", "inputs", "outputs", "preprocess", "postprocess", "metrics")
 def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, outputs: Any = None, preprocess: Any = None,
-             postprocess: Any = None) -> Evaluation | list[Evaluation]:
+             postprocess: Any = None, metrics: Any = None) -> Evaluation | list[Evaluation]:
     """Evaluate ``model`` in one or more frameworks; returns an `Evaluation`. ``model``: a name (see
     :func:`models`), a manifest path or `Manifest`, or a live ``torch.nn.Module`` / ``keras.Model`` whose
     ``inputs`` (an example batch, N first, or an `InputSpec` / dict), ``outputs``, ``preprocess`` and
     ``postprocess`` describe it as a manifest would (:func:`mlms_nb.frameworks.live.manifest_for`).
+
+    A PyTorch manifest (or live module) asked for with ``framework="torch,onnxruntime,tensorflow"`` runs the copies
+    the kept converters make of it (cached by sha256; docs/byom.md).
 
     Trust (docs/trust.md): entrypoints, code steps and model files that can run code (TorchScript, .pt2,
     SavedModel, Keras custom objects) run only with ``trust=True`` or when in the trust store (:func:`trust_add`).
@@ -105,17 +111,26 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     ``evaluation.trace_overhead``). ``history``: store the result (True: the default store; a string: an
     SQLAlchemy URL; False: don't); a failing store is a warning on the result, never a lost measurement.
 
+    Outputs: ``capture_outputs`` says what ``evaluation.outputs`` keeps of every output (none, summary, all,
+    first:N); the kept values of each framework are compared with the first framework's in
+    ``evaluation.output_agreement`` (max/mean abs and rel error, cosine), plus ``metrics``: built-in names (mse,
+    mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``.
+
     Agents (docs/agents.md): ``on="tcp://host:8786"`` runs it on an mlms agent of that Dask scheduler satisfying
     ``where`` (``"torch>=2.0 device=cpu team=vision"``) and the manifests' framework ranges, again on another one
     when it dies mid-run; ``all_agents=True`` on every matching agent in parallel: a list, one `Evaluation` per agent.
     """
+    if metrics is not None:
+        from mlms_nb.evaluation.agreement import resolve_metrics
+
+        resolve_metrics(metrics)  # an unknown name is refused before anything runs
     manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess)
     for manifest in manifests:
         check_trust(manifest, options.trust)
     if options.remote.on:
-        return evaluate_on_agents(manifests, options)
+        return evaluate_on_agents(manifests, options, metrics)
     keeper = HistoryKeeper(None if options.history is True else str(options.history)) if options.history else None
-    evaluation = EvaluationRunner(manifests, options, sink=keeper).run()
+    evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics).run()
     if keeper is not None:
         keeper.finish(evaluation)
         evaluation.saved = keeper.saved
@@ -124,7 +139,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 
 def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, preprocess: Any,
                postprocess: Any) -> list[Manifest]:
-    """The manifests to run; a manifest file or object asked for with another framework is refused."""
+    """The manifests to run. A manifest file or object names one framework: asked for with others it is refused,
+    except a PyTorch manifest that builds its module (entrypoint, architecture, live object), whose ONNX Runtime and
+    TensorFlow copies the kept converters make (:func:`~mlms_nb.frameworks.converters.manifests.converted_copies`)."""
     live = not isinstance(model, (str, Path, Manifest))
     if live:
         model = manifest_for(model, inputs, outputs, preprocess, postprocess)
@@ -138,10 +155,18 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
         model = find_manifest(model)
     if isinstance(model, Manifest):
         if "framework" in options.model_fields_set and options.framework != [model.framework.name]:
-            asked = ",".join(options.framework)
-            raise MlmsError(f"{model.source or 'the manifest'} is for framework {model.framework.name}, but "
-                            f"{spell('framework')} asks for {asked}: give a manifest of that framework (one file per "
-                            "framework), or its model name")
+            others = [fw for fw in options.framework if fw != model.framework.name]
+            eager = model.framework.name == "torch" and not model.model.graph_path  # an nn.Module we can export
+            if not eager or not set(others) <= set(CONVERTIBLE):
+                asked = ",".join(options.framework)
+                raise MlmsError(f"{model.source or 'the manifest'} is for framework {model.framework.name}, but "
+                                f"{spell('framework')} asks for {asked}: give a manifest of that framework (one file "
+                                "per framework), or its model name; only a PyTorch manifest that builds its module "
+                                f"(model.entrypoint or model.architecture) is converted to {' and '.join(CONVERTIBLE)}")
+            # a PyTorch manifest asked in ONNX Runtime / TensorFlow too: its converted copies (kept, by checksum)
+            check_trust(model, options.trust)
+            copies = converted_copies(model, others, options.trust)
+            return [model if fw == model.framework.name else copies[fw] for fw in options.framework]
         if not live:
             options.framework = [model.framework.name]
         return [model]

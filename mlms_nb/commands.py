@@ -6,6 +6,7 @@ here), and what each verb returns (:class:`Output`: a value, what to show, the J
 from __future__ import annotations
 
 import argparse
+import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,7 +103,7 @@ ARGUMENTS: dict[str, list[Argument]] = {
     "roofline": [RUN, *arguments(RooflineOptions), PLOT, HTML, JSON_FLAG],
     "compare": [Argument(("run_a",), {"help": "run A: a history id, evaluation id, saved .json, or notebook variable"}),
                 Argument(("run_b",), {"help": "run B, the same"}), PLOT, HTML, JSON_FLAG],
-    "diverge": [Argument(("model",), {"help": "model name (see `models`)"}), *arguments(DivergeOptions), PLOT, HTML,
+    "diverge": [Argument(("model",), {"help": "model name (see `models`), or the path of a PyTorch manifest"}), *arguments(DivergeOptions), PLOT, HTML,
                 JSON_FLAG],
     "timeline": [RUN, Argument(("--framework",), {"default": None, "help": "only this framework's trace"}),
                  Argument(("--plot",), {"default": "bokeh", "choices": ["bokeh", "matplotlib"], "help": "figure backend"}),
@@ -183,7 +184,10 @@ def run_eval(args: argparse.Namespace) -> Output:
     if isinstance(inputs, str):
         raise MlmsError(f"--inputs {inputs}: names a notebook variable describing a live model's input; from the "
                         "command line, describe the model by a manifest")
-    evaluation = api.evaluate(args.model, inputs=inputs, **given(EvaluateOptions, args), progress=not args.json)
+    options = given(EvaluateOptions, args)
+    # progress goes to stderr; with --json only to a terminal, so a captured stderr holds just the messages
+    options["progress"] = options.get("progress", True) and (not args.json or sys.stderr.isatty())
+    evaluation = api.evaluate(args.model, inputs=inputs, **options)
     if isinstance(evaluation, list):  # --all: one evaluation per agent
         outs = [_one_eval(ev) for ev in evaluation]
         page = display.Page([display.Section(f"agent {ev.stack['agent']['name']}", o.shown)

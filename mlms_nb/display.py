@@ -201,6 +201,9 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
             + ")" for r in acc.to_dict("records"))))
     elif (ev.options or {}).get("dataset"):
         lines.append(("Dataset", str(ev.options["dataset"])))
+    full = ev.full_pass
+    if not full.empty and {"inputs", "wall_s", "inputs_per_s"} <= set(full.columns):
+        lines.append(("Full pass", "; ".join(_full_pass_text(r) for r in full.to_dict("records"))))
     lines.append(("Measured", ev.measurement_note()))
     if not ev.cold_start.empty and {"load_ms", "first_inference_ms"} <= set(ev.cold_start.columns):
         lines.append(("Cold start", "; ".join(
@@ -208,9 +211,49 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
             f"{fmt_num(r.get('first_inference_ms'))} ms"
             + (f" (batch {fmt_int(r.get('batch_size'))})" if not is_missing(r.get("batch_size")) else "")
             for r in ev.cold_start.to_dict("records"))))
+    lines += _outputs_lines(ev)
     if not ev.complete:
         lines.append(("Incomplete", "; ".join(ev.missing())))
     return lines
+
+
+def _outputs_lines(ev) -> list[tuple[str, str]]:
+    """What ``capture_outputs`` kept, and each output's agreement with the reference framework."""
+    outputs = getattr(ev, "outputs", None)
+    if outputs is None or outputs.empty or not {"framework", "input_id", "output", "values"} <= set(outputs.columns):
+        return []
+    parts = []
+    for fw, rows in outputs.groupby("framework", sort=False):
+        kept = int(rows.loc[rows["values"].notna(), "input_id"].nunique())
+        parts.append(f"{fw}: {fmt_int(rows['input_id'].nunique())} inputs x {rows['output'].nunique()} output(s), "
+                     f"values of {fmt_int(kept)}")
+    lines = [("Outputs", "; ".join(parts) + " (Evaluation.outputs)")]
+    agreement = getattr(ev, "output_agreement", None)
+    if agreement is not None and not agreement.empty:
+        shown = agreement[agreement["metric"].isin(["max_abs_error", "max_rel_error", "cosine"])]
+        text = "; ".join(f"{fw} vs {ref}, {out}: " + ", ".join(f"{m} {fmt_num(v)}" for m, v in zip(g["metric"], g["value"]))
+                         for (fw, ref, out), g in shown.groupby(["framework", "reference", "output"], sort=False))
+        lines.append(("Output agreement", text + " (rel: of the reference's max |value|; Evaluation.output_agreement)"))
+    return lines
+
+
+def _full_pass_text(r: dict) -> str:
+    """One framework's full pass in words, units included."""
+    text = (f"{r.get('framework')}: {fmt_int(r.get('inputs'))} inputs in {fmt_num(r.get('wall_s'))} s = "
+            f"{fmt_num(r.get('inputs_per_s'))} inputs/s")
+    if not is_missing(r.get("batch_size")):
+        text += f" at batch size {fmt_int(r.get('batch_size'))}"
+    parts = []
+    if not is_missing(r.get("preprocess_s")):
+        workers = "" if is_missing(r.get("workers")) else f" in {fmt_int(r.get('workers'))} worker threads"
+        parts.append(f"preprocessing {fmt_num(r.get('preprocess_s'))} s{workers}")
+    if not is_missing(r.get("inference_s")):
+        parts.append(f"inference {fmt_num(r.get('inference_s'))} s")
+    if not is_missing(r.get("wait_s")):
+        parts.append(f"waiting for data {fmt_num(r.get('wait_s'))} s")
+    if parts:
+        text += " (" + ", ".join(parts) + ")"
+    return text
 
 
 def _evaluation_rows(ev) -> pd.DataFrame:
@@ -314,7 +357,8 @@ def panel_link_html(evaluation_id: str, framework: str | None = None) -> str:
 def _evaluation_json(ev) -> dict:
     """The CLI's JSON: ``{"evaluation_id", "complete", "saved", "missing" (one sentence per framework not fully
     measured), "outcomes" (per framework: status, reason, message, measured/missing/cut-short batch sizes), "warnings", "stack", "options", "results": [{"model",
-    "framework", "accuracy", "cold_start", "trace_overhead", "latency": [...]}]}``."""
+    "framework", "accuracy", "cold_start", "full_pass" ({inputs, wall_s, inputs_per_s, preprocess_s, inference_s,
+    wait_s, ...}, units in the names), "trace_overhead", "latency": [...]}]}``."""
     def rows_of(frame: pd.DataFrame, fw: str) -> list[dict]:
         return [] if frame.empty else frame[frame["framework"] == fw].drop(columns=["framework"]).to_dict("records")
 
@@ -322,11 +366,13 @@ def _evaluation_json(ev) -> dict:
     for fw in ev.frameworks:
         acc = [] if ev.accuracy.empty else ev.accuracy[ev.accuracy["framework"] == fw].to_dict("records")
         cold = rows_of(ev.cold_start, fw)
+        full = rows_of(ev.full_pass, fw)
         results.append({
             "model": ev.model, "model_version": ev.model_version, "framework": fw,
             "accuracy": {k: acc[0][k] for k in ("top1", "top5", "n", "dataset")} if acc else None,
-            "cold_start": cold[0] if cold else None,
-            "trace_overhead": rows_of(ev.trace_overhead, fw), "latency": rows_of(ev.latency, fw)})
+            "cold_start": cold[0] if cold else None, "full_pass": full[0] if full else None,
+            "trace_overhead": rows_of(ev.trace_overhead, fw), "latency": rows_of(ev.latency, fw),
+            "output_agreement": rows_of(getattr(ev, "output_agreement", pd.DataFrame()), fw)})
     return {"evaluation_id": ev.id, "complete": ev.complete, "saved": ev.saved, "missing": ev.missing(),
             "outcomes": ev.outcomes, "warnings": ev.warnings, "stack": ev.stack, "options": ev.options,
             "results": results}

@@ -30,6 +30,11 @@ class DatasetError(MlmsError):
     """A dataset could not be found, is empty, or does not fit the manifest."""
 
 
+class InputDecodeError(DatasetError):
+    """One input (an image, an audio file, a table cell) could not be read or decoded: datasets skip it and record
+    why. Decoders raise a subclass of it (image decoding raises its own ImageDecodeError, skipped the same way)."""
+
+
 class PredictorError(MlmsError):
     """A predictor could not open a model or run a batch."""
 

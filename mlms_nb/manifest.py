@@ -28,20 +28,22 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from mlms_nb import _manifest_checks as checks
 from mlms_nb._manifest_fields import (ASSET_FIELDS, FRAMEWORK_ALIASES, FRAMEWORKS, MAX_NAME, MAX_URI, NAME_PATTERN,
-                               POSTPROCESS_OPS, PREPROCESS_OPS, STEP_ARGS, CenterCropArgs, CodeArgs, DecodeArgs,
+                               POSTPROCESS_OPS, PREPROCESS_OPS, STEP_ARGS, CenterCropArgs, ChunkArgs, CodeArgs, DecodeArgs, DecodeAudioArgs,
                                FrameworkOptions, FrameworkSpec, InputSpec, ModelSpec, NormalizeArgs, OutputSpec, ResizeArgs,
-                               SoftmaxArgs, Step, ToLayoutArgs, TopKArgs, _errors, _problems, _Strict, _text,
+                               ResizeFitArgs, SoftmaxArgs, Step, ToLayoutArgs, TokenizeArgs, TopKArgs,
+                               _errors, _problems, _Strict, _text,
                                canonical_framework, parse_version)
+from mlms_nb._manifest_fields import labels_file, shipped_labels
 from mlms_nb._manifest_yaml import read_manifest_yaml
 from mlms_nb.errors import ManifestError, UnknownModelError
 from mlms_nb.paths import builtin_manifest_dir
 
 __all__ = [
     "ASSET_FIELDS", "FRAMEWORKS", "FRAMEWORK_ALIASES", "MAX_NAME", "MAX_URI", "POSTPROCESS_OPS", "PREPROCESS_OPS",
-    "STEP_ARGS", "CenterCropArgs", "CodeArgs", "DecodeArgs", "FailedManifest", "FrameworkOptions", "FrameworkSpec", "InputSpec",
-    "Manifest", "ManifestCatalog", "ModelSpec", "NormalizeArgs", "OutputSpec", "ResizeArgs", "SoftmaxArgs", "Step",
-    "ToLayoutArgs", "TopKArgs", "canonical_framework", "find_manifest", "load_manifest", "manifest_paths",
-    "manifest_roots", "parse_manifest", "parse_version",
+    "STEP_ARGS", "CenterCropArgs", "ChunkArgs", "CodeArgs", "DecodeArgs", "DecodeAudioArgs", "FailedManifest", "FrameworkOptions", "FrameworkSpec", "InputSpec",
+    "Manifest", "ManifestCatalog", "ModelSpec", "NormalizeArgs", "OutputSpec", "ResizeArgs", "ResizeFitArgs", "SoftmaxArgs",
+    "Step", "ToLayoutArgs", "TokenizeArgs", "TopKArgs", "canonical_framework", "find_manifest", "load_manifest", "manifest_paths",
+    "manifest_roots", "parse_manifest", "parse_version", "labels_file", "shipped_labels",
 ]
 log = logging.getLogger(__name__)
 
@@ -57,9 +59,16 @@ class Manifest(_Strict):
     references: list[str] = Field(default_factory=list, examples=[["https://arxiv.org/abs/1512.03385"]],
                                   description="papers or pages about the model")
     framework: FrameworkSpec = Field(description="which framework runs it (see FrameworkSpec)")
-    inputs: list[InputSpec] = Field(min_length=1, description="the model's inputs; the first is fed (see InputSpec)")
-    outputs: list[OutputSpec] = Field(min_length=1, description="the model's outputs; the first is read (see "
-                                                                "OutputSpec)")
+    inputs: list[InputSpec] = Field(min_length=1, description="the model's inputs, each named when there are several; "
+                                                              "the first that is not a constant or a state is the one "
+                                                              "the dataset feeds (see InputSpec)")
+    outputs: list[OutputSpec] = Field(min_length=1, description="the model's outputs, each named when there are "
+                                                                "several; the first is the one classification reads "
+                                                                "(see OutputSpec)")
+    state: dict[str, str] = Field(default_factory=dict, examples=[{"new_state": "state"}],
+                                  description="recurrent/streaming models: output name -> input name fed back into "
+                                              "the next call (zeros of the input's dimensions first; reset per "
+                                              "dataset item, carried over its ordered chunks)")
     preprocess: list[Step] = Field(default_factory=list, examples=[[{"resize": {"size": 256}},
                                                                     {"center_crop": {"size": 224}}]],
                                    description="steps from an image file to the input tensor (default: decode, "
@@ -110,10 +119,67 @@ class Manifest(_Strict):
     def _coherent(self) -> "Manifest":
         """Entries that repeat one another, and preprocessing that cannot give ``inputs[0]``."""
         problems = _duplicates("inputs", self.inputs) + _duplicates("outputs", self.outputs)
-        problems += checks.pipeline_problems(self.inputs[0], list(self.preprocess))
+        problems += _named("inputs", self.inputs) + _named("outputs", self.outputs) + self._state_problems()
+        fed = self.fed_index
+        if fed is None:
+            problems.append(("inputs", "every input is a constant or a state: one must take the dataset's data"))
+        else:
+            problems += checks.pipeline_problems(self.inputs[fed], list(self.preprocess), f"inputs[{fed}]")
+            problems += self._unfed_problems(fed)
         if problems:
             raise _problems(problems)
         return self
+
+    def _state_problems(self) -> list[tuple[str, str]]:
+        inputs = {spec.name: i for i, spec in enumerate(self.inputs) if spec.name}
+        outputs = {spec.name for spec in self.outputs if spec.name}
+        problems = []
+        for out, into in self.state.items():
+            if out not in outputs:
+                problems.append((f"state.{out}", f"{out!r} is not the name of an output; name the output that gives "
+                                                 "the new state in outputs[]"))
+            if into not in inputs:
+                problems.append((f"state.{out}", f"{into!r} is not the name of an input; name the state input in "
+                                                 "inputs[]"))
+                continue
+            spec = self.inputs[inputs[into]]
+            if spec.type == "constant" or spec.dynamic:
+                problems.append((f"inputs[{inputs[into]}].dimensions", f"the state input {into!r} starts as zeros of "
+                                                                       "its dimensions: give every size as a number"))
+        return problems
+
+    def _unfed_problems(self, fed: int) -> list[tuple[str, str]]:
+        """Every input is fed by something: the dataset (the fed input), a constant, the state, or a tokenize step."""
+        tokenized: dict[str, str] = {}
+        for i, step in enumerate(self.preprocess):
+            if step.op == "tokenize":
+                for key in ("ids", "attention_mask", "type_ids"):
+                    name = getattr(step.args, key)
+                    if name:
+                        tokenized[name] = f"preprocess[{i}].tokenize.{key}"
+        names = {spec.name for spec in self.inputs}
+        problems = [(path, f"{name!r} is not the name of an input; name one of inputs[]") for name, path in
+                    tokenized.items() if name not in names and not (name == "input_ids" and len(self.inputs) == 1)]
+        states = set(self.state.values())
+        for i, spec in enumerate(self.inputs):
+            if i == fed or spec.type == "constant" or spec.name in states or spec.name in tokenized:
+                continue
+            problems.append((f"inputs[{i}]", f"nothing feeds input {spec.name!r}: the dataset feeds "
+                                             f"inputs[{fed}]; make it a constant (type: constant, value), a state "
+                                             "(state: {output: input}) or an output of the tokenize step"))
+        return problems
+
+    @property
+    def fed_index(self) -> int | None:
+        """The index of the input the dataset feeds: the first that is neither a constant nor a state input."""
+        states = set(self.state.values())
+        return next((i for i, spec in enumerate(self.inputs)
+                     if spec.type != "constant" and (spec.name is None or spec.name not in states)), None)
+
+    @property
+    def fed_input(self) -> InputSpec:
+        """The input the dataset feeds (see `fed_index`)."""
+        return self.inputs[self.fed_index or 0]
 
     # ------------------------------------------------------------------ conveniences
     @property
@@ -131,6 +197,9 @@ class Manifest(_Strict):
 
     def to_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude_none=True)
+        for spec, entry in zip(self.inputs, data["inputs"]):
+            if spec.batch_axis is None and spec.type != "constant":
+                entry["batch_axis"] = None  # no batch axis, said out loud (the default is 0)
         data["preprocess"] = [{s.op: s.args.model_dump(mode="json")} for s in self.preprocess]
         data["postprocess"] = [{s.op: s.args.model_dump(mode="json")} for s in self.postprocess]
         return data
@@ -171,6 +240,18 @@ def _duplicates(field_name: str, entries: list[BaseModel]) -> list[tuple[str, st
                 problems.append((f"{field_name}[{i}]", f"repeats {field_name}[{j}]; remove the copy"))
                 break
     return problems
+
+
+def _named(field_name: str, entries: list[BaseModel]) -> list[tuple[str, str]]:
+    """With several entries each needs its name (the graph's, or the argument's), so that none is fed or read by
+    guesswork."""
+    if len(entries) < 2:
+        return []
+    what = "input" if field_name == "inputs" else "output"
+    return [(f"{field_name}[{i}].name", f"a model with several {field_name} names each one (the ONNX graph {what} "
+                                        f"name, the torch forward {'argument' if what == 'input' else 'result key or position'} "
+                                        f"or the Keras {what})")
+            for i, entry in enumerate(entries) if not getattr(entry, "name", None)]
 
 
 def _only(steps: list[Step], allowed: tuple[str, ...], where: str) -> list[Step]:

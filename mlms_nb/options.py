@@ -16,6 +16,7 @@ options model and the machinery that turns them into signatures and flags read b
 from __future__ import annotations
 
 import contextlib
+import os
 import contextvars
 import difflib
 import functools
@@ -264,8 +265,10 @@ class EvaluateOptions(Options):
                                   "inputs",
                                   extra={"python_default": (1,), "python_type": "str | int | Iterable[int]",
                                          "metavar": "SIZES"})
-    dataset: str | None = _opt(None, "imagenet-samples | synthetic[:N] | an image folder | a .npz file (default: "
-                               "labeled photos for pretrained classifiers, else synthetic)", "--dataset")
+    dataset: Any = _opt(None, "imagenet-samples | synthetic[:N] | a folder of images, audio or .npy | a .npz, "
+                        "Parquet or Arrow file; from Python also a Dataset or any iterable of inputs (default: "
+                        "labeled photos for pretrained classifiers, else synthetic)", "--dataset",
+                        extra={"python_type": "str | os.PathLike | Dataset | Iterable | None", "metavar": "DATASET"})
     scenario: Literal["single-stream", "offline", "server"] = _opt(
         "single-stream", "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99)", "--scenario")
     device: str = _opt("cpu", "cpu or cuda[:N]", "--device")
@@ -280,10 +283,16 @@ class EvaluateOptions(Options):
     remote: Remote = Field(default_factory=Remote)
     limit: int | None = _opt(None, "use at most this many dataset inputs", "--limit", "inputs", ge=1)
     keep_probabilities: bool = _opt(False, "keep every input's class probabilities (Evaluation.probabilities)")
+    capture_outputs: str = _opt("summary", "what Evaluation.outputs keeps of every output: none, summary (shape, min, "
+                                "max, mean, std per input), all (also the values) or first:N (values of the first N "
+                                "inputs); kept values are compared across frameworks (Evaluation.output_agreement)",
+                                "--capture-outputs")
     trust: bool = _opt(False, "trust this run's model and manifest: code steps, model.entrypoint, and model files that "
                        "can run code (TorchScript, .pt2, SavedModel, Keras with custom objects); see docs/trust.md",
                        "--trust")
-    progress: bool = _opt(True, "show a progress bar")
+    progress: bool = _opt(True, "show progress bars (stderr in a terminal, a widget in a notebook): inputs done, "
+                          "inputs/s and the time left of each pass", "--no-progress",
+                          extra={"cli_help": "no progress bars"})
     history: bool | str = _opt(True, "store the result in the history store (True: the default store; a string: an "
                                "SQLAlchemy URL)", "--no-history",
                                extra={"cli_help": "do not store the result in the history store"})
@@ -292,6 +301,24 @@ class EvaluateOptions(Options):
     @classmethod
     def _framework(cls, value: Any) -> list[str]:
         return _frameworks(value)
+
+    @field_validator("capture_outputs", mode="before")
+    @classmethod
+    def _capture(cls, value: Any) -> str:
+        text = f"first:{value}" if isinstance(value, int) and not isinstance(value, bool) else str(value).strip().lower()
+        head, _, number = text.partition(":")
+        if text in ("none", "summary", "all") or (head == "first" and number.isdigit()):
+            return text
+        raise ValueError(f"expected none, summary, all or first:N (N a number of inputs), got {value!r}")
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _dataset(cls, value: Any) -> Any:
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, bytes):
+            raise ValueError("expected a dataset name, a path or (from Python) an iterable, got bytes")
+        return value  # a name or path (text), or a Python dataset / iterable (opened by the evaluation)
 
     @field_validator("batch_sizes", mode="before")
     @classmethod
@@ -328,6 +355,8 @@ class EvaluateOptions(Options):
         for name in ("framework", "keep_probabilities", "trust", "progress", "history", "on", "where", "all_agents",
                      "tls_ca_file", "tls_cert", "tls_key"):
             flat.pop(name)
+        if flat.get("dataset") is not None and not isinstance(flat["dataset"], str):  # a Python object: its name
+            flat["dataset"] = str(getattr(flat["dataset"], "name", None) or f"python:{type(flat['dataset']).__name__}")
         isolation = ("a worker process per framework, one after another" if self.isolation.isolate
                      else "in-process (frameworks run one after another)")
         return {**flat, "isolation": isolation, "clock": "time.perf_counter_ns"}
@@ -347,6 +376,8 @@ class DivergeOptions(Options):
     quantized: bool | str = _opt(False, "also compare an INT8-quantized ONNX Runtime copy", "--quantized")
     batch_size: int = _opt(4, "inputs per call", "--batch-size", "inputs", ge=1)
     latency_repeats: int = _opt(5, "timed calls per layer latency", "--latency-repeats", "calls", ge=1)
+    trust: bool = _opt(False, "trust this run's manifest: its model.entrypoint and code steps; see docs/trust.md",
+                       "--trust")
 
     @field_validator("frameworks", mode="before")
     @classmethod

@@ -58,7 +58,8 @@ def type_name(annotation) -> str:
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         return " or ".join(type_name(a) for a in args)
     if origin is list:
-        return f"list of {type_name(args[0])}"
+        inner = type_name(args[0])
+        return f"list of ({inner})" if " or " in inner else f"list of {inner}"
     if origin is tuple:
         return "[" + ", ".join(type_name(a) for a in args) + "]"
     if origin is dict:

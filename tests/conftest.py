@@ -9,6 +9,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
+# Under pytest-xdist (the README's `-n 2` on a 2-core machine) each worker's frameworks get one intra-op thread: two
+# workers with a thread pool of two each spin-wait against each other and run several times slower. Kernels and
+# subprocesses the tests start inherit it. A test that passes `threads=` still gets what it asks for.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS"):
+        os.environ.setdefault(_var, "1")
+
 # One cache of converted models (ONNX, Keras) for the whole run, so each is built once.
 SESSION_HOME = Path(os.environ.get("MLMS_TEST_HOME", REPO / ".mlms_home" / "tests"))
 

@@ -402,9 +402,9 @@ def test_cpu_only_trace_has_no_kernels(trace):
 
 @pytest.mark.slow
 def test_04_roofline_and_layers_notebook(shared_home):
-    from tests.test_notebooks import run_notebook, text_of
+    from tests.test_notebooks import run_notebook_once, text_of
 
-    nb = run_notebook("04_roofline_and_layers.ipynb")
+    nb = run_notebook_once("04_roofline_and_layers.ipynb")  # the PDF test in test_report.py reads the same run
     code = [c for c in nb.cells if c.cell_type == "code"]
     occurrence = text_of(code[1])
     assert "Conv2dStaticSamePadding" in occurrence and "every predict call ran the same number of layers" in occurrence

@@ -13,39 +13,12 @@ ort = pytest.importorskip("onnxruntime")
 keras = pytest.importorskip("keras")
 
 from mlms_nb.frameworks.converters import ConversionError, read_record, to_onnx, to_tensorflow  # noqa: E402
-
-
-class SmallCNN(torch.nn.Module):
-    """conv-bn-relu-pool twice, a shared ReLU called twice, a residual add, global pooling, a linear head."""
-
-    def __init__(self, classes: int = 10):
-        super().__init__()
-        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
-                                         torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, padding=1))
-        self.conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
-        self.bn = torch.nn.BatchNorm2d(16)
-        self.act = torch.nn.ReLU6()
-        self.pool = torch.nn.AdaptiveAvgPool2d(1)
-        self.head = torch.nn.Linear(16, classes)
-
-    def forward(self, x):
-        x = self.stem(x)
-        x = self.act(self.bn(self.conv(x))) + x
-        x = self.act(x)
-        return self.head(torch.flatten(self.pool(x), 1))
+from tests.data.byom_cnn import seeded  # noqa: E402 - the SmallCNN of the tests' own
 
 
 @pytest.fixture(scope="module")
 def cnn():
-    torch.manual_seed(0)
-    model = SmallCNN()
-    with torch.no_grad():  # non-trivial BatchNorm statistics, so folding them is really tested
-        for bn in (model.stem[1], model.bn):
-            bn.running_mean.uniform_(-0.5, 0.5)
-            bn.running_var.uniform_(0.5, 2.0)
-            bn.weight.uniform_(0.5, 1.5)
-        model.head.weight.mul_(20.0)  # so the top-1 class differs between inputs
-    return model.eval()
+    return seeded()
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,10 @@ def test_byom_guide_runs(tmp_path, mlms_home, monkeypatch):
     for other in (onnx_ev, ts_ev, namespace["pt2_ev"]):  # max |probability delta| of the top-1 class
         np.testing.assert_allclose(other.predictions["top1_prob"], live.predictions["top1_prob"], atol=1e-5)
     assert np.isfinite(namespace["saved_ev"].latency["median_ms"]).all()
+    three = namespace["three"]  # one PyTorch manifest in three frameworks: the converted copies agree
+    assert three.frameworks == ["torch", "onnxruntime", "tensorflow"]
+    assert (three.predictions.pivot(index="input_id", columns="framework", values="top1").nunique(axis=1) == 1).all()
+    assert set(namespace["d"].first_divergent_layer.values()) == {None}
 
 
 def test_agents_guide_names_only_real_flags_and_keywords():

@@ -95,7 +95,7 @@ def test_resnet50_shape_and_deterministic():
 
 
 def test_unknown_architecture_lists_known_ones():
-    with pytest.raises(PredictorError, match="efficientnet_lite0, efficientnet_lite1, resnet50"):
+    with pytest.raises(PredictorError, match="efficientnet_lite0, efficientnet_lite1, efficientnet_lite2, resnet50"):
         build_torch_model("mobilenet_v9")
 
 

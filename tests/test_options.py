@@ -20,10 +20,11 @@ def test_evaluate_keeps_its_python_signature():
         "trace_level", "trace_repeats", "warmup", "min_repeats", "min_time_s", "max_time_s", "target_qps",
         "latency_bound_ms", "isolate", "call_timeout_s", "run_timeout_s", "memory_limit_bytes",
         "on", "where", "all_agents", "tls_ca_file", "tls_cert", "tls_key",
-        "limit", "keep_probabilities", "trust", "progress", "history",
-        "inputs", "outputs", "preprocess", "postprocess"]  # keyword-only: a live model's description
+        "limit", "keep_probabilities", "capture_outputs", "trust", "progress", "history",
+        "inputs", "outputs", "preprocess", "postprocess",  # keyword-only: a live model's description
+        "metrics"]  # keyword-only: output metrics (names or callables), applied where the evaluation is assembled
     defaults = {name: p.default for name, p in params.items()
-                if name not in ("model", "inputs", "outputs", "preprocess", "postprocess")}
+                if name not in ("model", "inputs", "outputs", "preprocess", "postprocess", "metrics")}
     assert defaults == {
         "framework": "torch", "batch_sizes": (1,), "dataset": None, "scenario": "single-stream", "device": "cpu",
         "threads": None, "graph_optimization_level": None, "trace_level": "NONE", "trace_repeats": 5,
@@ -31,7 +32,8 @@ def test_evaluate_keeps_its_python_signature():
         "min_time_s": 1.0, "max_time_s": 120.0, "target_qps": None, "latency_bound_ms": None, "isolate": False,
         "call_timeout_s": None, "run_timeout_s": None, "memory_limit_bytes": None, "on": None, "where": None,
         "all_agents": False, "tls_ca_file": None, "tls_cert": None, "tls_key": None, "limit": None,
-        "keep_probabilities": False, "trust": False, "progress": True, "history": True}
+        "keep_probabilities": False, "capture_outputs": "summary", "trust": False, "progress": True,
+        "history": True}
     assert "``min_time_s`` (default 1.0, s) [--min-time]" in mlms_nb.evaluate.__doc__
 
 

@@ -178,11 +178,9 @@ def test_comparison_report_of_two_runs(evaluation, home, tmp_path):
 @pytest.mark.skipif(not (REPO / "example_notebooks" / "04_roofline_and_layers.ipynb").exists(), reason="no 04")
 def test_nbconvert_mlms_pdf_keeps_every_bokeh_figure_of_example_04(home, tmp_path):
     """``jupyter nbconvert --to mlms_pdf`` on the executed example 04: every Bokeh figure is an image in the PDF."""
-    from nbclient import NotebookClient
+    from tests.test_notebooks import run_notebook_once
 
-    nb = nbformat.read(REPO / "example_notebooks" / "04_roofline_and_layers.ipynb", as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(REPO / "example_notebooks")}}).execute()
+    nb = run_notebook_once("04_roofline_and_layers.ipynb")  # executed once per run, shared with test_analyses.py
     executed = tmp_path / "04.ipynb"
     nbformat.write(nb, executed)
     bokeh = sum(FIGURE_MARK in str(o.get("data", {}).get("text/html", "")) for c in nb.cells

@@ -1,4 +1,5 @@
-"""Class labels of a classifier: ``manifest.outputs[0].labels``, a text file with one label per line.
+"""Class labels of a classifier: ``manifest.outputs[0].labels``, a text file with one label per line, or the name of
+one shipped with mlms-nb (``labels: imagenet1k``: ``mlms_nb/_manifests/labels/imagenet1k.txt``).
 
 The URI is resolved with `resolve_asset` (a relative path is relative to the manifest's folder, and
 confined like every asset). Files are read once per process (cached on the resolved path, its size and
@@ -12,7 +13,7 @@ import threading
 from pathlib import Path
 
 from mlms_nb.errors import AssetError, ManifestError
-from mlms_nb.manifest import Manifest
+from mlms_nb.manifest import Manifest, labels_file
 from mlms_nb.data.assets import resolve_asset
 
 _CACHE: dict[tuple[str, int, int], tuple[str, ...]] = {}
@@ -29,6 +30,9 @@ def labels_path(manifest: Manifest) -> Path:
     uri = manifest.outputs[0].labels
     if not uri:
         raise ManifestError(f"{manifest.key}: outputs[0].labels is not set; the manifest names no class labels")
+    shipped = labels_file(uri)
+    if shipped is not None:  # a shorthand; the manifest's validation already refused an unknown one
+        return shipped
     base_dir = Path(manifest.source).parent if manifest.source else None
     return resolve_asset(uri, sha256=None, base_dir=base_dir)
 

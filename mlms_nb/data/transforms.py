@@ -14,6 +14,9 @@ Preprocess steps, in the order the manifest lists them:
 - ``resize {size, interpolation}``: PIL resize (antialiased). An int resizes the shorter side to
   ``size`` and the longer one to ``int(size * long / short)`` (torchvision's rule); ``[h, w]`` resizes
   exactly. Interpolation: nearest, bilinear (the default), bicubic or lanczos.
+- ``resize_fit {short_side, long_side, multiple_of, interpolation}``: keep the aspect ratio -- the shorter side to
+  ``short_side`` without the longer passing ``long_side`` -- then round each side to the nearest multiple of
+  ``multiple_of`` (detection and OCR models with dynamic height and width).
 - ``center_crop {size}``: torchvision's rule (offsets ``round((H - h) / 2)``); a crop larger than the
   image is padded with zeros.
 - ``normalize {mean, scale}``: ``(x - mean) / scale`` per channel, in float32, on pixels in 0..255.
@@ -26,12 +29,18 @@ resize the shorter side to ``round(H / 0.875)``, center_crop(H, W), normalize(me
 to_layout(layout). After the last step the array is put in the input's layout (unless a code step
 ran, whose layout is the code's business), cast to ``element_type`` and its shape checked.
 
+Audio and text inputs (``decode_audio``, ``chunk``, ``tokenize``): :mod:`mlms_nb.data.signals`. The preprocessor
+works for the manifest's *fed* input (``Manifest.fed_input``); dynamic dimensions (``null``, ``H``) take each
+input's own size.
+
 Postprocess steps: ``softmax {axis}`` (numerically stable), ``top_k {k}`` (default 5, at most the
-number of classes) and ``code``. With no postprocess steps: softmax, then top_k(5). Without a softmax
-step the outputs are taken to be probabilities already.
+number of classes) and ``code``. With no postprocess steps: softmax, then top_k(5) for a classification output,
+nothing for a ``tensor`` output (``Postprocessor.active`` is False). Without a softmax step the outputs are taken
+to be probabilities already.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Union
@@ -42,8 +51,8 @@ from PIL import Image
 from mlms_nb._manifest_checks import MAX_IMAGE_SIDE
 from mlms_nb.errors import DatasetError, ManifestError, MlmsError, UntrustedError
 from mlms_nb.trust import require_trust
-from mlms_nb.manifest import (CenterCropArgs, DecodeArgs, Manifest, NormalizeArgs, ResizeArgs, SoftmaxArgs, Step,
-                        ToLayoutArgs, TopKArgs)
+from mlms_nb.manifest import (CenterCropArgs, DecodeArgs, Manifest, NormalizeArgs, ResizeArgs, ResizeFitArgs,
+                              SoftmaxArgs, Step, ToLayoutArgs, TopKArgs)
 
 ImageLike = Union[str, "os.PathLike[str]", Image.Image, np.ndarray]
 
@@ -112,12 +121,26 @@ class Preprocessor:
     def __init__(self, manifest: Manifest, trust: bool = False):
         self.manifest = manifest
         self.trust = trust
-        self.input = manifest.inputs[0]
-        self.shape = tuple(int(d) for d in self.input.dimensions)
+        self.input = manifest.fed_input
+        self.dims = list(self.input.dimensions)
+        self.shape = tuple(self.dims) if not self.input.dynamic else None  # None: some sizes are each input's own
         self.dtype = np.dtype(self.input.element_type)
         steps = list(manifest.preprocess) or self.default_steps(manifest)
         if any(s.op == "code" for s in steps):
             _check_code(manifest, "preprocess", trust)
+        #: True when each dataset item becomes ordered chunks (a chunk step): one model call per chunk
+        self.chunked = any(s.op == "chunk" for s in steps)
+        self._tokenize = None
+        if self.input.type in ("audio", "text"):
+            self.steps = steps
+            self._code = {i: _compile_code(s.args.source, manifest, f"preprocess[{i}]")
+                          for i, s in enumerate(steps) if s.op == "code"}
+            tokenize = next((s for s in steps if s.op == "tokenize"), None)
+            if tokenize is not None:
+                from mlms_nb.data.signals import Tokenize
+
+                self._tokenize = Tokenize(tokenize.args, manifest, self.input.name or "input")
+            return
         is_image = self.input.type == "image"
         if is_image and not any(s.op == "decode" for s in steps):
             steps.insert(0, Step(op="decode", args=DecodeArgs(color_mode=self.input.color_mode)))
@@ -131,10 +154,14 @@ class Preprocessor:
     @staticmethod
     def default_steps(manifest: Manifest) -> list[Step]:
         """The standard steps derived from the input spec, for manifests that list none."""
-        spec = manifest.inputs[0]
+        spec = manifest.fed_input
         if spec.type != "image":
             return []
         h, w = spec.height_width
+        if spec.dynamic:  # each image keeps its own size
+            return [Step(op="decode", args=DecodeArgs(color_mode=spec.color_mode)),
+                    Step(op="normalize", args=NormalizeArgs(mean=list(spec.mean), scale=list(spec.scale))),
+                    Step(op="to_layout", args=ToLayoutArgs(layout=spec.layout))]
         return [
             Step(op="decode", args=DecodeArgs(color_mode=spec.color_mode)),
             # constructed without the 4096-pixel bound of manifests: a 4096-pixel input resizes to 4681 first
@@ -149,7 +176,9 @@ class Preprocessor:
         return f"Preprocessor({self.manifest.key}, steps=[{', '.join(s.op for s in self.steps)}])"
 
     # ------------------------------------------------------------------ the work
-    def __call__(self, image: ImageLike) -> np.ndarray:
+    def __call__(self, image: ImageLike) -> np.ndarray | dict[str, np.ndarray]:
+        if self.input.type in ("audio", "text"):
+            return self._signal(image)
         x: Any = image
         layout = "HWC"  # where the channels are while we know it; None after a code step
         bgr = False
@@ -160,6 +189,9 @@ class Preprocessor:
                 bgr = args.color_mode == "BGR"
             elif op == "resize":
                 x = self._resize(x, args)
+            elif op == "resize_fit":
+                x = self._resize(x, ResizeArgs.model_construct(size=fit_size(_size_of(x), args),
+                                                               interpolation=args.interpolation))
             elif op == "center_crop":
                 x = self._center_crop(x, layout, args)
             elif op == "normalize":
@@ -174,14 +206,38 @@ class Preprocessor:
         x = self._to_array(x, bgr)
         if layout is not None and x.ndim == 3:
             x, layout = self._to_layout(x, layout, self.input.layout, None)
-        if x.shape != self.shape:
+        return self._finish(x, x.shape, "resize/center_crop/to_layout")
+
+    def _finish(self, x: np.ndarray, shape: tuple[int, ...], steps: str) -> np.ndarray:
+        """``x`` cast to the input's element type, once its shape (one chunk's, when chunked) fits the dimensions."""
+        if len(shape) != len(self.dims) or any(isinstance(d, int) and d != got for d, got in zip(self.dims, shape)):
+            dims = "[" + ", ".join("null" if d is None else str(d) for d in self.dims) + "]"
             raise DatasetError(
-                f"{self.manifest.key}: preprocessing gives shape {list(x.shape)} but the model input "
-                f"(inputs[0].dimensions, {self.input.layout} without the batch) expects {list(self.shape)}; "
-                "check the manifest's resize/center_crop/to_layout steps")
+                f"{self.manifest.key}: preprocessing gives shape {list(shape)} but the model input "
+                f"(inputs[{self.manifest.fed_index}].dimensions, {self.input.layout} without the batch) expects "
+                f"{dims}; check the manifest's {steps} steps")
         if self.dtype == np.uint8 and x.dtype != np.uint8:
             x = np.clip(np.rint(x), 0, 255)
         return np.ascontiguousarray(x, dtype=self.dtype)
+
+    def _signal(self, item: Any) -> np.ndarray | dict[str, np.ndarray]:
+        """An audio file or a text through its steps (:mod:`mlms_nb.data.signals`)."""
+        from mlms_nb.data import signals
+
+        x: Any = item
+        for i, step in enumerate(self.steps):
+            if step.op == "decode_audio":
+                x = signals.decode_audio(item, step.args)
+            elif step.op == "chunk":
+                x = signals.chunk(np.asarray(x), step.args)
+            elif step.op == "tokenize":
+                x = self._tokenize(x)
+            elif step.op == "code":
+                x = self._code[i](x)
+        if isinstance(x, dict):
+            return x
+        x = np.asarray(x)
+        return self._finish(x, x.shape[1:] if self.chunked else x.shape, self.input.type)
 
     @staticmethod
     def _to_array(x: Any, bgr: bool, dtype: Any = None) -> np.ndarray:
@@ -265,6 +321,27 @@ class Preprocessor:
         return x, want
 
 
+def _size_of(x: Any) -> tuple[int, int]:
+    """``(width, height)`` of a PIL image or an HWC array."""
+    if isinstance(x, Image.Image):
+        return x.size
+    return int(x.shape[1]), int(x.shape[0])
+
+
+def fit_size(size: tuple[int, int], args: ResizeFitArgs) -> tuple[int, int]:
+    """``[height, width]`` for a ``(width, height)`` image under `ResizeFitArgs` (aspect kept, then each side
+    rounded to the nearest multiple of ``multiple_of``, at least one multiple)."""
+    w, h = size
+    scale = math.inf
+    if args.short_side is not None:
+        scale = args.short_side / min(w, h)
+    if args.long_side is not None:
+        scale = min(scale, args.long_side / max(w, h))
+    m = args.multiple_of
+    nh, nw = (max(m, int(round(side * scale / m)) * m) for side in (h, w))
+    return nh, nw
+
+
 def decode_image(image: ImageLike, color_mode: str = "RGB") -> Image.Image:
     """A fully loaded PIL image in ``RGB`` (also for BGR: the channels are swapped later) or ``L`` (GRAY).
 
@@ -339,8 +416,10 @@ class Postprocessor:
     def __init__(self, manifest: Manifest, trust: bool = False):
         self.manifest = manifest
         self.trust = trust
-        steps = list(manifest.postprocess) or [Step(op="softmax", args=SoftmaxArgs()),
-                                               Step(op="top_k", args=TopKArgs(k=DEFAULT_TOP_K))]
+        #: False for a tensor output with no postprocess steps listed: nothing to run (no softmax on a feature map)
+        self.active = bool(manifest.postprocess) or manifest.outputs[0].type != "tensor"
+        steps = list(manifest.postprocess) or ([Step(op="softmax", args=SoftmaxArgs()),
+                                                Step(op="top_k", args=TopKArgs(k=DEFAULT_TOP_K))] if self.active else [])
         if any(s.op == "code" for s in steps):
             _check_code(manifest, "postprocess", trust)
         self.steps: list[Step] = steps

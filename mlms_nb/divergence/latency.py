@@ -7,18 +7,28 @@ level (:func:`traced_calls`, as the runner's traced pass does). The layer spans 
 :func:`~mlms_nb.divergence.align.attribute_latency`). A row that one layer span lands on therefore shows exactly
 that layer's ``self_median_ms`` of ``layers(trace, "latency")``; a row that several land on (a fused or
 unaligned op) shows the median of their per-call sum.
+
+ONNX Runtime runs an *optimised* graph: a fused node (``Conv`` + ``Clip`` -> ``FusedConv``, a MatMul + Add -> Gemm, an
+NCHWc ``Conv`` named ``<tensor>_nchwc``, ...) may carry no module scope in its name. Its span records the original
+nodes it stands for (``attrs["original_nodes"]``, :mod:`mlms_nb.frameworks.onnxruntime.graph_map`); the span's time
+goes to the point of the *last* of them in execution order -- the node whose output the fused node produces -- so it
+lands on that layer's row instead of being lost in the unattributed time (:func:`fused_keys`; the report says how
+many spans were keyed this way).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 import numpy as np
+import orjson
+import pandas as pd
 
 from mlms_nb.analyses.layers import layer_calls
 from mlms_nb.divergence.align import attribute_latency
 from mlms_nb.frameworks.base import Predictor
 from mlms_nb.frameworks.capture import LayerCapture, Point
 from mlms_nb.schema.levels import TraceLevel
+from mlms_nb.schema.spans import attrs_dict
 from mlms_nb.tracing.trace import Trace
 from mlms_nb.tracing.tracer import Tracer, use_tracer
 
@@ -50,7 +60,7 @@ def row_latency(trace: Trace, capture: LayerCapture, points: Sequence[Point], ro
     attrs = spans.set_index("span_id")["attrs"]
     frame = calls.assign(attrs=attrs.reindex(calls["span_id"].to_numpy()).to_numpy())
     frame = frame.sort_values(["repetition", "layer_index"], kind="stable", ignore_index=True)
-    keys = capture.layer_keys(frame)
+    keys, _ = fused_keys(frame, capture, points)
     reps = int(frame["repetition"].max()) + 1
     rep = frame["repetition"].to_numpy()
     self_ns = frame["self_ns"].to_numpy(float)
@@ -64,8 +74,47 @@ def row_latency(trace: Trace, capture: LayerCapture, points: Sequence[Point], ro
     return per_row, unattributed, total
 
 
-def how_measured(predictor: Predictor, repeats: int) -> str:
-    """A sentence on how a framework's layer latencies were measured."""
-    return (f"self time of the FRAMEWORK layer spans its predictor records ({predictor.tracing_levels()['FRAMEWORK']})"
+def fused_keys(frame: pd.DataFrame, capture: LayerCapture, points: Sequence[Point]) -> tuple[list, dict[str, int]]:
+    """The point of each layer span (``frame``: one row per span with its ``attrs``): the capture's own key, except
+    for a span that records the original nodes it stands for (an optimised ONNX Runtime node): the point, among
+    theirs, that comes last in execution order. Returns (keys, counts: ``fused`` spans standing for several original
+    nodes, ``rekeyed`` spans whose point the original nodes gave and the name alone did not, ``unkeyed`` spans that
+    still have no point)."""
+    keys = list(capture.layer_keys(frame))
+    counts = {"fused": 0, "rekeyed": 0, "unkeyed": 0}
+    position = {p.key: p.position for p in points}
+    last_of: dict[tuple, object] = {}  # original nodes -> the last of their points (None: none has one)
+    for i, text in enumerate(frame["attrs"]):
+        nodes = tuple(attrs_dict(text).get("original_nodes") or ()) if text else ()
+        if nodes:
+            counts["fused"] += len(nodes) > 1
+            if nodes not in last_of:
+                named = pd.DataFrame({"attrs": [orjson.dumps({"onnx_node": n}).decode() for n in nodes]})
+                known = [k for k in capture.layer_keys(named) if k in position]
+                last_of[nodes] = max(known, key=position.__getitem__) if known else None
+            if last_of[nodes] is not None:
+                counts["rekeyed"] += keys[i] not in position
+                keys[i] = last_of[nodes]
+        counts["unkeyed"] += keys[i] not in position
+    return keys, counts
+
+
+def how_measured(predictor: Predictor, repeats: int, trace: Trace | None = None, capture: LayerCapture | None = None,
+                 points: Sequence[Point] = ()) -> str:
+    """A sentence on how a framework's layer latencies were measured; with its ``trace``, ``capture`` and ``points``,
+    what happened to the spans of fused nodes (ONNX Runtime's optimised graph) too."""
+    text = (f"self time of the FRAMEWORK layer spans its predictor records ({predictor.tracing_levels()['FRAMEWORK']})"
             f", median over {repeats} traced calls at batch 1 after one untraced warm-up: what "
             f"layers(trace, 'latency') reports (self_median_ms); a row sums the layers aligned to it")
+    if trace is None or capture is None:
+        return text
+    layers = trace.spans[trace.spans["kind"] == "layer"]
+    if layers.empty or not layers["attrs"].astype(str).str.contains('"original_nodes"').any():
+        return text
+    _, counts = fused_keys(layers[["attrs"]].reset_index(drop=True), capture, points)
+    calls = max(int(repeats), 1)
+    level = trace.metadata.get("onnxruntime.graph", {}).get("graph_optimization_level", "")
+    return (f"{text}; the graph ran optimised (level {level!r}): a node standing for several original nodes (fused) is "
+            f"timed on the row of the last of them, its output ({counts['fused'] // calls} fused nodes per call; "
+            f"{counts['rekeyed'] // calls} placed only by their original nodes, {counts['unkeyed'] // calls} with no "
+            "layer of the model, counted as unattributed)")

@@ -13,7 +13,8 @@ from mlms_nb.divergence.align import build_rows, fold_map
 from mlms_nb.divergence.latency import how_measured, row_latency, traced_calls
 from mlms_nb.divergence.result import Divergence
 from mlms_nb.errors import MlmsError, UnknownModelError
-from mlms_nb.frameworks.base import Predictor, open_predictor
+from mlms_nb.frameworks.base import Predictor, PredictorOptions, open_predictor
+from mlms_nb.frameworks.live import check_trust
 from mlms_nb.frameworks.onnxruntime.quantize import ALIASES as INT8_ALIASES
 from mlms_nb.frameworks.onnxruntime.quantize import FRAMEWORK as INT8
 from mlms_nb.frameworks.onnxruntime.quantize import SETTINGS as INT8_SETTINGS
@@ -96,49 +97,45 @@ def layer_frame(rows) -> pd.DataFrame:
         "shape": ["x".join(map(str, r.shape)) for r in rows]})
 
 
-def _open(model: str, framework: str, torch_predictor: Predictor | None = None) -> Predictor:
+def _open(model: str, framework: str, torch_predictor: Predictor | None = None, trust: bool = False) -> Predictor:
     """The opened predictor of ``model`` in ``framework`` (the INT8 copy: ONNX Runtime on its quantized graph).
 
-    A model with no manifest for ``framework`` but an eager PyTorch module (``torch_predictor``) gets a converted
-    copy (:func:`converted_copy`)."""
+    A model with no manifest for ``framework`` (a manifest path names one framework) but an eager PyTorch module
+    (``torch_predictor``) gets a converted copy (:func:`converted_copy`). ``trust``: the run trusts the manifest's
+    entrypoint or code steps."""
     if framework == INT8:
         return open_predictor(quantized_manifest(model))
     try:
         manifest = find_manifest(model, framework=framework)
+        if manifest.framework.name != framework:
+            raise UnknownModelError(f"{model} is a manifest for {manifest.framework.name}, not {framework}")
     except UnknownModelError:
         if torch_predictor is None or framework not in ("onnxruntime", "tensorflow"):
             raise
         manifest = converted_copy(torch_predictor, framework)
-    return open_predictor(manifest)
+    return open_predictor(manifest, options=PredictorOptions(trust=trust))
 
 
 def converted_copy(torch_predictor: Predictor, framework: str):
     """The manifest of an ``onnxruntime`` or ``tensorflow`` copy of the opened PyTorch model, converted with the
     kept converters (:mod:`mlms_nb.frameworks.converters`; cached by checksum) from its eager module."""
-    from mlms_nb.frameworks.converters import to_onnx, to_tensorflow
-    from mlms_nb.frameworks.converters.manifests import converted_manifest
+    from mlms_nb.frameworks.converters.manifests import copy_of_module
 
-    manifest = torch_predictor.manifest
-    module = torch_predictor.native_model
-    if not hasattr(module, "named_modules") or not manifest.inputs[0].dimensions:
-        raise MlmsError(f"{manifest.key}: no {framework} manifest, and no eager PyTorch module to convert one from")
-    example = np.zeros((1, *manifest.inputs[0].dimensions), np.float32)
-    path = to_onnx(module, example, label=manifest.name)
-    if framework == "tensorflow":
-        path = to_tensorflow(path, label=manifest.name)
-    return converted_manifest(manifest, framework, path)
+    return copy_of_module(torch_predictor.manifest, torch_predictor.native_model, framework)
 
 
 def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: str = "imagenet-samples",
             tolerance: float = 1e-4, limit: int | None = None, quantized: bool | str = False, batch_size: int = 4,
-            latency_repeats: int = 5) -> Divergence:
+            latency_repeats: int = 5, trust: bool = False) -> Divergence:
     """Run ``model`` in each framework on the same preprocessed inputs and compare every aligned layer.
 
     ``frameworks``: names or aliases (``torch``, ``onnxruntime``, ``tensorflow``, ``onnxruntime-int8``), as a
     list or ``"a,b,c"``; the first is the reference. ``quantized=True`` (or ``"onnxruntime-int8"``) adds the
     INT8 ONNX Runtime copy. ``tolerance`` is *relative*: a layer diverges when max|b - a| / max|a| exceeds it.
     ``limit``: at most this many inputs (None: the whole dataset). Inputs run ``batch_size`` at a time; layer
-    latencies are medians over ``latency_repeats`` timed calls at batch 1 (one warm-up call first).
+    latencies are medians over ``latency_repeats`` timed calls at batch 1 (one warm-up call first). ``model``: a
+    name, or the path of a PyTorch manifest (its other frameworks are converted copies); ``trust``: run its
+    entrypoint or code steps (docs/trust.md).
     """
     from mlms_nb.data.datasets import open_dataset
     from mlms_nb.data.labels import load_labels
@@ -147,6 +144,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
     names = _frameworks(frameworks, quantized)
     tol = _check(tolerance, limit, batch_size, latency_repeats)
     torch_manifest = find_manifest(model, framework="torch")
+    check_trust(torch_manifest, trust)
     data = open_dataset(dataset, torch_manifest)
     batches = list(data.iter_batches(batch_size, Preprocessor(torch_manifest), limit=limit))
     if not batches:
@@ -155,13 +153,13 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
     predictors: dict[str, Predictor] = {}
     captures = {}
     try:
-        predictors["torch"] = _open(model, "torch")
+        predictors["torch"] = _open(model, "torch", trust=trust)
         structure = captures["torch"] = predictors["torch"].capture()
         points = structure.structure(batches[0].data[:1])
         fold = fold_map(points, structure.conv_feeds_bn)
         for fw in names:
             if fw not in predictors:
-                predictors[fw] = _open(model, fw, predictors["torch"])
+                predictors[fw] = _open(model, fw, predictors["torch"], trust)
                 captures[fw] = predictors[fw].capture(structure.module_names, fold)
         rows = build_rows(points, {fw: captures[fw].keys for fw in names})
         if not rows:
@@ -182,7 +180,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
                     latency[(i, fw)] = (0.0, 0.0)
             layers_ns = sum(per_row.values()) if per_row else np.zeros_like(total)
             q25, q75 = np.percentile(total / 1e6, [25, 75])
-            how = how_measured(predictors[fw], latency_repeats)
+            how = how_measured(predictors[fw], latency_repeats, trace, captures[fw], points)
             summary.append(dict(framework=fw, layers_ms=float(np.median(layers_ns / 1e6)),
                                 unattributed_ms=float(np.median(unattributed / 1e6)),
                                 total_ms=float(np.median(total / 1e6)), total_iqr_ms=float(q75 - q25),

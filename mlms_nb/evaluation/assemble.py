@@ -9,11 +9,13 @@ import socket
 import numpy as np
 import pandas as pd
 
-from mlms_nb.evaluation.records import MEASUREMENTS, AccuracyPass, ColdStart, Note, Opened, TimedLoop, TracedPass
+from mlms_nb.evaluation.records import (
+    MEASUREMENTS, AccuracyPass, ColdStart, FullPass, Note, Opened, OutputsPass, TimedLoop, TracedPass,
+)
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.stats import latency_stats, stability_warning
 from mlms_nb.launchers import Outcome
-from mlms_nb.schema.evaluation import SampleKey
+from mlms_nb.schema.evaluation import FULL_PASS, SampleKey
 
 STATUSES = ("complete", "partial", "failed", "not run", "running")
 """A framework's status in ``Evaluation.outcomes``: all measured; some measured, then stopped; stopped before
@@ -23,12 +25,15 @@ measuring anything; never started (an earlier stop); still measuring (as the his
 class Assembler:
     """Fills ``evaluation``'s frames from records and keeps ``evaluation.outcomes`` per framework."""
 
-    def __init__(self, evaluation: Evaluation, batch_sizes: list[int], scenario: str):
+    def __init__(self, evaluation: Evaluation, batch_sizes: list[int], scenario: str, metrics=None):
         self.ev = evaluation
+        self.metrics = metrics  # output metrics beside the manifest's: names or {name: fn(output, reference)}
+        self._outputs: list[pd.DataFrame] = []
         self.batch_sizes = list(batch_sizes)
         self.scenario = scenario
         self._rows: list[dict] = []
         self._cold: list[dict] = []
+        self._full: list[dict] = []
         self._accuracy: list[dict] = []
         self._predictions: list[pd.DataFrame] = []
         self._overhead: list[dict] = []
@@ -74,6 +79,10 @@ class Assembler:
             self._cold.append({"framework": fw, "batch_size": int(record.batch_size), "load_ms": record.load_ns / 1e6,
                                "first_inference_ms": record.first_inference_ns / 1e6})
             ev.cold_start = pd.DataFrame(self._cold)
+        elif isinstance(record, FullPass):
+            self._full.append({name: record.row.get(name) for name in FULL_PASS.names})
+            ev.full_pass = pd.DataFrame(self._full, columns=list(FULL_PASS.names)).astype(
+                {c.name: c.dtype for c in FULL_PASS.columns if c.dtype in ("int64", "float64")})
         elif isinstance(record, AccuracyPass):
             self._accuracy.append(dict(record.row))
             self._predictions.append(record.predictions)
@@ -81,6 +90,11 @@ class Assembler:
             ev.predictions = pd.concat(self._predictions, ignore_index=True)
             if record.probabilities is not None:
                 ev.probabilities[fw] = record.probabilities
+        elif isinstance(record, OutputsPass):
+            self._outputs.append(record.outputs)
+            ev.outputs = pd.concat(self._outputs, ignore_index=True)
+            if ev.outputs["framework"].nunique() > 1:  # every framework's outputs against the first's, as they come
+                ev.output_agreement = ev.agreement(metrics=self.metrics)
         elif isinstance(record, TimedLoop):
             self._rows.append(self._latency_row(record))
             ev.latency = pd.DataFrame(self._rows)

@@ -9,7 +9,7 @@ from mlms_nb.errors import MlmsError
 from mlms_nb.manifest import Manifest
 from mlms_nb.options import EvaluateOptions, spell, spell_on
 
-_ITEM_BYTES = {"float32": 4, "float16": 2, "uint8": 1, "int32": 4, "int64": 8}
+_ITEM_BYTES = {"float32": 4, "float16": 2, "float64": 8, "uint8": 1, "int8": 1, "int32": 4, "int64": 8, "bool": 1}
 
 
 class ResourceError(MlmsError):
@@ -19,14 +19,19 @@ class ResourceError(MlmsError):
 def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, launcher: str) -> None:
     if launcher != "dask":  # an agent's memory is not this machine's
         check_batch_memory(manifests, options)
+    check_python_dataset(manifests, options, launcher)
     if options.isolation.call_timeout_s is not None and launcher in ("inline", "dask"):
         check_cancellable(manifests, options, on_agent=launcher == "dask")
 
 
 def batch_bytes(manifest: Manifest, batch_size: int) -> int:
-    """Bytes of one input batch of ``batch_size`` (the manifest's first input; dimensions exclude the batch)."""
-    spec = manifest.inputs[0]
-    return batch_size * math.prod(int(d) for d in spec.dimensions) * _ITEM_BYTES.get(spec.element_type, 4)
+    """Bytes of one input batch of ``batch_size``: every input (dimensions exclude the batch; an input without a
+    batch axis counts once), a dynamic dimension counted as 1 (a lower bound)."""
+    total = 0
+    for spec in manifest.inputs:
+        elements = math.prod(d if isinstance(d, int) else 1 for d in spec.dimensions or ())
+        total += (batch_size if spec.batch_axis is not None else 1) * elements * _ITEM_BYTES.get(spec.element_type, 4)
+    return total
 
 
 def available_bytes(options: EvaluateOptions) -> int:
@@ -45,7 +50,7 @@ def check_batch_memory(manifests: list[Manifest], options: EvaluateOptions) -> N
     free = available_bytes(options)
     if needed <= free:
         return
-    spec = manifests[0].inputs[0]
+    spec = manifests[0].fed_input
     shape = "x".join(str(d) for d in spec.dimensions)
     raise ResourceError(
         f"{spell('batch_sizes', ','.join(map(str, options.batch_sizes)))}: batch size {biggest} needs at least "
@@ -69,6 +74,22 @@ def check_cancellable(manifests: list[Manifest], options: EvaluateOptions, on_ag
                 f"{spell('call_timeout_s', options.isolation.call_timeout_s)} cannot stop a {fw} call inside this "
                 f"process (only ONNX Runtime can cancel one): add {spell_on('isolate')} to run each framework in a "
                 "worker process that the timeout can stop")
+
+
+def check_python_dataset(manifests: list[Manifest], options: EvaluateOptions, launcher: str) -> None:
+    """An iterator (a generator) can be read once, in this process: refuse it for several frameworks or a worker."""
+    data = options.dataset
+    if data is None or isinstance(data, str) or callable(data) or not hasattr(data, "__iter__"):
+        return
+    if hasattr(data, "chunks"):  # a Dataset object
+        return
+    if iter(data) is data:
+        if len(manifests) > 1:
+            raise MlmsError(f"the dataset is an iterator, which can be read once, but {len(manifests)} frameworks "
+                            "each read it: pass a list, or a function returning a new iterator")
+        if launcher != "inline":
+            raise MlmsError(f"the dataset is an iterator, which cannot be sent to a worker process "
+                            f"({spell_on('isolate')}): pass a list, or save it as a .npz file")
 
 
 def _gib(n: int) -> str:

@@ -47,6 +47,34 @@ class AccuracyPass:
 
 
 @dataclass(frozen=True)
+class OutputsPass:
+    """Every output of every input, captured as ``capture_outputs`` asked (the ``outputs`` frame's rows)."""
+    framework: str
+    outputs: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class FullPass:
+    """Every input of the dataset through the model once, streamed (:mod:`mlms_nb.evaluation.full_pass`): ``row``
+    holds the columns of :data:`mlms_nb.schema.evaluation.FULL_PASS` (inputs, wall_s, inputs_per_s, preprocess_s,
+    inference_s, wait_s, ...)."""
+    framework: str
+    row: dict
+
+
+@dataclass(frozen=True)
+class PassProgress:
+    """How far one pass has got (not a measurement: the runner shows it as a progress bar). ``name``: full pass,
+    warm-up at batch N, timed loop at batch N; ``done`` and ``total`` count inputs (``total`` None or an estimate
+    where the pass stops by a rule); ``finished`` on the last report of a pass."""
+    framework: str
+    name: str
+    done: int
+    total: int | None
+    finished: bool = False
+
+
+@dataclass(frozen=True)
 class TimedLoop:
     """One scenario's timed loop at one batch size: raw latencies (int64 ns), the loop's wall time, the untimed
     warm-up calls before it, scenario extras (server: target/achieved qps, bound). ``complete`` is False when the
@@ -71,5 +99,5 @@ class TracedPass:
     overhead: list = field(default_factory=list)
 
 
-MEASUREMENTS = (ColdStart, AccuracyPass, TimedLoop, TracedPass)
+MEASUREMENTS = (ColdStart, FullPass, AccuracyPass, OutputsPass, TimedLoop, TracedPass)
 """The records that hold a measurement (the history store keeps a framework's row from the first of them on)."""

@@ -39,7 +39,8 @@ class Evaluation:
     Frames (empty when not measured): ``latency`` one row per framework x batch size x scenario
     (``framework, batch_size, scenario`` + the `latency_stats` keys, + ``target_qps, latency_bound_ms,
     meets_bound, achieved_qps`` in the server scenario); ``cold_start`` (``framework, load_ms,
-    first_inference_ms, batch_size``); ``accuracy`` (``framework, dataset, n, top1, top5, skipped``;
+    first_inference_ms, batch_size``); ``full_pass`` (every input streamed through the model once: ``inputs,
+    wall_s, inputs_per_s, preprocess_s, inference_s, wait_s``...); ``accuracy`` (``framework, dataset, n, top1, top5, skipped``;
     top1/top5 are fractions 0..1); ``predictions`` one row per framework x input.
     ``samples`` maps a `SampleKey` ``(framework, batch_size, scenario)`` to the raw int64 nanosecond latencies.
     Columns, dtypes and units of every frame: :mod:`mlms_nb.schema.evaluation`.
@@ -55,9 +56,15 @@ class Evaluation:
     latency: pd.DataFrame = field(default_factory=pd.DataFrame)
     samples: dict[SampleKey, np.ndarray] = field(default_factory=dict)
     cold_start: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per framework: the streamed pass over every input (inputs, wall_s, inputs_per_s, preprocess_s, ...)
+    full_pass: pd.DataFrame = field(default_factory=pd.DataFrame)
     accuracy: pd.DataFrame = field(default_factory=pd.DataFrame)
     predictions: pd.DataFrame = field(default_factory=pd.DataFrame)
     probabilities: dict[str, np.ndarray] = field(default_factory=dict)
+    #: one row per framework x input (x chunk) x output: shape, summary, values where captured (capture_outputs)
+    outputs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per framework x output x metric, against the reference framework (the first that captured outputs)
+    output_agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
     complete: bool = True
     #: per framework: ``status`` (complete | partial | failed | not run), ``reason`` (None or error, interrupt,
     #: signal, timeout, crash), ``message``, ``measured_batch_sizes``, ``missing_batch_sizes``,
@@ -215,8 +222,10 @@ class Evaluation:
             model=self.model, model_version=self.model_version, frameworks=[framework],
             manifests={k: v for k, v in self.manifests.items() if k == framework},
             stack=stack, options=options,
-            latency=rows(self.latency), cold_start=rows(self.cold_start), accuracy=rows(self.accuracy),
+            latency=rows(self.latency), cold_start=rows(self.cold_start), full_pass=rows(self.full_pass),
+            accuracy=rows(self.accuracy),
             predictions=rows(self.predictions), trace_overhead=rows(self.trace_overhead),
+            outputs=rows(self.outputs), output_agreement=rows(self.output_agreement),
             traces={k: v for k, v in self.traces.items() if k == framework},
             samples={SampleKey(*k): v.copy() for k, v in self.samples.items() if k[0] == framework},
             probabilities={k: v.copy() for k, v in self.probabilities.items() if k == framework},
@@ -225,6 +234,14 @@ class Evaluation:
             outcomes={k: dict(v) for k, v in self.outcomes.items() if k == framework},
             warnings=[w for w in self.warnings if _warning_framework(w, self.frameworks) in (None, framework)],
             trace_ids=list(self.trace_ids), history_ids=[], id=self.id, created_at=self.created_at)
+
+    def agreement(self, reference: str | None = None, metrics=None) -> pd.DataFrame:
+        """Each framework's captured outputs against ``reference``'s (default: the first framework), one row per
+        framework x output x metric (:func:`mlms_nb.evaluation.agreement.agreement`); ``metrics``: built-in names
+        (mse, mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``, beside the manifest's own."""
+        from mlms_nb.evaluation.agreement import agreement, manifest_metrics
+
+        return agreement(self.outputs, reference, metrics, manifest_metrics(self.manifests))
 
     @property
     def trace(self):
@@ -280,8 +297,10 @@ class Evaluation:
         return cls(
             model=first.model, model_version=first.model_version, frameworks=frameworks,
             manifests={k: v for p in parts for k, v in p.manifests.items()}, stack=stack, options=options,
-            latency=concat("latency"), cold_start=concat("cold_start"), accuracy=concat("accuracy"),
+            latency=concat("latency"), cold_start=concat("cold_start"), full_pass=concat("full_pass"),
+            accuracy=concat("accuracy"),
             predictions=concat("predictions"), trace_overhead=concat("trace_overhead"),
+            outputs=concat("outputs"), output_agreement=concat("output_agreement"),
             traces={k: v for p in parts for k, v in p.traces.items()},
             samples={k: v for p in parts for k, v in p.samples.items()},
             probabilities={k: v for p in parts for k, v in p.probabilities.items()},

@@ -1,7 +1,7 @@
 """The evaluation runner: one evaluation over one or more frameworks, each framework's work run through a launcher.
 
-Per framework, :func:`~mlms_nb.evaluation.work.measure_framework` (open, cold start, accuracy, timed loops per
-batch size, the traced pass) runs where the launcher puts it: in this process (``inline``) or in a worker process
+Per framework, :func:`~mlms_nb.evaluation.work.measure_framework` (open, cold start, the full pass, timed loops
+per batch size, the traced pass) runs where the launcher puts it: in this process (``inline``) or in a worker process
 (``process``, ``isolate=True``). Its records stream back as they are made; the runner assembles the `Evaluation`
 from them (:class:`~mlms_nb.evaluation.assemble.Assembler`) and hands it to ``sink(evaluation, framework)`` after
 every measurement, so the caller can store it at once (the facade appends it to the history store).
@@ -19,7 +19,8 @@ from typing import Callable
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.assemble import Assembler
 from mlms_nb.evaluation.checks import check_before_loading
-from mlms_nb.evaluation.records import TimedLoop
+from mlms_nb.evaluation.progress import ProgressDisplay
+from mlms_nb.evaluation.records import PassProgress
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.work import FrameworkJob, measure_framework
 from mlms_nb.launchers import Launcher, Limits, Outcome, StopRequested, Work, get_launcher, outcome_of
@@ -50,7 +51,7 @@ def resolve_manifests(model: str | Manifest, frameworks: list[str], explicit: bo
 
 def default_dataset(manifest: Manifest) -> str:
     """Labeled photos for pretrained image classifiers; synthetic tensors otherwise."""
-    image_classifier = manifest.inputs[0].type == "image" and manifest.outputs[0].type == "classification"
+    image_classifier = manifest.fed_input.type == "image" and manifest.outputs[0].type == "classification"
     return "imagenet-samples" if manifest.pretrained and image_classifier else "synthetic"
 
 
@@ -58,8 +59,9 @@ class EvaluationRunner:
     """Runs one evaluation over several manifests (frameworks) with one set of options."""
 
     def __init__(self, manifests: list[Manifest], options: EvaluateOptions, sink: Sink | None = None,
-                 launcher: Launcher | None = None):
+                 launcher: Launcher | None = None, metrics=None):
         self.manifests = manifests
+        self.metrics = metrics  # output metrics (names or {name: fn}); applied here, never shipped to a worker
         self.options = options
         self.sink = sink
         names = {m.name for m in manifests}
@@ -81,8 +83,8 @@ class EvaluationRunner:
             model=first.name, model_version=first.version, frameworks=frameworks,
             manifests={m.framework.name: m.to_dict() for m in self.manifests},
             stack=self.launcher.stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe()})
-        assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario)
-        progress = _progress(len(self.manifests) * len(opts.batch_sizes), opts.progress, first.name)
+        assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario, metrics=self.metrics)
+        progress = ProgressDisplay(first.name, opts.progress)
         stop: BaseException | None = None
         outcomes: dict[str, Outcome] = {}
         try:
@@ -119,9 +121,8 @@ class EvaluationRunner:
 
             def on_record(record) -> None:
                 with deferred():
-                    if assembler.add(record):
-                        if isinstance(record, TimedLoop):
-                            progress.update(1)
+                    progress.on_record(record)
+                    if not isinstance(record, PassProgress) and assembler.add(record):
                         self._store(evaluation, fw)
 
             job = FrameworkJob(manifest, self.options, f"{evaluation.id}-{fw}")
@@ -131,6 +132,7 @@ class EvaluationRunner:
                 stop, outcome = err, outcome_of(err, fw)
             outcomes[fw] = outcome
             with deferred():
+                progress.finish(fw)
                 self._finish(fw, outcome, evaluation, assembler)
         except (KeyboardInterrupt, StopRequested) as err:  # arrived between two steps, each of them whole
             if stop is not None and stop is not err:
@@ -174,8 +176,3 @@ def _sweep_orphans() -> None:
     if removed:
         log.info("removed %d temporary file(s) left by runs that were killed", len(removed))
 
-
-def _progress(total: int, enabled: bool, name: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=f"mlms eval {name}", unit="sweep", disable=not enabled or total <= 1, leave=False)

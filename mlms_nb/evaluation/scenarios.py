@@ -17,6 +17,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from mlms_nb.data.feeds import count
+
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import Timing, spell
 
@@ -42,11 +44,21 @@ class TimingResult:
     extra: dict = field(default_factory=dict)
 
 
-def warm_up(predict: Callable, batch: np.ndarray, cfg: Timing) -> int:
+OnCall = Callable[[], None] | None
+"""Called after each call, outside the timed window (progress reports); None: nothing."""
+
+
+def _nothing() -> None:
+    pass
+
+
+def warm_up(predict: Callable, batch: np.ndarray, cfg: Timing, on_call: OnCall = None) -> int:
     """Untimed calls until warm; returns how many were made."""
+    on_call = on_call or _nothing
     if cfg.warmup != "auto":
         for _ in range(int(cfg.warmup)):
             predict(batch)
+            on_call()
         return int(cfg.warmup)
     clock = time.perf_counter_ns
     times: list[int] = []
@@ -54,6 +66,7 @@ def warm_up(predict: Callable, batch: np.ndarray, cfg: Timing) -> int:
         t0 = clock()
         predict(batch)
         times.append(clock() - t0)
+        on_call()
         if len(times) >= 10:
             recent, before = np.median(times[-5:]), np.median(times[-10:-5])
             if abs(recent - before) <= cfg.warmup_tolerance * before:
@@ -61,8 +74,9 @@ def warm_up(predict: Callable, batch: np.ndarray, cfg: Timing) -> int:
     return len(times)
 
 
-def time_closed_loop(predict: Callable, batch: np.ndarray, cfg: Timing) -> tuple[np.ndarray, int]:
+def time_closed_loop(predict: Callable, batch: np.ndarray, cfg: Timing, on_call: OnCall = None) -> tuple[np.ndarray, int]:
     """Back-to-back calls until the stopping rule holds; returns (per-call ns, loop wall ns)."""
+    on_call = on_call or _nothing
     clock = time.perf_counter_ns
     samples = np.empty(min(cfg.max_repeats, 1024), dtype=np.int64)
     min_ns, max_ns = int(cfg.min_time_s * 1e9), int(cfg.max_time_s * 1e9)
@@ -77,6 +91,7 @@ def time_closed_loop(predict: Callable, batch: np.ndarray, cfg: Timing) -> tuple
                 samples = np.resize(samples, min(2 * n, cfg.max_repeats))
             samples[n] = t1 - t0
             n += 1
+            on_call()
             elapsed = t1 - start
             if (n >= cfg.min_repeats and elapsed >= min_ns) or n >= cfg.max_repeats or elapsed >= max_ns:
                 break
@@ -86,8 +101,9 @@ def time_closed_loop(predict: Callable, batch: np.ndarray, cfg: Timing) -> tuple
     return samples[:n].copy(), clock() - start
 
 
-def time_server(predict: Callable, batch: np.ndarray, cfg: Timing) -> tuple[np.ndarray, int, dict]:
+def time_server(predict: Callable, batch: np.ndarray, cfg: Timing, on_call: OnCall = None) -> tuple[np.ndarray, int, dict]:
     """Poisson arrivals at ``cfg.target_qps`` served by one worker; samples are arrival-to-completion ns."""
+    on_call = on_call or _nothing
     if not cfg.target_qps or cfg.target_qps <= 0:
         raise MlmsError(f"the server scenario needs a target rate: {spell('target_qps')} (queries per second)")
     rng = np.random.default_rng(cfg.seed)
@@ -107,6 +123,7 @@ def time_server(predict: Callable, batch: np.ndarray, cfg: Timing) -> tuple[np.n
                 _sleep_until(arrival, clock)
             predict(batch)
             samples[n] = clock() - arrival
+            on_call()
             if clock() - start > cfg.max_time_s * 1e9:
                 n += 1
                 break
@@ -134,19 +151,24 @@ def _sleep_until(deadline_ns: int, clock: Callable[[], int]) -> None:
         pass
 
 
-def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timing) -> TimingResult:
-    """Warm up, then time one scenario at the batch's size."""
+def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timing, progress=None) -> TimingResult:
+    """Warm up, then time one scenario at the batch's size. ``progress``: an object with ``warm_up()`` and
+    ``timed(scenario)``, each returning the `OnCall` of that phase and ``done()`` (see
+    :mod:`mlms_nb.evaluation.progress`); None: no reports."""
     if scenario not in SCENARIOS:
         raise MlmsError(f"unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
-    warm = warm_up(predict, batch, cfg)
+    warm = warm_up(predict, batch, cfg, progress.warm_up() if progress else None)
     try:
         if scenario == "server":
-            samples, wall, extra = time_server(predict, batch, cfg)
+            samples, wall, extra = time_server(predict, batch, cfg, progress.timed(scenario) if progress else None)
         else:
-            samples, wall = time_closed_loop(predict, batch, cfg)
+            samples, wall = time_closed_loop(predict, batch, cfg, progress.timed(scenario) if progress else None)
             extra = {}
     except BaseException as stop:  # the partial loop keeps its warm-up count
         if getattr(stop, "partial", None) is not None:
             stop.partial = stop.partial._replace(warmup_calls=warm)  # type: ignore[attr-defined]
         raise
-    return TimingResult(scenario, int(batch.shape[0]), samples, wall, warm, extra)
+    finally:
+        if progress:
+            progress.done()
+    return TimingResult(scenario, count(batch), samples, wall, warm, extra)

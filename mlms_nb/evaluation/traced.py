@@ -74,8 +74,9 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
                             durations.append(time.perf_counter_ns() - t0)
                             if counting:
                                 profilers.read(record=True)
-                            with tracer.span("postprocess", TraceLevel.MODEL, "model", batch=batch_size):
-                                postprocess(out)
+                            if postprocess is not None:  # a tensor output has no postprocessing to time
+                                with tracer.span("postprocess", TraceLevel.MODEL, "model", batch=batch_size):
+                                    postprocess(out)
                     traced_ns = float(np.median(durations))
                     base = untraced_median_ns.get(batch_size)
                     traced.overhead.append({

@@ -1,9 +1,12 @@
 """One framework's work in an evaluation, the unit a launcher runs (:mod:`mlms_nb.launchers`): open the dataset
-and the model, time the load and the first inference (cold), score accuracy over the dataset, then per batch
-size warm up and run the scenario's timed loop, and finally the traced pass (:mod:`mlms_nb.evaluation.traced`).
+and the model, time the load and the first inference (cold), per batch size warm up and run the scenario's timed
+loop, then stream every input through the model once (the full pass, :mod:`mlms_nb.evaluation.full_pass`:
+throughput, and accuracy on labeled data), and finally the traced pass (:mod:`mlms_nb.evaluation.traced`). The
+quick timed loops come before the full pass, which may take minutes: stopped during it, they are kept.
 
 Every measurement is emitted as a record (:mod:`mlms_nb.evaluation.records`) the moment it is made; nothing is
-kept here. Inputs for the timed loops are preprocessed once, before timing, so latency is the model's alone.
+kept here. The timed loops use a small sample, the dataset's first inputs, preprocessed once before timing, so
+latency is the model's alone. Progress is reported as records too (:mod:`mlms_nb.evaluation.progress`).
 A timed loop cut short (Ctrl-C, a stop signal, a timeout, an error) is emitted as it stands, marked incomplete,
 before the stop goes on up.
 """
@@ -16,13 +19,15 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pandas as pd
 
 from mlms_nb.data.datasets import open_dataset
-from mlms_nb.data.labels import check_label_count, load_labels
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError
-from mlms_nb.evaluation.records import AccuracyPass, ColdStart, Note, Opened, TimedLoop, TracedPass
+from mlms_nb.data.feeds import take
+from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
+from mlms_nb.evaluation.outputs import OutputRecorder
+from mlms_nb.evaluation.progress import Reporter
+from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
@@ -55,14 +60,17 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     preprocess = Preprocessor(manifest, trust=opts.trust)
     level = TraceLevel.parse(opts.tracing.trace_level)
     traced = start_traced_pass(level, job.trace_id, fw) if level > TraceLevel.NONE else None
+    reporter = Reporter(emit, fw) if opts.progress else None
     t_pre = time.perf_counter_ns()
-    inputs, labels, ids = _load_inputs(dataset, preprocess, opts.limit)
+    # inputs of their own sizes (dynamic dimensions) or cut into ordered chunks go one dataset item per call
+    one_by_one = preprocess.input.dynamic or preprocess.chunked
+    head = head_sample(dataset, preprocess, 1 if one_by_one else max(opts.batch_sizes), opts.limit)
+    inputs = head.data  # the timed loops' and the traced pass's sample, cycled to each batch size
+    if preprocess.chunked:
+        inputs = take(inputs, (slice(None), 0))  # a sequence's first chunk: latency is one call's
     if traced:
-        traced.tracer.add_span("preprocess dataset", TraceLevel.APPLICATION, "application", t_pre,
-                               time.perf_counter_ns(), inputs=len(inputs), dataset=dataset.name)
-    if dataset.skipped:
-        emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
-                      + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
+        traced.tracer.add_span("preprocess sample", TraceLevel.APPLICATION, "application", t_pre,
+                               time.perf_counter_ns(), inputs=len(head), dataset=dataset.name)
 
     _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
     watch.phase = "loading the model"
@@ -81,33 +89,45 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         first_batch = make_batch(inputs, opts.batch_sizes[0])
         t0 = time.perf_counter_ns()
         predict(first_batch)
-        emit(ColdStart(fw, int(first_batch.shape[0]), load_ns, time.perf_counter_ns() - t0))
-
-        if labels is not None and manifest.outputs[0].type == "classification":
-            watch.phase = "the accuracy pass"
-            acc, preds, probs = _accuracy(predict, manifest, inputs, labels, ids, max(opts.batch_sizes), opts.trust)
-            acc.update({"framework": fw, "dataset": dataset.name, "skipped": len(dataset.skipped)})
-            preds.insert(0, "framework", fw)
-            emit(AccuracyPass(fw, acc, preds, probs if opts.keep_probabilities else None))
+        emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t0))
 
         untraced_median_ns: dict[int, float] = {}
         for batch_size in opts.batch_sizes:
             watch.phase = f"timing batch size {batch_size}"
             log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
-            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit)
+            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter)
+
+        watch.phase = "the full pass"
+        t_full = time.perf_counter_ns()
+        recorder = OutputRecorder(manifest, fw, opts.capture_outputs)
+        full, accuracy = run_full_pass(predict, manifest, dataset, preprocess,
+                                       1 if one_by_one else max(opts.batch_sizes), limit=opts.limit,
+                                       keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
+                                       recorder=recorder if recorder.enabled else None)
+        if dataset.skipped:
+            emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
+                          + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
+        emit(full)
+        if accuracy is not None:
+            emit(accuracy)
+        if recorder.rows:
+            emit(OutputsPass(fw, recorder.frame()))
         if traced:
+            traced.tracer.add_span("full pass", TraceLevel.APPLICATION, "application", t_full, time.perf_counter_ns(),
+                                   inputs=full.row["inputs"], dataset=dataset.name)
             watch.phase = "the traced pass"
             _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit)
     finally:
         predictor.close()
 
 
-def _time_one(fw: str, batch_size: int, predict, inputs: np.ndarray, opts: EvaluateOptions, emit: Callable) -> float:
+def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, emit: Callable, reporter=None) -> float:
     """One timed loop, emitted; returns its median (ns). Cut short, what it measured is emitted (marked
     incomplete, with why) before the stop goes on."""
     try:
         batch = make_batch(inputs, batch_size)
-        result = run_scenario(opts.scenario, predict, batch, opts.timing)
+        result = run_scenario(opts.scenario, predict, batch, opts.timing,
+                              reporter.loop(batch_size, opts.timing) if reporter else None)
     except BaseException as stop:
         partial = getattr(stop, "partial", None)
         if partial is not None and len(partial.samples_ns):
@@ -129,13 +149,14 @@ def _reason(stop: BaseException) -> str:
     return "timeout" if isinstance(stop, CallTimeout) else "error"
 
 
-def _trace(traced, predictor, manifest: Manifest, inputs: np.ndarray, opts: EvaluateOptions,
+def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
            untraced_median_ns: dict[int, float], emit: Callable) -> None:
     """The traced pass after the untraced sweep; its overhead is measured against that sweep's medians."""
     fw = manifest.framework.name
     log.info("tracing %s at level %s", fw, traced.tracer.level.name)
     batches = {b: make_batch(inputs, b) for b in opts.batch_sizes}
-    trace_batches(traced, predictor, Postprocessor(manifest, trust=opts.trust), batches, untraced_median_ns,
+    post = Postprocessor(manifest, trust=opts.trust)
+    trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns,
                   repeats=opts.tracing.trace_repeats)
     emit(TracedPass(fw, traced.tracer.trace(), traced.tracer.trace_id, list(traced.overhead)))
 
@@ -149,60 +170,3 @@ def _prepare_assets(manifest: Manifest) -> None:
         uri = getattr(manifest.model, field_name)
         if uri:
             resolve_asset(uri, manifest.model.sha256.get(field_name), base)
-
-
-def _load_inputs(dataset, preprocess, limit):
-    """All preprocessed inputs of the dataset in memory (N first), their labels and ids."""
-    data, labels, ids = [], [], []
-    for batch in dataset.iter_batches(32, preprocess, limit=limit):
-        data.append(batch.data)
-        ids.extend(batch.ids)
-        if batch.labels is not None:
-            labels.append(batch.labels)
-    if not data:
-        raise DatasetError(f"dataset {dataset.name!r} gave no inputs")
-    return np.concatenate(data), (np.concatenate(labels) if labels else None), ids
-
-
-def make_batch(inputs: np.ndarray, batch_size: int) -> np.ndarray:
-    """``batch_size`` inputs, cycling through the dataset when it is smaller; contiguous."""
-    idx = np.arange(batch_size) % len(inputs)
-    return np.ascontiguousarray(inputs[idx])
-
-
-def _accuracy(predict, manifest, inputs, labels, ids, batch_size, trust):
-    """Top-1 / top-5 over all inputs, and one row of predictions per input."""
-    post = Postprocessor(manifest, trust=trust)
-    names = load_labels(manifest) if manifest.outputs[0].labels else None
-    probs, top_idx, top_p = [], [], []
-    for start in range(0, len(inputs), batch_size):
-        pred = post(predict(inputs[start:start + batch_size]))
-        if names is not None and start == 0:  # labels of another length than the model's classes: refused
-            check_label_count(names, pred.probabilities.shape[1], manifest)
-        probs.append(pred.probabilities)
-        top_idx.append(pred.top_k_indices)
-        top_p.append(pred.top_k_probabilities)
-    probs, top_idx, top_p = np.concatenate(probs), np.concatenate(top_idx), np.concatenate(top_p)
-    known = labels >= 0
-    correct1 = top_idx[:, 0] == labels
-    correct5 = (top_idx[:, :5] == labels[:, None]).any(axis=1)
-
-    def name(i: int) -> str | None:
-        return names[i] if names and 0 <= i < len(names) else None
-
-    preds = pd.DataFrame({
-        "input_id": ids,
-        "label": labels.astype(int),
-        "label_name": [name(int(i)) for i in labels],
-        "top1": top_idx[:, 0].astype(int),
-        "top1_name": [name(int(i)) for i in top_idx[:, 0]],
-        "top1_prob": top_p[:, 0].astype(float),
-        "top5": [list(map(int, r[:5])) for r in top_idx],
-        "top5_probs": [list(map(float, r[:5])) for r in top_p],
-        "correct_top1": correct1 & known,
-        "correct_top5": correct5 & known,
-    })
-    n = int(known.sum())
-    acc = {"n": n, "top1": float(correct1[known].mean()) if n else float("nan"),
-           "top5": float(correct5[known].mean()) if n else float("nan")}
-    return acc, preds, probs

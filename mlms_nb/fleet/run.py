@@ -41,13 +41,15 @@ def matching_agents(manifests: list[Manifest], options: EvaluateOptions) -> tupl
     return client, matching(list_agents(client), constraints, remote.where or "", remote.on)
 
 
-def evaluate_on_agents(manifests: list[Manifest], options: EvaluateOptions) -> Evaluation | list[Evaluation]:
-    """Run on one matching agent (retrying on another when it dies), or on every one (``all_agents``)."""
+def evaluate_on_agents(manifests: list[Manifest], options: EvaluateOptions,
+                       metrics=None) -> Evaluation | list[Evaluation]:  # noqa: ANN001 - as evaluate's
+    """Run on one matching agent (retrying on another when it dies), or on every one (``all_agents``); ``metrics``
+    (output metrics) are computed here, as for a run in this process."""
     client, found = matching_agents(manifests, options)
     if options.remote.all_agents:
         launchers = [_launcher(client, agent, options) for agent in found]
         with ThreadPoolExecutor(len(found), thread_name_prefix="mlms-agent-run") as pool:
-            runs = [pool.submit(_run_on, client, agent, manifests, options, launcher)
+            runs = [pool.submit(_run_on, client, agent, manifests, options, launcher, metrics)
                     for agent, launcher in zip(found, launchers)]
             try:
                 return [r.result()[0] for r in runs]
@@ -60,7 +62,7 @@ def evaluate_on_agents(manifests: list[Manifest], options: EvaluateOptions) -> E
     agent = choose(found)
     while True:
         tried.add(agent["address"])
-        evaluation, launcher = _run_on(client, agent, manifests, options)
+        evaluation, launcher = _run_on(client, agent, manifests, options, metrics=metrics)
         if not launcher.lost:
             break
         lost.append(f"agent {agent['name']} at {agent['address']} left the cluster during evaluation {evaluation.id} "
@@ -85,14 +87,14 @@ def _launcher(client, agent: dict, options: EvaluateOptions) -> DaskLauncher:  #
 
 
 def _run_on(client, agent: dict, manifests: list[Manifest], options: EvaluateOptions,  # noqa: ANN001
-            launcher: DaskLauncher | None = None):
+            launcher: DaskLauncher | None = None, metrics=None):
     """One evaluation on ``agent``: kept in the caller's history as it is measured; returns it and its launcher."""
     opts = options.model_copy(deep=True)
     if opts.threads is None:
         opts.threads = int(agent.get("threads") or 1)
     launcher = launcher or _launcher(client, agent, opts)
     keeper = HistoryKeeper(None if opts.history is True else str(opts.history)) if opts.history else None
-    evaluation = EvaluationRunner(manifests, opts, sink=keeper, launcher=launcher).run()
+    evaluation = EvaluationRunner(manifests, opts, sink=keeper, launcher=launcher, metrics=metrics).run()
     if keeper is not None:
         keeper.finish(evaluation)
         evaluation.saved = keeper.saved

@@ -3,9 +3,11 @@
 A predictor runs one model in one framework. :class:`Predictor` declares everything a caller may use; nothing
 else is read from a predictor outside its own framework folder (``mlms_nb/frameworks/<name>/``):
 
-- ``open(manifest, device, options)`` loads the model, ``predict(batch)`` maps a float32 numpy batch laid out as
-  the manifest's input (NCHW or NHWC) to a numpy array of outputs (logits for classifiers), ``close()`` frees
-  it, ``info()`` says what ran it; ``manifest``, ``device`` and ``options`` are what ``open`` was given;
+- ``open(manifest, device, options)`` loads the model, ``predict(batch)`` maps a numpy batch laid out as the
+  manifest's fed input (NCHW or NHWC) to a numpy array of the first output (logits for classifiers), and a
+  mapping input name -> array (:mod:`mlms_nb.data.feeds`: constants and zero states are added, shapes checked) to
+  a mapping output name -> array of every output; ``close()`` frees it, ``info()`` says what ran it;
+  ``manifest``, ``device`` and ``options`` are what ``open`` was given;
 - ``native_model``: the framework's own model object; ``artifact_path``: the file it was loaded from;
 - ``capture(...)``: per-layer outputs keyed by PyTorch module calls (:mod:`mlms_nb.frameworks.capture`);
 - tracing, below.
@@ -38,6 +40,7 @@ from typing import Any, ClassVar, Collection, Mapping
 import numpy as np
 
 from mlms_nb._optional import require
+from mlms_nb.data.feeds import FeedBuilder
 from mlms_nb.errors import PredictorError
 from mlms_nb.frameworks.capture import Key, LayerCapture
 from mlms_nb.manifest import FRAMEWORKS, Manifest, canonical_framework
@@ -94,6 +97,14 @@ class Predictor(ABC):
         self.options = PredictorOptions()
         self._tracer = None   # the Tracer this predictor emits into, or None
         self._auto = False    # True when it started tracing by itself, following the current tracer
+        self._feeds: FeedBuilder | None = None
+
+    @property
+    def feeds(self) -> FeedBuilder:
+        """Completes and checks this manifest's feeds (:class:`~mlms_nb.data.feeds.FeedBuilder`)."""
+        if self._feeds is None or self._feeds.manifest is not self.manifest:
+            self._feeds = FeedBuilder(self.manifest)
+        return self._feeds
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -105,8 +116,9 @@ class Predictor(ABC):
         """Load the model the manifest describes onto ``device``; returns self."""
 
     @abstractmethod
-    def predict(self, batch: np.ndarray) -> np.ndarray:
-        """Run one batch (N first, manifest layout) and return the raw outputs as numpy (N first).
+    def predict(self, batch: np.ndarray | Mapping[str, np.ndarray]) -> np.ndarray | dict[str, np.ndarray]:
+        """Run one batch and return the raw outputs as numpy: an array (the fed input, N first, manifest layout)
+        gives the first output's array; a mapping input name -> array gives every output by name.
 
         A subclass's ``predict`` is replaced, when the class is created, by :func:`_traced_predict` wrapped around
         it: callers always get the wrapper, which opens the MODEL ``predict`` span when the predictor traces."""
@@ -231,7 +243,7 @@ def _traced_predict(predict):
                 return predict(self, batch)
         if tracer.max_level < _MODEL:
             return predict(self, batch)
-        with tracer.span("predict", _MODEL, "model", batch=len(batch), framework=self.framework):
+        with tracer.span("predict", _MODEL, "model", batch=self.feeds.size(batch), framework=self.framework):
             return predict(self, batch)
 
     return traced_predict

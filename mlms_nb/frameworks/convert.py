@@ -179,8 +179,8 @@ def _export_onnx(arch: str, weights: str | None, out: Path) -> None:
     import torch
 
     model = build_torch_model(arch, weights)
-    size = get_architecture(arch).input_size
-    example = torch.zeros(1, 3, size, size)
+    spec = get_architecture(arch)
+    example = torch.zeros(1, *spec.example_shape, dtype=getattr(torch, spec.input_dtype))
     with torch.no_grad(), warnings.catch_warnings():
         # The pads of ZeroPad2d are computed with Slice(step=-1), which the exporter cannot fold; we do.
         warnings.filterwarnings("ignore", message="Constant folding - Only steps=1", category=UserWarning)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from mlms_nb.data.feeds import with_batch
 from mlms_nb.errors import MlmsError
 from mlms_nb.manifest import FRAMEWORKS, Manifest, canonical_framework, find_manifest
 
@@ -23,6 +24,14 @@ def _architecture(m: Manifest) -> str:
     return m.model.architecture
 
 
+def _static(m) -> None:
+    """Theoretical costs are counted at one shape: every input's dimensions must be numbers."""
+    dynamic = [spec.name or f"inputs[{i}]" for i, spec in enumerate(m.inputs) if spec.dynamic]
+    if dynamic:
+        raise MlmsError(f"manifest {m.key}: theoretical costs are counted at one input shape, but "
+                        f"{', '.join(dynamic)} has dynamic dimensions; use a manifest with every size given")
+
+
 def _torch_costs(name: str, batch_size: int) -> pd.DataFrame:
     import torch
 
@@ -30,6 +39,7 @@ def _torch_costs(name: str, batch_size: int) -> pd.DataFrame:
     from mlms_nb.frameworks.torch.costs import torch_layer_costs
 
     m = find_manifest(name, framework="torch")
+    _static(m)
     spec = m.inputs[0]
     if spec.layout != "NCHW":
         raise MlmsError(f"manifest {m.key}: expected an NCHW input for PyTorch, got {spec.layout}")
@@ -45,6 +55,7 @@ def _onnx_costs(name: str, batch_size: int) -> pd.DataFrame:
     from mlms_nb.frameworks.onnxruntime.costs import _load, onnx_node_costs
 
     m = find_manifest(name, framework="onnxruntime")
+    _static(m)
     if not m.model.graph_path:
         raise MlmsError(f"manifest {m.key} has no model.graph_path (an ONNX file) to cost")
     from pathlib import Path
@@ -56,7 +67,7 @@ def _onnx_costs(name: str, batch_size: int) -> pd.DataFrame:
     graph_inputs = [i.name for i in proto.graph.input if i.name not in initializers]
     if len(graph_inputs) != len(m.inputs):
         raise MlmsError(f"{path} has {len(graph_inputs)} inputs but manifest {m.key} describes {len(m.inputs)}")
-    shapes = {n: [batch_size, *spec.dimensions] for n, spec in zip(graph_inputs, m.inputs)}
+    shapes = {n: list(with_batch(spec, spec.dimensions, batch_size)) for n, spec in zip(graph_inputs, m.inputs)}
     module_names = None
     if m.model.architecture:
         from mlms_nb.zoo.registry import build_torch_model

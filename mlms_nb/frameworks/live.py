@@ -58,20 +58,23 @@ def _name(obj: Any) -> str:
 
 def manifest_for(obj: Any, inputs: Any = None, outputs: Any = None, preprocess: Iterable | None = None,
                  postprocess: Iterable | None = None, name: str | None = None, version: str = "1.0.0") -> Manifest:
-    """A `Manifest` for the live model ``obj`` (see the module docstring). ``outputs``: an `OutputSpec`, a dict or a
+    """A `Manifest` for the live model ``obj`` (see the module docstring). ``inputs``: one description, or a list of
+    them (`InputSpec` or dicts, each named) for a model of several inputs; ``outputs``: an `OutputSpec`, a dict or a
     list of them (default: a classification output for image inputs, a tensor otherwise)."""
     framework = framework_of(obj)
     if inputs is None:
         raise ManifestError(f"evaluating a live {type(obj).__name__} needs inputs=: an example batch (N first), an "
                             "mlms_nb.InputSpec, or a dict such as {'type': 'image', 'dimensions': [3, 224, 224]}")
-    spec = _input(inputs)
+    several = isinstance(inputs, (list, tuple)) and bool(inputs) and all(isinstance(i, (dict, InputSpec)) for i in inputs)
+    specs = [_input(i) for i in inputs] if several else [_input(inputs)]  # several: one description per input
+    spec = specs[0]
     if outputs is None:
         outputs = [{"type": "classification" if spec.get("type", "image") == "image" else "tensor"}]
     elif not isinstance(outputs, list):
         outputs = [outputs]
     outputs = [o.model_dump(mode="json", exclude_none=True) if isinstance(o, OutputSpec) else o for o in outputs]
     data = {"name": name or _name(obj), "version": version, "framework": {"name": framework},
-            "inputs": [spec], "outputs": outputs, "preprocess": list(preprocess or []),
+            "inputs": specs, "outputs": outputs, "preprocess": list(preprocess or []),
             "postprocess": list(postprocess or []), "model": {"instance": obj}}
     return parse_manifest(data, source=None)
 

@@ -10,12 +10,21 @@ Percentiles use numpy's linear interpolation; the median's CI is a seeded percen
 
 **cold_start** -- one row per framework: loading the model and its first inference, timed once.
 
+**full_pass** -- one row per framework: every dataset input streamed through the model once (decoded and
+preprocessed by background workers while the model runs), with its wall time and where the time went.
+
 **accuracy** -- one row per framework with labeled data: top-1/top-5 as fractions 0..1 of ``n`` inputs.
 
 **predictions** -- one row per framework x input: label, top-1, top-5 and whether they were right.
 
 **summary** -- :attr:`Evaluation.summary`: one row per framework x batch size (``scenario`` only when the
 evaluation ran several).
+
+**outputs** -- one row per framework x input (x chunk) x output: shape, dtype, a summary and, as
+``capture_outputs`` asks, the values (:mod:`mlms_nb.evaluation.outputs`).
+
+**output_agreement** -- one row per framework x output x metric against the reference framework's captured
+values (:mod:`mlms_nb.evaluation.agreement`).
 
 **trace_overhead** -- traced runs only: per framework and batch size, the traced median against the untraced.
 
@@ -70,6 +79,16 @@ class FrameSchema:
     def pick(self, *names: str) -> tuple[str, ...]:
         """``names``, checked against the schema (a name it does not define raises `SchemaError`)."""
         return tuple(self[n].name for n in names)
+
+    def frame(self, rows: list[dict]):
+        """A pandas frame of ``rows`` with this schema's columns, in order, as its dtypes say."""
+        import pandas as pd
+
+        frame = pd.DataFrame(rows, columns=list(self.names))
+        for column in self.columns:
+            if column.dtype in ("int64", "float64", "bool"):
+                frame[column.name] = frame[column.name].astype(column.dtype)
+        return frame
 
     def units(self) -> dict[str, str]:
         return {c.name: c.unit for c in self.columns if c.unit}
@@ -145,6 +164,25 @@ COLD_START = FrameSchema("cold_start", (
     Column("first_inference_ms", "float64", "ms", "the first predict call, at the first batch size"),
 ), key=("framework",))
 
+FULL_PASS = FrameSchema("full_pass", (
+    _FRAMEWORK,
+    Column("dataset", "str", "", "the dataset's name"),
+    _BATCH,
+    Column("inputs", "int64", "inputs", "inputs that went through the model"),
+    Column("batches", "int64", "calls", "predict calls"),
+    Column("skipped", "int64", "inputs", "unreadable inputs left out"),
+    Column("wall_s", "float64", "s", "wall time of the pass, from opening the stream to the last batch's results "
+           "(time.perf_counter_ns)"),
+    Column("inputs_per_s", "float64", "inputs/s", "inputs / wall_s: end-to-end throughput, preprocessing included"),
+    Column("preprocess_s", "float64", "s", "time the pipeline's workers spent reading, decoding and preprocessing, "
+           "summed over the workers (overlaps the inference; can exceed wall_s)"),
+    Column("inference_s", "float64", "s", "time inside the framework's predict calls"),
+    Column("postprocess_s", "float64", "s", "time scoring the outputs (softmax, top-k, per-input rows)"),
+    Column("wait_s", "float64", "s", "time the model waited for the next batch (preprocessing not hidden)"),
+    Column("workers", "int64", "threads", "pipeline worker threads"),
+    Column("prefetch", "int64", "batches", "batches read ahead at most"),
+), key=("framework",))
+
 ACCURACY = FrameSchema("accuracy", (
     Column("n", "int64", "inputs", "labeled inputs scored"),
     Column("top1", "float64", "fraction", "share of inputs whose top-1 class is the label (0..1)"),
@@ -185,6 +223,32 @@ TRACE_OVERHEAD = FrameSchema("trace_overhead", (
     Column("overhead_pct", "float64", "%", "100 * (traced / untraced - 1)"),
 ), key=("framework", "batch_size"))
 
+OUTPUTS = FrameSchema("outputs", (
+    _FRAMEWORK,
+    Column("input_id", "str", "", "the input's id (file name, or index)"),
+    Column("chunk", "int64", "", "the chunk's place in its input's ordered chunks (0-based); -1 when not chunked"),
+    Column("output", "str", "", "the output's name (outputs[].name; output, output_1 ... when unnamed)"),
+    Column("shape", "object", "elements", "the output's shape for this input, without the batch"),
+    Column("dtype", "str", "", "the output's element type"),
+    Column("min", "float64", "output's own", "smallest finite element"),
+    Column("max", "float64", "output's own", "largest finite element"),
+    Column("mean", "float64", "output's own", "mean of the finite elements"),
+    Column("std", "float64", "output's own", "standard deviation of the finite elements"),
+    Column("values", "object", "output's own", "every element, flattened (float64), where capture_outputs kept "
+                                               "them; missing otherwise"),
+), key=("framework", "input_id", "chunk", "output"))
+
+OUTPUT_AGREEMENT = FrameSchema("output_agreement", (
+    _FRAMEWORK,
+    Column("reference", "str", "", "the framework compared against"),
+    Column("output", "str", "", "the output's name"),
+    Column("metric", "str", "", "max_abs_error, mean_abs_error, max_rel_error, mean_rel_error, cosine, or a "
+                                "built-in (mse, mae, iou, exact_match) or user metric"),
+    Column("value", "float64", "", "the metric: errors in the output's unit (rel: fraction), cosine -1..1; built-in "
+                                   "and user metrics averaged over the inputs compared"),
+    Column("inputs", "int64", "inputs", "inputs (x chunks) compared: those whose values both frameworks captured"),
+), key=("framework", "reference", "output", "metric"))
+
 HISTORY = FrameSchema("history", (
     Column("id", "int64", "", "row id in the store (one row per evaluation and framework)"),
     Column("evaluation_id", "str", "", "the evaluation's 32-hex id"),
@@ -205,5 +269,6 @@ HISTORY = FrameSchema("history", (
     Column("agent", "str", "", "the mlms agent that measured it (name at address); missing when measured by the caller"),
 ), key=("id",))
 
-FRAMES: dict[str, FrameSchema] = {s.name: s for s in (LATENCY, COLD_START, ACCURACY, PREDICTIONS, TRACE_OVERHEAD)}
+FRAMES: dict[str, FrameSchema] = {s.name: s for s in (LATENCY, COLD_START, FULL_PASS, ACCURACY, PREDICTIONS,
+                                                      TRACE_OVERHEAD, OUTPUTS, OUTPUT_AGREEMENT)}
 """The frames an `Evaluation` stores, by attribute name."""

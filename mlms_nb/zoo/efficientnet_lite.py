@@ -1,4 +1,4 @@
-"""EfficientNet-Lite0/1 in PyTorch (the ``efficientnet-lite-pytorch`` package) and the same network in plain Keras.
+"""EfficientNet-Lite0/1/2 in PyTorch (the ``efficientnet-lite-pytorch`` package) and the same network in plain Keras.
 
 EfficientNet-Lite is EfficientNet without squeeze-excite, with ReLU6 instead of swish and with the stem
 (32 channels) and head (1280 channels) fixed across sizes. Both builders take one input layout each:
@@ -6,7 +6,7 @@ EfficientNet-Lite is EfficientNet without squeeze-excite, with ReLU6 instead of 
 - PyTorch: NCHW float32, pixels in 0..255 normalised as ``(x - 127) / 128``;
 - Keras: NHWC float32, the same normalisation.
 
-Lite0 takes 224 x 224 px, Lite1 240 x 240 px. Convolutions use TensorFlow's static "same" padding
+Lite0 takes 224 x 224 px, Lite1 240 x 240 px, Lite2 260 x 260 px. Convolutions use TensorFlow's static "same" padding
 (asymmetric for stride 2: the extra row/column goes at the bottom/right), computed for that input size;
 the Keras copy reproduces it with ``ZeroPadding2D`` + ``padding="valid"``. Keras layers are named after the
 PyTorch modules (see :mod:`mlms_nb.naming`), so ``keras_layer_to_torch_name`` maps one to the other.
@@ -39,6 +39,7 @@ class Variant:
 VARIANTS: dict[str, Variant] = {
     "efficientnet_lite0": Variant("efficientnet-lite0", 1.0, 1.0, 224, 0.2),
     "efficientnet_lite1": Variant("efficientnet-lite1", 1.0, 1.1, 240, 0.2),
+    "efficientnet_lite2": Variant("efficientnet-lite2", 1.1, 1.2, 260, 0.3),
 }
 
 # Stages of MBConv blocks, as in efficientnet_lite_builder.py:

@@ -16,11 +16,19 @@ from mlms_nb.errors import PredictorError
 
 @dataclass(frozen=True)
 class Architecture:
-    """One architecture: its name, square input size in px, and its builders."""
+    """One architecture: its name, square input size in px (0 for a non-image model), its builders, and its input
+    (shape without the batch, element type; default: an NCHW RGB image of ``input_size`` px, float32)."""
     name: str
     input_size: int
     build_torch: Callable[[str | None], Any]
     build_keras: Callable[[dict | None], Any] | None = None
+    input_shape: tuple[int, ...] = ()
+    input_dtype: str = "float32"
+
+    @property
+    def example_shape(self) -> tuple[int, ...]:
+        """The shape of one input (without the batch) that exports trace the model with."""
+        return self.input_shape or (3, self.input_size, self.input_size)
 
 
 def _lazy(module: str, function: str, name: str) -> Callable[..., Any]:
@@ -39,7 +47,14 @@ ARCHITECTURES: dict[str, Architecture] = {
     "efficientnet_lite1": Architecture("efficientnet_lite1", 240,
                                        _lazy("efficientnet_lite", "build_torch", "efficientnet_lite1"),
                                        _lazy("efficientnet_lite", "build_keras", "efficientnet_lite1")),
+    "efficientnet_lite2": Architecture("efficientnet_lite2", 260,
+                                       _lazy("efficientnet_lite", "build_torch", "efficientnet_lite2"),
+                                       _lazy("efficientnet_lite", "build_keras", "efficientnet_lite2")),
     "resnet50": Architecture("resnet50", 224, _lazy("resnet", "build_torch", "resnet50")),
+    # transformer encoders of Hugging Face transformers (the `zoo` extra), random weights
+    "vit_tiny": Architecture("vit_tiny", 224, _lazy("transformer_models", "build_torch", "vit_tiny")),
+    "bert_tiny": Architecture("bert_tiny", 0, _lazy("transformer_models", "build_torch", "bert_tiny"),
+                              input_shape=(128,), input_dtype="int64"),
 }
 
 

@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 
 from mlms_nb.data.datasets import ImageNetSamples, SyntheticDataset
 from mlms_nb.data.transforms import Postprocessor, Preprocessor, UntrustedCodeError
-from mlms_nb.errors import ManifestError
+from mlms_nb.errors import DatasetError, ManifestError
 from mlms_nb.manifest import Manifest, load_manifest, parse_manifest
 from mlms_nb.paths import builtin_manifest_dir
 
@@ -181,7 +181,7 @@ class Photo:
 
 def check_runnable(m: Manifest) -> None:
     """Accepted means it works: preprocessing, postprocessing, and a round trip through to_dict."""
-    spec = m.inputs[0]
+    spec = m.fed_input
     if m.has_code:
         try:
             Preprocessor(m)
@@ -191,9 +191,17 @@ def check_runnable(m: Manifest) -> None:
         raise AssertionError("a code step ran without trust")
     if spec.type == "image" or m.preprocess:
         x = Preprocessor(m)(Photo.path)
+    elif spec.dynamic:  # synthetic inputs need every size: refused with a sentence, nothing to run here
+        try:
+            SyntheticDataset(m, count=1)
+        except DatasetError:
+            return
+        raise AssertionError("synthetic inputs of dynamic dimensions were not refused")
     else:
         x = SyntheticDataset(m, count=1).item(0)
-    assert x.shape == tuple(spec.dimensions) and x.dtype == np.dtype(spec.element_type), (x.shape, x.dtype)
+    fits = len(x.shape) == len(spec.dimensions) and all(
+        not isinstance(d, int) or d == got for d, got in zip(spec.dimensions, x.shape))  # null or a symbol: any size
+    assert fits and x.dtype == np.dtype(spec.element_type), (x.shape, x.dtype)
     classes = m.outputs[0].classes or 1000
     logits = np.random.default_rng(0).normal(size=(2, classes)).astype(np.float32)
     pred = Postprocessor(m)(logits)

@@ -3,15 +3,27 @@
 ``converted_manifest(manifest, "tensorflow", path)`` keeps the name, version, inputs, outputs, pre- and
 post-processing; sets ``framework`` (any version), ``model.graph_path`` (the file) with its sha256, and drops the
 source's ``architecture``, ``weights_path`` and other framework-only fields (``entrypoint`` and the like: the
-copy is a data file, it runs no code). The copies :func:`~mlms_nb.frameworks.converters.to_tensorflow` writes take
+copy is a data file, it runs no code); ``source`` stays the source manifest's file, so relative paths (labels) resolve
+as in the source. The copies :func:`~mlms_nb.frameworks.converters.to_tensorflow` writes take
 NHWC images, so an image input's layout and dimensions are made NHWC and a ``to_layout`` step is set to match.
+
+``copy_of_module(manifest, module, framework)`` converts an eager PyTorch module with the kept converters (cached by
+checksum) and returns that manifest; ``converted_copies(manifest, frameworks, trust)`` opens a PyTorch manifest
+(entrypoint, architecture or live object) to do so for each framework it lacks: how ``evaluate`` runs one PyTorch
+manifest in ONNX Runtime and TensorFlow too.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
 
 from mlms_nb._fs import sha256_file
+from mlms_nb.errors import MlmsError
 from mlms_nb.manifest import Manifest, parse_manifest
+
+CONVERTIBLE = ("onnxruntime", "tensorflow")
 
 _MODEL_KEYS = ("graph_path", "sha256", "weights")
 
@@ -34,4 +46,44 @@ def converted_manifest(manifest: Manifest, framework: str, path: str | Path) -> 
         if any(s.get("layout") == "NHWC" for s in data.get("inputs", [])) and steps:
             steps.append({"to_layout": {"layout": "NHWC"}})
         data["preprocess"] = steps
-    return parse_manifest(data)
+    # the copy keeps its source's file: relative paths (labels, code steps) read from the same folder, and trust
+    # in that manifest covers the copy's code steps
+    return parse_manifest(data, source=manifest.source)
+
+
+def copy_of_module(manifest: Manifest, module: Any, framework: str) -> Manifest:
+    """The manifest of the ``framework`` (onnxruntime or tensorflow) copy of ``module``, the eager PyTorch model
+    ``manifest`` describes: exported to ONNX (and ported to Keras) with the kept converters, cached by checksum."""
+    from mlms_nb.frameworks.converters import to_onnx, to_tensorflow
+
+    spec = manifest.inputs[0]
+    if not hasattr(module, "named_modules") or not spec.dimensions or any(not isinstance(d, int) for d in spec.dimensions):
+        raise MlmsError(f"{manifest.key}: no {framework} manifest, and no eager PyTorch module with fixed input "
+                        "dimensions to convert one from: give that framework's manifest (docs/byom.md)")
+    example = np.zeros((1, *spec.dimensions), np.dtype(spec.element_type))
+    path = to_onnx(module, example, label=manifest.name)
+    if framework == "tensorflow":
+        path = to_tensorflow(path, label=manifest.name)
+    return converted_manifest(manifest, framework, path)
+
+
+def converted_copies(manifest: Manifest, frameworks: Iterable[str], trust: bool = False) -> dict[str, Manifest]:
+    """``{framework: manifest of its converted copy}`` for each of ``frameworks`` (onnxruntime, tensorflow) of the
+    PyTorch ``manifest``, which is opened (with ``trust`` for an entrypoint) to get its module; others are refused
+    with a sentence."""
+    wanted = [fw for fw in frameworks if fw != manifest.framework.name]
+    if not wanted:
+        return {}
+    refused = [fw for fw in wanted if fw not in CONVERTIBLE]
+    if manifest.framework.name != "torch" or refused:
+        asked = ", ".join(refused or wanted)
+        raise MlmsError(f"{manifest.source or manifest.key} is a manifest for {manifest.framework.name}; mlms-nb converts "
+                        f"PyTorch manifests to {' and '.join(CONVERTIBLE)}, not this one to {asked}: give that "
+                        "framework's manifest (one file per framework), or the model's name")
+    from mlms_nb.frameworks.base import PredictorOptions, open_predictor
+
+    predictor = open_predictor(manifest, options=PredictorOptions(trust=trust))
+    try:
+        return {fw: copy_of_module(manifest, predictor.native_model, fw) for fw in wanted}
+    finally:
+        predictor.close()

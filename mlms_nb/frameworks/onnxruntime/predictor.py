@@ -16,11 +16,13 @@ graph's nodes: every layer span carries them (``attrs["original_nodes"]``), and 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 import onnxruntime as ort
 
 from mlms_nb.data.assets import resolve_asset
+from mlms_nb.data.feeds import input_names, output_names
 from mlms_nb.errors import ModelFileError, PredictorError
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
@@ -69,9 +71,38 @@ class OnnxRuntimePredictor(Predictor):
         self._providers = providers
         self.graph_optimization_level = self._level(manifest, self.options)
         self.session = self._new_session(self.session_options())
-        self._input = self.session.get_inputs()[0].name
-        self._outputs = [self.session.get_outputs()[0].name]
+        self._bind_names()
         return self
+
+    def _bind_names(self) -> None:
+        """Manifest input/output names -> graph names: by name, or the graph's first for one unnamed entry."""
+        graph_in = [i.name for i in self.session.get_inputs()]
+        graph_out = [o.name for o in self.session.get_outputs()]
+        manifest = self.manifest
+        names, outs = input_names(manifest), output_names(manifest)
+        if len(manifest.inputs) == 1 and (manifest.inputs[0].name not in graph_in or len(graph_in) == 1):
+            # one input: the graph's first, whatever the manifest calls it (names were informative before issue 11)
+            self._graph_inputs = {names[0]: graph_in[0]}
+        else:
+            missing = [n for n in names if n not in graph_in]
+            if missing:
+                raise PredictorError(f"{manifest.key}: the ONNX graph has no input named {', '.join(map(repr, missing))}; "
+                                     f"its inputs are {', '.join(graph_in)} (name inputs[] after them)")
+            self._graph_inputs = {n: n for n in names}
+        unfed = [g for g in graph_in if g not in self._graph_inputs.values()]
+        if unfed:
+            raise PredictorError(f"{manifest.key}: the ONNX graph also needs input(s) {', '.join(unfed)}, which "
+                                 "inputs[] does not list; add each (a constant, a state or the fed input)")
+        if len(manifest.outputs) == 1 and manifest.outputs[0].name not in graph_out:
+            self._graph_outputs = {outs[0]: graph_out[0]}
+        else:
+            missing = [n for n in outs if n not in graph_out]
+            if missing:
+                raise PredictorError(f"{manifest.key}: the ONNX graph has no output named "
+                                     f"{', '.join(map(repr, missing))}; its outputs are {', '.join(graph_out)}")
+            self._graph_outputs = {n: n for n in outs}
+        self._input = self._graph_inputs[names[0]]
+        self._outputs = list(self._graph_outputs.values())
 
     def _new_session(self, so: ort.SessionOptions) -> ort.InferenceSession:
         try:
@@ -109,14 +140,22 @@ class OnnxRuntimePredictor(Predictor):
             setattr(so, key, value)
         return so
 
-    def predict(self, batch: np.ndarray) -> np.ndarray:
+    def predict(self, batch):
         if self.session is None:
             raise PredictorError("predict() before open(), or after close()")
+        if self.feeds.plain and isinstance(batch, np.ndarray):
+            feed = {self._input: batch}
+        else:
+            feed = {self._graph_inputs[k]: v for k, v in self.feeds(batch).items()}
         profile = self._profile
         if profile is None:
-            return self.session.run(self._outputs, {self._input: batch}, self._run_options)[0]
-        with profile.call(self._tracer.current_span_id() if self._tracer is not None else 0):
-            return self.session.run(self._outputs, {self._input: batch}, self._run_options)[0]
+            results = self.session.run(self._outputs, feed, self._run_options)
+        else:
+            with profile.call(self._tracer.current_span_id() if self._tracer is not None else 0):
+                results = self.session.run(self._outputs, feed, self._run_options)
+        if not isinstance(batch, Mapping):
+            return results[0]
+        return dict(zip(self._graph_outputs, results))
 
     def cancel(self) -> None:
         """Terminate the run in progress (ONNX Runtime checks the flag between nodes and inside loops); the next

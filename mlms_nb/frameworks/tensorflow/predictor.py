@@ -14,11 +14,13 @@ predictor traces, another cannot (its FRAMEWORK/ML_LIBRARY levels are then noted
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 import tensorflow as tf
 
 from mlms_nb.data.assets import resolve_asset
+from mlms_nb.data.feeds import named_outputs
 from mlms_nb.errors import PredictorError
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
@@ -65,7 +67,8 @@ class TensorFlowPredictor(Predictor):
                 self.model, self.kind = load_model_file(path, manifest, self.options.trust)
                 if self.kind == "saved_model":
                     signature = self.model.signatures["serving_default"]
-                    self._fn = lambda x: next(iter(signature(x).values()))
+                    self._fn = lambda x: (signature(**x) if isinstance(x, dict) else
+                                          next(iter(signature(x).values())))
             elif spec.entrypoint:
                 weights = None
                 if spec.weights_path and spec.weights == "pretrained":
@@ -106,19 +109,45 @@ class TensorFlowPredictor(Predictor):
                         f"TensorFlow thread pools were already initialised with {getter() or 'default'} threads; "
                         f"could not set {want} in this process")
 
-    def predict(self, batch: np.ndarray) -> np.ndarray:
+    def predict(self, batch):
         if self._fn is None:
             raise PredictorError("predict() before open(), or after close()")
+        plain = self.feeds.plain and isinstance(batch, np.ndarray)
         profile = self._profile
-        if profile is None:
-            with tf.device(self._tf_device):
-                return self._fn(tf.convert_to_tensor(batch)).numpy()
-        parent = self._tracer.current_span_id() if self._tracer is not None else 0
         with tf.device(self._tf_device):
-            x = tf.convert_to_tensor(batch)
-            with profile.call(parent) as step, tf.profiler.experimental.Trace(MARKER, step_num=step):
+            x = tf.convert_to_tensor(batch) if plain else self._model_inputs(self.feeds(batch))
+            if profile is None:
                 out = self._fn(x)
-        return out.numpy()
+            else:
+                parent = self._tracer.current_span_id() if self._tracer is not None else 0
+                with profile.call(parent) as step, tf.profiler.experimental.Trace(MARKER, step_num=step):
+                    out = self._fn(x)
+        if plain and isinstance(out, tf.Tensor):
+            return out.numpy()
+        outputs = self._named(out)
+        return outputs if isinstance(batch, Mapping) else next(iter(outputs.values()))
+
+    def _model_inputs(self, feed: dict):
+        """Keras takes several inputs as a dict by input name (when every manifest name is one) or a list in
+        manifest order; one input as its tensor."""
+        tensors = {k: tf.convert_to_tensor(v) for k, v in feed.items()}
+        if len(tensors) == 1:
+            return next(iter(tensors.values()))
+        keras_names = [getattr(t, "name", "").split(":")[0] for t in getattr(self.model, "inputs", None) or []]
+        if keras_names and all(k in keras_names for k in tensors):
+            return tensors
+        return list(tensors.values())
+
+    def _named(self, out) -> dict[str, np.ndarray]:
+        """The model's result (a tensor, a list by position, a dict by name) as numpy, named by outputs[]."""
+        if isinstance(out, dict):
+            results = dict(out)
+        elif isinstance(out, (list, tuple)):
+            results = list(out)
+        else:
+            results = out
+        named = named_outputs(self.manifest, results, "the Keras model")
+        return {k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for k, v in named.items()}
 
     @property
     def native_model(self):

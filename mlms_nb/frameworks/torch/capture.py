@@ -52,7 +52,7 @@ class TorchCapture(LayerCapture):
         records: list[tuple[Key, Any, Any, Any]] = []
 
         def on_return(key, module, inputs, output):
-            records.append((key, module, inputs[0] if inputs else None, output))
+            records.append((key, module, inputs[0] if inputs else None, first_tensor(output)))
 
         with self._hooked(on_return), torch.inference_mode():
             self.model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
@@ -64,7 +64,7 @@ class TorchCapture(LayerCapture):
                 prev_key, prev_module, _, prev_out = records[i - 1]
                 if isinstance(prev_module, torch.nn.Conv2d) and inp is prev_out:
                     self.conv_feeds_bn.add(prev_key)
-        self.keys = {p.key for p in self.points}
+        self.keys = {key for key, _, _, out in records if out is not None}  # calls that returned a tensor
         return self.points
 
     def run(self, x: np.ndarray, wanted: Collection[Key]) -> tuple[dict[Key, np.ndarray], np.ndarray]:
@@ -72,8 +72,9 @@ class TorchCapture(LayerCapture):
         outs: dict[Key, np.ndarray] = {}
 
         def on_return(key, module, inputs, output):
-            if key in wanted:
-                outs[key] = output.detach().cpu().numpy().copy()
+            tensor = first_tensor(output)
+            if key in wanted and tensor is not None:
+                outs[key] = tensor.detach().cpu().numpy().copy()
 
         with self._hooked(on_return), torch.inference_mode():
             logits = self.model(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
@@ -86,3 +87,13 @@ class TorchCapture(LayerCapture):
 
     def close(self) -> None:
         self.model = None
+
+
+def first_tensor(output: Any) -> Any:
+    """A module's output tensor: the output itself, or the first tensor of a tuple or list (an attention block
+    returning ``(hidden_states, weights)``); None when it has none."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)):
+        return next((o for o in output if isinstance(o, torch.Tensor)), None)
+    return None

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import Mapping
+
 import numpy as np
 import torch
 
 from mlms_nb.data.assets import resolve_asset
+from mlms_nb.data.feeds import named_outputs
 from mlms_nb.errors import PredictorError
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.levels import TraceLevel
@@ -29,6 +32,7 @@ class TorchPredictor(Predictor):
         self._path = ""      # the file loaded: TorchScript graph or weights; "" for random weights
         self._layer_hooks = None
         self._op_profiler = None
+        self._keywords: set[str] | None = None  # forward's parameter names (None: not looked at yet)
 
     def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "TorchPredictor":
         self.manifest, self.device, self.options = manifest, device, options or PredictorOptions()
@@ -68,14 +72,52 @@ class TorchPredictor(Predictor):
                 f"(TorchScript {', '.join(TORCHSCRIPT_SUFFIXES)} or torch.export .pt2)")
         # a torch.export program is in the mode it was exported in, and its module cannot switch (.eval() raises)
         self.model = model if self.kind == "export" else model.to(device).eval()
+        self._keywords = None
         return self
 
-    def predict(self, batch: np.ndarray) -> np.ndarray:
+    def predict(self, batch):
         if self.model is None:
             raise PredictorError("predict() before open(), or after close()")
+        if self.feeds.plain and isinstance(batch, np.ndarray):
+            with torch.inference_mode():
+                out = self.model(torch.from_numpy(np.ascontiguousarray(batch)).to(self.device))
+            if isinstance(out, torch.Tensor):
+                return out.cpu().numpy() if self.device != "cpu" else out.numpy()
+            return next(iter(self._named(out).values()))
+        feed = self.feeds(batch)
+        tensors = {name: torch.from_numpy(np.ascontiguousarray(value)).to(self.device) for name, value in feed.items()}
         with torch.inference_mode():
-            out = self.model(torch.from_numpy(np.ascontiguousarray(batch)).to(self.device))
-        return out.cpu().numpy() if self.device != "cpu" else out.numpy()
+            if self._by_keyword(list(tensors)):
+                out = self.model(**tensors)
+            else:
+                out = self.model(*tensors.values())
+        outputs = self._named(out)
+        return outputs if isinstance(batch, Mapping) else next(iter(outputs.values()))
+
+    def _named(self, out) -> dict[str, np.ndarray]:
+        """forward's result (a tensor, a tuple or list by position, a dict by key) as numpy, named by outputs[]."""
+        if isinstance(out, dict):
+            results = {k: v for k, v in out.items()}
+        elif isinstance(out, (tuple, list)):
+            results = list(out)
+        else:
+            results = out
+        named = named_outputs(self.manifest, results, "forward")
+        return {k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)) for k, v in named.items()}
+
+    def _by_keyword(self, names: list[str]) -> bool:
+        """Inputs go to forward by keyword when every manifest name is one of its parameters, else by position
+        (manifest order)."""
+        if self._keywords is None:
+            import inspect
+
+            try:
+                params = inspect.signature(self.model.forward).parameters
+                self._keywords = set(params) if not any(p.kind == p.VAR_POSITIONAL for p in params.values()) else set()
+            except (TypeError, ValueError, AttributeError):
+                self._keywords = set()
+        return bool(self._keywords) and all(n in self._keywords for n in names) and any(
+            spec.name for spec in self.manifest.inputs)
 
     @property
     def native_model(self) -> torch.nn.Module | None:

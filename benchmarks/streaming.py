@@ -1,0 +1,154 @@
+"""Streaming at dataset scale (issue 11): peak memory and full-pass throughput of ``mlms eval`` on a folder of N
+real-photo-derived images, against a bare ONNX Runtime loop over the same images already preprocessed.
+
+The images are crops (50-100 % of each side), mirror flips and resizes (shorter side 160-320 px) of the 20 labeled
+ImageNet photos that the foolbox wheel ships (``imagenet-samples``), written as JPEG into ``CLASS/`` subfolders, so
+the run also scores top-1/top-5. Then, interleaved for ``--rounds`` rounds in this one run:
+
+- ``mlms eval efficientnet_lite0 --framework onnxruntime --batch-sizes 32 --dataset DIR --json`` in a child process
+  under ``/usr/bin/time -v``: its peak RSS (``Maximum resident set size``) and the full pass's ``inputs_per_s``
+  (decode + preprocess in the pipeline's worker threads, overlapped with inference);
+- a bare loop in this process: ``onnxruntime.InferenceSession(model.onnx).run`` at batch 32 over all N inputs,
+  preprocessed beforehand (by the same preprocessing) into an on-disk ``.npy`` read through a memory map.
+
+The ratio is full-pass inputs/s over bare-loop inputs/s (target >= 0.9; the bare loop does no decoding at all).
+Both use ONNX Runtime's default thread count. Run: ``.venv/bin/python benchmarks/streaming.py [--count 10000]
+[--rounds 2] [--keep DIR]``; MLMS_HOME is used as it is (the ONNX copy of the model is built first, untimed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+MODEL, FRAMEWORK, BATCH = "efficientnet_lite0", "onnxruntime", 32
+MLMS = str(Path(sys.executable).with_name("mlms"))
+
+
+def make_images(folder: Path, count: int, seed: int = 0) -> None:
+    """``count`` JPEGs derived from the 20 imagenet-samples photos, in ``CLASS/`` subfolders."""
+    from PIL import Image
+
+    from mlms_nb.data.datasets import ImageNetSamples
+
+    photos = ImageNetSamples()
+    sources = [(Image.open(p).convert("RGB"), int(label)) for p, label in zip(photos.paths, photos.labels)]
+
+    def one(k: int) -> None:
+        rng = np.random.default_rng([seed, k])
+        image, label = sources[k % len(sources)]
+        w, h = image.size
+        cw, ch = int(w * rng.uniform(0.5, 1.0)), int(h * rng.uniform(0.5, 1.0))
+        left, top = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+        out = image.crop((left, top, left + cw, top + ch))
+        if rng.random() < 0.5:
+            out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        short = int(rng.integers(160, 321))
+        scale = short / min(out.size)
+        out = out.resize((max(1, round(out.size[0] * scale)), max(1, round(out.size[1] * scale))), Image.BILINEAR)
+        target = folder / str(label)
+        target.mkdir(parents=True, exist_ok=True)
+        out.save(target / f"img_{k:05d}.jpg", quality=90)
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(one, range(count)))
+
+
+def preprocess_to_disk(folder: Path, path: Path) -> np.ndarray:
+    """Every image of ``folder`` preprocessed as the model's manifest says, in an on-disk ``.npy`` (memory-mapped)."""
+    from mlms_nb.data.datasets import ImageFolder
+    from mlms_nb.data.transforms import Preprocessor
+    from mlms_nb.manifest import find_manifest
+
+    manifest = find_manifest(MODEL, framework=FRAMEWORK)
+    dataset = ImageFolder(folder)
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(dataset), *manifest.inputs[0].dimensions))
+    start = 0
+    for batch in dataset.iter_batches(256, Preprocessor(manifest)):
+        out[start:start + len(batch)] = batch.data
+        start += len(batch)
+    out.flush()
+    return np.load(path, mmap_mode="r")
+
+
+def model_path() -> str:
+    done = subprocess.run([MLMS, "convert", MODEL, "--to", FRAMEWORK, "--json"], capture_output=True, text=True,
+                          check=True)
+    return json.loads(done.stdout)["path"]
+
+
+def bare_loop(session, arrays: np.ndarray) -> float:
+    """Inputs/s of ``session.run`` at batch 32 over every input (one untimed warm-up batch first)."""
+    name = session.get_inputs()[0].name
+    session.run(None, {name: np.ascontiguousarray(arrays[:BATCH])})
+    t0 = time.perf_counter()
+    for start in range(0, len(arrays), BATCH):
+        session.run(None, {name: np.ascontiguousarray(arrays[start:start + BATCH])})
+    return len(arrays) / (time.perf_counter() - t0)
+
+
+def mlms_eval(folder: Path) -> dict:
+    """One ``mlms eval`` under ``/usr/bin/time -v``: its full pass, accuracy and peak RSS."""
+    cmd = ["/usr/bin/time", "-v", MLMS, "eval", MODEL, "--framework", FRAMEWORK, "--batch-sizes", str(BATCH),
+           "--dataset", str(folder), "--warmup", "2", "--min-repeats", "3", "--min-time", "0", "--no-history",
+           "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"mlms eval failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    rss_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", done.stderr).group(1)
+    result = json.loads(done.stdout)["results"][0]
+    return {"rss_gib": rss_kib * 1024 / 2**30, "process_wall": wall, **result["full_pass"],
+            "top1": (result["accuracy"] or {}).get("top1")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=10_000, help="images to generate (default 10000)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of eval + bare loop (default 2)")
+    parser.add_argument("--keep", type=Path, default=None, help="generate into (or reuse) this folder")
+    args = parser.parse_args()
+
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="mlms-streaming-") as tmp:
+        folder = args.keep or Path(tmp) / "images"
+        t0 = time.perf_counter()
+        if not folder.exists() or not any(folder.rglob("*.jpg")):
+            make_images(folder, args.count)
+        n = sum(1 for _ in folder.rglob("*.jpg"))
+        print(f"{n} images in {folder} ({time.perf_counter() - t0:.0f} s to generate)", flush=True)
+        session = ort.InferenceSession(model_path(), providers=["CPUExecutionProvider"])
+        t0 = time.perf_counter()
+        arrays = preprocess_to_disk(folder, Path(tmp) / "preprocessed.npy")
+        print(f"preprocessed for the bare loop in {time.perf_counter() - t0:.0f} s "
+              f"({arrays.nbytes / 2**30:.2f} GiB on disk)", flush=True)
+        evals, bares = [], []
+        for r in range(args.rounds):
+            e = mlms_eval(folder)
+            evals.append(e)
+            print(f"round {r + 1}: mlms eval full pass {e['inputs']} inputs in {e['wall_s']:.1f} s = "
+                  f"{e['inputs_per_s']:.1f} inputs/s (preprocess {e['preprocess_s']:.1f} s in {e['workers']} workers, "
+                  f"inference {e['inference_s']:.1f} s, waited {e['wait_s']:.1f} s); peak RSS {e['rss_gib']:.2f} GiB; "
+                  f"top-1 {e['top1']}", flush=True)
+            bares.append(bare_loop(session, arrays))
+            print(f"round {r + 1}: bare onnxruntime loop {bares[-1]:.1f} inputs/s", flush=True)
+        full, bare = statistics.median(e["inputs_per_s"] for e in evals), statistics.median(bares)
+        peak = max(e["rss_gib"] for e in evals)
+        print(f"\nN={n}, batch {BATCH}, {os.cpu_count()} CPUs: full pass {full:.1f} inputs/s, bare loop {bare:.1f} "
+              f"inputs/s, ratio {full / bare:.2f} (target >= 0.9); peak RSS of mlms eval {peak:.2f} GiB "
+              f"(limit 2 GiB: {'met' if peak < 2 else 'MISSED'}); medians of {args.rounds} interleaved rounds")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The dataset contract, and what every format shares.
+
+A `Dataset` has a ``name``, says whether it is ``labeled`` and how many inputs it holds (``size()``: None when a
+Python iterator cannot tell), cuts its inputs into chunks (``chunks(n)``: cheap descriptors, in order) and reads a
+chunk into a `Batch` (``read(chunk, preprocess)``: decode, preprocess and stack, in a pipeline worker). Reading
+goes through :class:`mlms_nb.data.pipeline.Stream` (``iter_batches``), so memory stays bounded by a few batches.
+An input that cannot be decoded is skipped and recorded in ``dataset.skipped`` as ``(id, reason)``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from mlms_nb.data.pipeline import Batch, Stream, stack_inputs
+from mlms_nb.data.transforms import ImageDecodeError
+from mlms_nb.errors import DatasetError, InputDecodeError
+
+SKIPPED_ERRORS = (InputDecodeError, ImageDecodeError)
+"""The errors that skip one input (recorded with its reason) rather than stop the pass."""
+
+
+def check_batch_size(batch_size: object) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise DatasetError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return int(batch_size)
+
+
+def check_limit(limit: object) -> int | None:
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
+        raise DatasetError(f"limit must be None or a non-negative integer, got {limit!r}")
+    return int(limit)
+
+
+class Dataset:
+    """The contract: ``name``, ``labeled``, ``size()``, ``chunks()``, ``read()``, ``skipped``; ``iter_batches()``."""
+
+    name: str = "dataset"
+    labeled: bool = False
+
+    def __init__(self) -> None:
+        self.skipped: list[tuple[str, str]] = []
+
+    def size(self) -> int | None:
+        """How many inputs; None when unknown until read (a Python iterator)."""
+        return len(self)
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        size = self.size()
+        return f"{type(self).__name__}({self.name!r}, {'?' if size is None else size} inputs, labeled={self.labeled})"
+
+    def chunks(self, size: int) -> Iterator[Any]:
+        """Descriptors of ``size`` consecutive inputs each (the last may hold fewer), in order."""
+        n = len(self)
+        for start in range(0, n, size):
+            yield range(start, min(start + size, n))
+
+    def read(self, chunk: Any, preprocess) -> Batch:
+        """One chunk as a `Batch` (unreadable inputs in ``Batch.skipped``); called from a worker thread."""
+        raise NotImplementedError
+
+    def iter_batches(self, batch_size: int, preprocess, limit: int | None = None, drop_last: bool = False,
+                     workers: int | None = None, prefetch: int | None = None) -> Stream:
+        """Batches of ``batch_size`` inputs (the last one smaller unless ``drop_last``), at most ``limit`` inputs
+        in all, preprocessed by ``workers`` threads ``prefetch`` batches ahead. ``skipped`` is reset at the start
+        of each iteration. The returned `Stream` is an iterator; its ``stats`` say where the time went."""
+        return Stream(self, preprocess, check_batch_size(batch_size), check_limit(limit), bool(drop_last),
+                      workers, prefetch)
+
+    def head(self, count: int, preprocess) -> Batch:
+        """The first ``count`` readable inputs (fewer when the dataset is smaller), in one batch."""
+        with self.iter_batches(count, preprocess, limit=count, prefetch=1) as stream:
+            for batch in stream:
+                return batch
+        raise DatasetError(f"dataset {self.name!r} gave no inputs")
+
+
+def read_items(ids: Sequence[str], load: Callable[[int], Any], labels: np.ndarray | None,
+               positions: Sequence[int]) -> Batch:
+    """A batch of the inputs at ``positions`` (``load(position)`` gives one input's data); inputs whose load raises
+    a skipping error are left out and listed in ``Batch.skipped``."""
+    data, kept, skipped = [], [], []
+    for i in positions:
+        try:
+            data.append(load(i))
+            kept.append(i)
+        except SKIPPED_ERRORS as err:
+            skipped.append((ids[i], short_reason(str(err))))
+    if not data:
+        return Batch(np.empty((0,)), None if labels is None else labels[:0], [], skipped)
+    return Batch(stack_inputs(data), None if labels is None else labels[kept], [ids[i] for i in kept], skipped)
+
+
+def short_reason(reason: str) -> str:
+    """The reason without a leading ``cannot decode <path>: `` (the input's id already names it)."""
+    if reason.startswith("cannot decode ") and ": " in reason:
+        return reason.split(": ", 1)[1]
+    return reason
+
+
+def cast_to(manifest, data: Any) -> Any:
+    """Already-preprocessed data cast to the first input's element type (contiguous)."""
+    array = np.asarray(data, dtype=None if manifest is None else np.dtype(manifest.fed_input.element_type))
+    return array if array.flags.c_contiguous else array.copy()  # (ascontiguousarray would make a scalar 1-d)

@@ -1,0 +1,281 @@
+"""The streaming pipeline: a dataset's inputs read, decoded and preprocessed by worker threads a few batches ahead
+of the consumer, delivered in dataset order; memory is bounded by ``prefetch`` batches whatever the dataset's size.
+
+A dataset cuts its inputs into chunks (``dataset.chunks(size)``: cheap descriptors such as file paths or index
+ranges, iterated in one feeder thread, so a Python generator is only ever pulled from one thread) and reads one
+chunk into a `Batch` (``dataset.read(chunk, preprocess)``: decode + preprocess + stack, in a worker thread; PIL and
+numpy release the GIL for the heavy parts). :class:`Stream` runs the feeder and the workers; the consumer gets
+batches of exactly ``batch_size`` inputs (the last one smaller unless ``drop_last``) and :class:`StreamStats` says
+where the time went: ``read_ns`` (summed over the workers), ``wait_ns`` (the consumer waiting for data).
+
+Per input, the data is an array (no batch axis) or a mapping name -> array (a model with several inputs); a batch
+stacks them per name. Nothing here knows a file format: see :mod:`mlms_nb.data.datasets`.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from mlms_nb.errors import DatasetError
+
+
+@dataclass
+class Batch:
+    """``data``: inputs, N first (an array, or a mapping name -> array); ``labels``: int64 class ids (-1 =
+    unknown) or None for unlabeled data; ``ids``: one per input. ``skipped``: ``(id, reason)`` of the inputs of
+    this chunk that could not be read (the pipeline moves them to ``dataset.skipped``)."""
+    data: Any
+    labels: np.ndarray | None
+    ids: list[str]
+    skipped: list[tuple[str, str]] = field(default_factory=list, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def slice(self, start: int, stop: int) -> "Batch":
+        """Inputs ``start:stop`` (views, no copy)."""
+        return Batch(map_inputs(self.data, lambda a: a[start:stop]),
+                     None if self.labels is None else self.labels[start:stop], self.ids[start:stop])
+
+
+def map_inputs(data: Any, fn) -> Any:
+    """``fn`` applied to the array, or to each array of a mapping name -> array."""
+    if isinstance(data, Mapping):
+        return {name: fn(value) for name, value in data.items()}
+    return fn(data)
+
+
+def stack_inputs(items: Sequence[Any]) -> Any:
+    """Per-input data (arrays, or mappings name -> array) stacked into one batch, N first."""
+    if items and isinstance(items[0], Mapping):
+        return {name: np.stack([item[name] for item in items]) for name in items[0]}
+    return np.stack(items)
+
+
+def concat_batches(batches: Sequence[Batch]) -> Batch:
+    """One batch of the inputs of ``batches``, in order."""
+    if len(batches) == 1:
+        return batches[0]
+    first = batches[0].data
+    if isinstance(first, Mapping):
+        data = {name: np.concatenate([b.data[name] for b in batches]) for name in first}
+    else:
+        data = np.concatenate([b.data for b in batches])
+    labels = None if batches[0].labels is None else np.concatenate([b.labels for b in batches])
+    return Batch(data, labels, [i for b in batches for i in b.ids])
+
+
+def default_workers() -> int:
+    """Reader threads: one per core, at most 4 (decoding more images at once than that only adds memory)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+@dataclass
+class StreamStats:
+    """What one stream did. ``read_ns``: time the workers spent reading and preprocessing, summed over them (it can
+    exceed the wall time with several workers); ``wait_ns``: time the consumer waited for the next batch;
+    ``peak_in_flight``: the most chunks alive at once (submitted, read, or held by the consumer: never above
+    ``prefetch``)."""
+    workers: int
+    prefetch: int
+    inputs: int = 0
+    batches: int = 0
+    skipped: int = 0
+    read_ns: int = 0
+    wait_ns: int = 0
+    peak_in_flight: int = 0
+
+
+_END = object()
+
+
+class Stream:
+    """Batches of ``dataset`` preprocessed in the background (see the module). Iterate it once; ``close()`` (or
+    leaving the loop early and dropping it) stops the workers."""
+
+    def __init__(self, dataset, preprocess, batch_size: int, limit: int | None = None, drop_last: bool = False,
+                 workers: int | None = None, prefetch: int | None = None):
+        self.dataset = dataset
+        self.preprocess = preprocess
+        self.batch_size = batch_size
+        self.limit = limit
+        self.drop_last = drop_last
+        workers = default_workers() if workers is None else int(workers)
+        prefetch = workers + 1 if prefetch is None else int(prefetch)
+        if workers < 1 or prefetch < 1:
+            raise DatasetError(f"a stream needs at least one worker and one batch of prefetch, got workers={workers}, "
+                               f"prefetch={prefetch}")
+        self.stats = StreamStats(workers=workers, prefetch=prefetch)
+        self._batches = self._run()
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> Batch:
+        return next(self._batches)
+
+    def close(self) -> None:
+        """Stop reading ahead (the workers finish the chunk in hand and exit)."""
+        self._batches.close()
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ the consumer side
+    def _run(self) -> Iterator[Batch]:
+        stats, want = self.stats, self.limit
+        self.dataset.skipped = []
+        if want == 0:
+            return
+        shared = _Shared(stats.prefetch)
+        pool = ThreadPoolExecutor(max_workers=stats.workers, thread_name_prefix="mlms-read")
+        feeder = threading.Thread(target=_feed, name="mlms-feed", daemon=True,
+                                  args=(self.dataset, self.preprocess, self.batch_size, want, pool, shared, stats))
+        try:
+            feeder.start()
+        except RuntimeError as err:  # no memory for a thread's stack (a worker process's memory limit)
+            pool.shutdown(wait=False)
+            raise _thread_memory(err) from None
+        delivered = 0
+        pending: list[Batch] = []  # read but not yet delivered: less than one batch (after skipped inputs)
+        holding = False
+        try:
+            while want is None or delivered < want:
+                if holding:  # the consumer is done with the last chunk: its slot frees one for the feeder
+                    shared.release()
+                    holding = False
+                t0 = time.perf_counter_ns()
+                item = shared.ready.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                chunk = item.result()  # a worker's error arrives here
+                stats.wait_ns += time.perf_counter_ns() - t0
+                holding = True
+                if chunk.skipped:
+                    self.dataset.skipped.extend(chunk.skipped)
+                    stats.skipped += len(chunk.skipped)
+                if not len(chunk):
+                    continue
+                pending.append(chunk)
+                if sum(len(b) for b in pending) < self.batch_size:
+                    continue
+                batch, pending = concat_batches(pending), []
+                while len(batch) >= self.batch_size and (want is None or delivered < want):
+                    size = self.batch_size if want is None else min(self.batch_size, want - delivered)
+                    if size < self.batch_size and self.drop_last:  # the limit leaves a short last batch
+                        return
+                    out, batch = (batch, None) if len(batch) == size else (batch.slice(0, size), batch.slice(size, len(batch)))
+                    delivered += size
+                    stats.batches += 1
+                    stats.inputs += size
+                    yield out
+                    if batch is None:
+                        break
+                if batch is not None and len(batch) and (want is None or delivered < want):
+                    pending = [batch]
+            if pending and (want is None or delivered < want):
+                last = concat_batches(pending)
+                if want is not None:
+                    last = last.slice(0, min(len(last), want - delivered))
+                if len(last) == self.batch_size or not self.drop_last:
+                    delivered += len(last)
+                    stats.batches += 1
+                    stats.inputs += len(last)
+                    yield last
+            if delivered == 0 and self.dataset.skipped:
+                first_id, first_reason = self.dataset.skipped[0]
+                kind = getattr(self.dataset, "kind", "input")
+                raise DatasetError(f"dataset {self.dataset.name!r}: none of its {len(self.dataset.skipped)} {kind}(s) "
+                                   f"could be read (first: {first_id}: {first_reason})")
+        finally:
+            shared.stop.set()
+            shared.release()  # wake the feeder if it waits for a slot
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Shared:
+    """What the consumer, the feeder and the workers share: the ordered queue of futures, the prefetch slots, the
+    stop flag, and a lock for the counters."""
+
+    def __init__(self, prefetch: int):
+        self.ready: queue.Queue = queue.Queue()
+        self.slots = threading.Semaphore(prefetch)
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.in_flight = 0  # chunks submitted and not yet given back by the consumer
+        self.reading = 0  # chunks submitted and not yet read
+        self.submitted = 0
+        self.skipped = 0
+        self.done = threading.Condition(self.lock)
+
+    def release(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+        self.slots.release()
+
+
+def _feed(dataset, preprocess, batch_size: int, want: int | None, pool: ThreadPoolExecutor, shared: _Shared,
+          stats: StreamStats) -> None:
+    """The feeder thread: one chunk of ``batch_size`` inputs per free prefetch slot, submitted in order. With a
+    ``limit`` it submits no more than the limit still needs once skipped inputs are counted."""
+    try:
+        for chunk in dataset.chunks(batch_size):
+            if want is not None:
+                with shared.done:  # enough submitted unless some turn out unreadable: wait for the reads in flight
+                    while shared.submitted - shared.skipped >= want and shared.reading > 0 and not shared.stop.is_set():
+                        shared.done.wait(0.1)
+                    if shared.submitted - shared.skipped >= want:
+                        return
+            while not shared.slots.acquire(timeout=0.1):
+                if shared.stop.is_set():
+                    return
+            if shared.stop.is_set():
+                return
+            with shared.lock:
+                shared.in_flight += 1
+                shared.reading += 1
+                shared.submitted += len(chunk)
+                stats.peak_in_flight = max(stats.peak_in_flight, shared.in_flight)
+            shared.ready.put(pool.submit(_read, dataset, chunk, preprocess, shared, stats))
+    except RuntimeError as err:  # the pool could not start a reader thread
+        shared.ready.put(_thread_memory(err) if "thread" in str(err) else err)
+    except BaseException as err:  # noqa: BLE001 - a generator's or a listing's error reaches the consumer
+        shared.ready.put(err)
+    finally:
+        shared.ready.put(_END)
+
+
+def _thread_memory(err: RuntimeError) -> MemoryError:
+    """A thread that could not start is memory that could not be had (its stack): said as a MemoryError."""
+    return MemoryError(f"cannot start a dataset reader thread ({err})")
+
+
+def _read(dataset, chunk, preprocess, shared: _Shared, stats: StreamStats) -> Batch:
+    t0 = time.perf_counter_ns()
+    skipped = 0
+    try:
+        batch = dataset.read(chunk, preprocess)
+        skipped = len(batch.skipped)
+        return batch
+    finally:
+        with shared.done:
+            stats.read_ns += time.perf_counter_ns() - t0
+            shared.reading -= 1
+            shared.skipped += skipped
+            shared.done.notify_all()
+
+
+__all__ = ["Batch", "Stream", "StreamStats", "concat_batches", "default_workers", "map_inputs",
+           "stack_inputs"]

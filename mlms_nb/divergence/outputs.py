@@ -1,0 +1,103 @@
+"""Output-level divergence, for any model: each framework runs its own manifest's preprocessing on the same
+dataset items, every output of every input is captured (:mod:`mlms_nb.evaluation.outputs`) and compared with the
+reference framework's (:mod:`mlms_nb.evaluation.agreement`). Unlike the layer-level divergence
+(:mod:`mlms_nb.divergence.run`) it needs no built-in architecture and no layer alignment: named multi-tensor
+outputs, dynamic sizes and recurrent models over ordered chunks all work.
+
+``diverge_outputs("my_model", frameworks="torch,onnxruntime")`` -> :class:`OutputDivergence`: one row per
+framework x output x metric, ``diverges`` when ``max_rel_error`` (max|b - a| / max|a|) exceeds ``tolerance``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import pandas as pd
+
+from mlms_nb.errors import MlmsError
+
+
+@dataclass
+class OutputDivergence:
+    """Every output of ``model`` in each framework against the reference (``frameworks[0]``)."""
+    model: str
+    frameworks: list[str]
+    dataset: str
+    tolerance: float
+    table: pd.DataFrame                       # output_agreement rows + ``diverges`` (max_rel_error rows)
+    outputs: pd.DataFrame                     # the captured outputs frame of every framework
+    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return f"Output divergence of {self.model} (reference: {self.frameworks[0]})"
+
+    @property
+    def note(self) -> str:
+        n = self.outputs["input_id"].nunique() if not self.outputs.empty else 0
+        return (f"{n} inputs of {self.dataset}; errors in each output's own unit, rel = max|b - a| / max|a|; "
+                f"diverges: max_rel_error > {self.tolerance:g}")
+
+    @property
+    def extra(self) -> dict[str, pd.DataFrame]:
+        return {}
+
+    @property
+    def diverged(self) -> list[tuple[str, str]]:
+        """``(framework, output)`` pairs whose max_rel_error exceeds the tolerance."""
+        rows = self.table[self.table["diverges"]] if not self.table.empty else self.table
+        return [(r.framework, r.output) for r in rows.itertuples()]
+
+    def plot(self, backend: str = "bokeh"):
+        from mlms_nb.analyses.divergence import plot_outputs
+
+        return plot_outputs(self.table, backend=backend, tolerance=self.tolerance, title=self.title)
+
+    def to_text(self) -> str:
+        from mlms_nb import display
+
+        return display.render_text(self)
+
+    def __repr__(self) -> str:
+        return self.to_text()
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from mlms_nb import display
+
+        return display.mimebundle(self)
+
+
+def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onnxruntime"),
+                    dataset: str | None = None, tolerance: float = 1e-4, limit: int | None = 16, batch_size: int = 4,
+                    trust: bool = False, metrics: Any = None) -> OutputDivergence:
+    """Run ``model`` in each framework (its manifest per framework) on ``dataset`` (default: the evaluation's
+    default for it) and compare every output with the first framework's; ``limit`` inputs (None: all)."""
+    from mlms_nb.data.datasets import open_dataset
+    from mlms_nb.data.transforms import Preprocessor
+    from mlms_nb.evaluation.agreement import agreement, manifest_metrics
+    from mlms_nb.evaluation.inputs import load_inputs
+    from mlms_nb.evaluation.outputs import OutputRecorder, outputs_pass
+    from mlms_nb.evaluation.runner import default_dataset, resolve_manifests
+    from mlms_nb.frameworks import PredictorOptions, open_predictor
+    from mlms_nb.frameworks.live import check_trust
+    from mlms_nb.options import DivergeOptions
+
+    names = DivergeOptions(frameworks=frameworks).frameworks
+    if len(names) < 2:
+        raise MlmsError(f"an output divergence compares at least two frameworks; got {', '.join(names)}")
+    manifests = resolve_manifests(model, names)
+    dataset = dataset or default_dataset(manifests[0])
+    frames = []
+    for manifest in manifests:
+        check_trust(manifest, trust)
+        preprocess = Preprocessor(manifest, trust=trust)
+        inputs = load_inputs(open_dataset(dataset, manifest), preprocess, limit)
+        recorder = OutputRecorder(manifest, manifest.framework.name, "all")
+        with open_predictor(manifest, options=PredictorOptions(trust=trust)) as predictor:
+            outputs_pass(predictor.predict, manifest, inputs, recorder, batch_size)
+        frames.append(recorder.frame())
+    outputs = pd.concat(frames, ignore_index=True)
+    table = agreement(outputs, names[0], metrics, manifest_metrics({m.framework.name: m.to_dict() for m in manifests}))
+    if not table.empty:
+        table["diverges"] = (table["metric"] == "max_rel_error") & (table["value"] > tolerance)
+    return OutputDivergence(manifests[0].name, names, str(dataset), float(tolerance), table, outputs)

@@ -1,0 +1,130 @@
+"""How far each framework's outputs are from a reference framework's, from the values both captured (the
+``outputs`` frame, :mod:`mlms_nb.evaluation.outputs`): one row per framework x output x metric.
+
+Always: ``max_abs_error`` and ``mean_abs_error`` over every element (the output's unit), ``max_rel_error`` =
+max|a - r| / max|r| and ``mean_rel_error`` = mean|a - r| / mean|r| (fractions of the reference's range, as the
+layer-level divergence defines them: an element-wise ratio explodes on zeros), ``cosine`` (per input, averaged;
+1 = same direction). Built-in metrics by name (``outputs[].metrics`` in the manifest, or ``metrics=[...]``), each averaged
+over the inputs: ``mse``, ``mae``, ``iou`` (masks: elements > 0.5; 1 when both are empty) and ``exact_match``
+(1 when every element is equal). A user metric is a callable ``fn(output, reference) -> float`` given as
+``metrics={"name": fn}`` in the Python API; it runs on each input's pair of arrays (shaped as the output) and is
+averaged too. Inputs whose shapes differ between the two frameworks are not compared (``inputs`` counts the rest).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from mlms_nb.errors import MlmsError
+from mlms_nb.schema.evaluation import OUTPUT_AGREEMENT
+
+EPS = 1e-12
+
+
+def _iou(a: np.ndarray, r: np.ndarray) -> float:
+    a, r = a > 0.5, r > 0.5
+    union = np.logical_or(a, r).sum()
+    return 1.0 if union == 0 else float(np.logical_and(a, r).sum() / union)
+
+
+BUILTIN_METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
+    "mse": lambda a, r: float(np.mean((a - r) ** 2)),
+    "mae": lambda a, r: float(np.mean(np.abs(a - r))),
+    "iou": _iou,
+    "exact_match": lambda a, r: float(np.array_equal(a, r)),
+}
+
+
+def resolve_metrics(metrics: Mapping[str, Any] | Iterable[str] | None) -> dict[str, Callable]:
+    """Names (built-in) and ``{name: callable}`` as one mapping name -> function; an unknown name is refused."""
+    if metrics is None:
+        return {}
+    items = metrics.items() if isinstance(metrics, Mapping) else [(m, m) for m in ([metrics] if isinstance(
+        metrics, str) else metrics)]
+    out = {}
+    for name, fn in items:
+        if isinstance(fn, str):
+            if fn not in BUILTIN_METRICS:
+                raise MlmsError(f"metrics: unknown metric {fn!r}; built in: {', '.join(BUILTIN_METRICS)}, or pass "
+                                "{name: fn} with fn(output, reference) -> float")
+            fn = BUILTIN_METRICS[fn]
+        if not callable(fn):
+            raise MlmsError(f"metrics[{name!r}]: expected a built-in name or a callable fn(output, reference) -> "
+                            f"float, got {type(fn).__name__}")
+        out[str(name)] = fn
+    return out
+
+
+def manifest_metrics(manifests: Mapping[str, dict]) -> dict[str, list[str]]:
+    """Output name -> the built-in metrics its manifests (framework -> ``Manifest.to_dict()``) list."""
+    out: dict[str, list[str]] = {}
+    for manifest in manifests.values():
+        for i, spec in enumerate(manifest.get("outputs") or []):
+            name = spec.get("name") or ("output" if i == 0 else f"output_{i}")
+            for metric in spec.get("metrics") or []:
+                out.setdefault(name, [])
+                if metric not in out[name]:
+                    out[name].append(metric)
+    return out
+
+
+def agreement(outputs: pd.DataFrame, reference: str | None = None, metrics: Any = None,
+              per_output: Mapping[str, Iterable[str]] | None = None) -> pd.DataFrame:
+    """The ``output_agreement`` frame of every framework in ``outputs`` against ``reference`` (default: the first
+    framework); ``metrics`` apply to every output, ``per_output`` maps an output name to built-in metric names."""
+    if outputs.empty or "values" not in outputs:
+        return pd.DataFrame()
+    frameworks = list(dict.fromkeys(outputs["framework"]))
+    reference = reference or frameworks[0]
+    if reference not in frameworks:
+        raise MlmsError(f"reference framework {reference!r} captured no outputs; captured: {', '.join(frameworks)}")
+    extra = resolve_metrics(metrics)
+    kept = outputs[outputs["values"].notna()]
+    ref = {(r.input_id, r.chunk, r.output): r for r in kept[kept["framework"] == reference].itertuples()}
+    rows = []
+    for fw in frameworks:
+        if fw == reference:
+            continue
+        mine = kept[kept["framework"] == fw]
+        for output in dict.fromkeys(mine["output"]):
+            pairs = []
+            for r in mine[mine["output"] == output].itertuples():
+                other = ref.get((r.input_id, r.chunk, r.output))
+                if other is not None and list(r.shape) == list(other.shape):
+                    shape = tuple(int(d) for d in r.shape)
+                    pairs.append((np.asarray(r.values, np.float64).reshape(shape),
+                                  np.asarray(other.values, np.float64).reshape(shape)))
+            functions = {**extra, **resolve_metrics(list((per_output or {}).get(output, ())))}
+            for metric, value in _compare(pairs, functions).items():
+                rows.append({"framework": fw, "reference": reference, "output": output, "metric": metric,
+                             "value": value, "inputs": len(pairs)})
+    return OUTPUT_AGREEMENT.frame(rows) if rows else pd.DataFrame()
+
+
+def _compare(pairs: list[tuple[np.ndarray, np.ndarray]], functions: dict[str, Callable]) -> dict[str, float]:
+    if not pairs:
+        return {name: float("nan") for name in ("max_abs_error", "mean_abs_error", "max_rel_error", "mean_rel_error",
+                                                "cosine", *functions)}
+    a = np.concatenate([p[0].reshape(-1) for p in pairs])
+    r = np.concatenate([p[1].reshape(-1) for p in pairs])
+    abs_err = np.abs(a - r)
+    scale_max = max(float(np.max(np.abs(r))) if r.size else 0.0, EPS)
+    scale_mean = max(float(np.mean(np.abs(r))) if r.size else 0.0, EPS)
+    cosines = []
+    for x, y in pairs:
+        x, y = x.reshape(-1), y.reshape(-1)
+        norm = np.linalg.norm(x) * np.linalg.norm(y)
+        cosines.append(float(x @ y / norm) if norm > 0 else float(np.array_equal(x, y)))
+    out = {"max_abs_error": float(abs_err.max()) if abs_err.size else 0.0,
+           "mean_abs_error": float(abs_err.mean()) if abs_err.size else 0.0,
+           "max_rel_error": float(abs_err.max()) / scale_max if abs_err.size else 0.0,
+           "mean_rel_error": float(abs_err.mean()) / scale_mean if abs_err.size else 0.0,
+           "cosine": float(np.mean(cosines))}
+    for name, fn in functions.items():
+        try:
+            out[name] = float(np.mean([float(fn(x, y)) for x, y in pairs]))
+        except Exception as err:  # noqa: BLE001 - a user's metric failing is named, not a traceback
+            raise MlmsError(f"metric {name!r} failed: {type(err).__name__}: {err}") from None
+    return out

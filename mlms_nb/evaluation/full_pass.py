@@ -1,0 +1,159 @@
+"""The full pass: every input of the dataset through the model once, streamed, with its wall time and where the
+time went; and, for a classifier on labeled data, top-1/top-5 and one prediction row per input.
+
+Inputs arrive from :class:`mlms_nb.data.pipeline.Stream` (decoded and preprocessed by worker threads a few batches
+ahead), so memory does not grow with the dataset: only the per-input results are kept (the top-5 classes and
+their probabilities; all probabilities only when asked). The timed loops and the traced pass use a small sample
+instead, the dataset's head (:func:`head_sample`), cycled by :func:`make_batch`.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from mlms_nb.data.labels import check_label_count, load_labels
+from mlms_nb.data.pipeline import Batch, default_workers, map_inputs
+from mlms_nb.data.transforms import Postprocessor
+from mlms_nb.evaluation.records import AccuracyPass, FullPass
+from mlms_nb.manifest import Manifest
+
+TOP_K = 5
+
+
+def head_sample(dataset, preprocess, count: int, limit: int | None) -> Batch:
+    """The first ``count`` inputs (at most ``limit``), preprocessed: the timed loops' and the traced pass's data."""
+    return dataset.head(count if limit is None else max(1, min(count, limit)), preprocess)
+
+
+def make_batch(inputs: Any, batch_size: int) -> Any:
+    """``batch_size`` inputs, cycling through the sample when it is smaller; contiguous (per name for a mapping)."""
+    def take(array: np.ndarray) -> np.ndarray:
+        idx = np.arange(batch_size) % len(array)
+        return np.ascontiguousarray(array[idx])
+
+    return map_inputs(inputs, take)
+
+
+def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
+                  keep_probabilities: bool, trust: bool, reporter=None, workers: int | None = None,
+                  prefetch: int | None = None, recorder=None) -> tuple[FullPass, AccuracyPass | None]:
+    """Stream the dataset through ``predict`` at ``batch_size``; returns the pass's record and, for a classifier
+    on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`).
+    ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
+    (the model is then called by name, and returns every output). Items cut into ordered chunks (a ``chunk``
+    step) run chunk by chunk, the state carried (:func:`~mlms_nb.evaluation.outputs.run_sequences`)."""
+    from mlms_nb.data.feeds import fed_name
+    from mlms_nb.evaluation.outputs import run_sequences
+
+    fw = manifest.framework.name
+    sequences = bool(getattr(preprocess, "chunked", False))
+    fed = fed_name(manifest)
+    scorer = _Scorer(manifest, trust, keep_probabilities) if (
+        dataset.labeled and manifest.outputs[0].type == "classification" and not sequences) else None
+    size = dataset.size()
+    total = None if size is None else (size if limit is None else min(size, limit))
+    if reporter is not None:
+        reporter.start("full pass", total)
+    inference_ns = post_ns = 0
+    batches = 0
+    clock = time.perf_counter_ns
+    start = clock()
+    with dataset.iter_batches(batch_size, preprocess, limit=limit, workers=workers or default_workers(),
+                              prefetch=prefetch) as stream:
+        for batch in stream:
+            t0 = clock()
+            named = None
+            if sequences:
+                run_sequences(predict, manifest, batch.ids, list(batch.data), recorder)
+                outputs = None
+            elif recorder is not None:
+                named = predict(batch.data if isinstance(batch.data, dict) else {fed: batch.data})
+                outputs = next(iter(named.values()))
+            else:
+                outputs = predict(batch.data)
+            t1 = clock()
+            if named is not None:
+                recorder.add(batch.ids, named)
+            if scorer is not None:
+                scorer.add(batch, outputs)
+            inference_ns += t1 - t0
+            post_ns += clock() - t1
+            batches += 1
+            if reporter is not None:
+                reporter.advance(len(batch))
+        stats = stream.stats
+    wall_ns = clock() - start
+    if reporter is not None:
+        reporter.finish()
+    row = {"framework": fw, "dataset": dataset.name, "batch_size": int(batch_size), "inputs": int(stats.inputs),
+           "batches": int(batches), "skipped": int(stats.skipped), "wall_s": wall_ns / 1e9,
+           "inputs_per_s": stats.inputs / (wall_ns / 1e9) if wall_ns else float("nan"),
+           "preprocess_s": stats.read_ns / 1e9, "inference_s": inference_ns / 1e9, "postprocess_s": post_ns / 1e9,
+           "wait_s": stats.wait_ns / 1e9, "workers": int(stats.workers), "prefetch": int(stats.prefetch)}
+    accuracy = None
+    if scorer is not None and scorer.count:
+        acc, preds, probs = scorer.result()
+        acc.update({"framework": fw, "dataset": dataset.name, "skipped": int(stats.skipped)})
+        preds.insert(0, "framework", fw)
+        accuracy = AccuracyPass(fw, acc, preds, probs)
+    return FullPass(fw, row), accuracy
+
+
+class _Scorer:
+    """Top-1/top-5 of a classifier, batch by batch: keeps the top-5 classes and probabilities per input (and all
+    probabilities only when asked)."""
+
+    def __init__(self, manifest: Manifest, trust: bool, keep_probabilities: bool):
+        self.manifest = manifest
+        self.post = Postprocessor(manifest, trust=trust)
+        self.names = load_labels(manifest) if manifest.outputs[0].labels else None
+        self.keep = keep_probabilities
+        self.ids: list[str] = []
+        self.labels: list[np.ndarray] = []
+        self.top_idx: list[np.ndarray] = []
+        self.top_p: list[np.ndarray] = []
+        self.probs: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, batch: Batch, outputs) -> None:
+        pred = self.post(outputs)
+        if self.names is not None and not self.count:  # labels of another length than the model's classes: refused
+            check_label_count(self.names, pred.probabilities.shape[1], self.manifest)
+        self.ids.extend(batch.ids)
+        self.labels.append(np.asarray(batch.labels))
+        self.top_idx.append(np.asarray(pred.top_k_indices)[:, :TOP_K])
+        self.top_p.append(np.asarray(pred.top_k_probabilities)[:, :TOP_K])
+        if self.keep:
+            self.probs.append(pred.probabilities)
+        self.count += len(batch)
+
+    def result(self) -> tuple[dict, pd.DataFrame, np.ndarray | None]:
+        labels = np.concatenate(self.labels)
+        top_idx, top_p = np.concatenate(self.top_idx), np.concatenate(self.top_p)
+        names = self.names
+        known = labels >= 0
+        correct1 = top_idx[:, 0] == labels
+        correct5 = (top_idx == labels[:, None]).any(axis=1)
+
+        def name(i: int) -> str | None:
+            return names[i] if names and 0 <= i < len(names) else None
+
+        preds = pd.DataFrame({
+            "input_id": self.ids,
+            "label": labels.astype(int),
+            "label_name": [name(int(i)) for i in labels],
+            "top1": top_idx[:, 0].astype(int),
+            "top1_name": [name(int(i)) for i in top_idx[:, 0]],
+            "top1_prob": top_p[:, 0].astype(float),
+            "top5": [list(map(int, r)) for r in top_idx],
+            "top5_probs": [list(map(float, r)) for r in top_p],
+            "correct_top1": correct1 & known,
+            "correct_top5": correct5 & known,
+        })
+        n = int(known.sum())
+        acc = {"n": n, "top1": float(correct1[known].mean()) if n else float("nan"),
+               "top5": float(correct5[known].mean()) if n else float("nan")}
+        return acc, preds, (np.concatenate(self.probs) if self.keep and self.probs else None)

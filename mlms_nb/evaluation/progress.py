@@ -1,0 +1,163 @@
+"""Progress of one framework's passes: reported where the work runs, shown where the user is.
+
+:class:`Reporter` runs beside the work (in this process or a worker process): it emits
+:class:`~mlms_nb.evaluation.records.PassProgress` records, at most every ``interval_s`` seconds and at each pass's
+end, so they cross a process boundary like any record. :class:`ProgressDisplay` runs in the runner: one
+``tqdm.auto`` bar per framework (a terminal line on stderr, an ipywidget in a notebook), reset for each pass (full
+pass, warm-up, timed loop) with inputs done, inputs/s and the ETA; when the framework is done the bar becomes a
+one-line summary of its full pass and stays.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+from mlms_nb.evaluation.records import FullPass, PassProgress, TimedLoop
+from mlms_nb.options import Timing
+
+
+class Reporter:
+    """Emits `PassProgress` for one framework: ``start(name, total)``, ``advance(inputs)``, ``finish()``."""
+
+    def __init__(self, emit: Callable, framework: str, interval_s: float = 0.2):
+        self.emit = emit
+        self.framework = framework
+        self.interval_ns = int(interval_s * 1e9)
+        self.name = ""
+        self.done = 0
+        self.total: int | None = None
+        self._last = 0
+        self.started_ns = 0  # when the current pass started (time.perf_counter_ns)
+
+    def start(self, name: str, total: int | None) -> None:
+        self.name, self.done, self.total = name, 0, total
+        self.started_ns = self._last = time.perf_counter_ns()
+        self.emit(PassProgress(self.framework, name, 0, total))
+
+    def advance(self, inputs: int) -> None:
+        self.done += inputs
+        now = time.perf_counter_ns()
+        if now - self._last >= self.interval_ns:
+            self._last = now
+            self.emit(PassProgress(self.framework, self.name, self.done, self.total))
+
+    def finish(self) -> None:
+        self.emit(PassProgress(self.framework, self.name, self.done, self.done, finished=True))
+
+    def loop(self, batch_size: int, timing: Timing) -> "LoopProgress":
+        """The progress of one timed loop at ``batch_size`` (warm-up, then the timed calls), for
+        :func:`mlms_nb.evaluation.scenarios.run_scenario`."""
+        return LoopProgress(self, batch_size, timing)
+
+
+class LoopProgress:
+    """A timed loop's phases for `run_scenario`: the warm-up (its length known only when a count), then the timed
+    loop, whose total is estimated from the stopping rule (``min_repeats`` calls and ``min_time_s`` seconds, at
+    most ``max_repeats`` calls or ``max_time_s``) and the calls' mean so far."""
+
+    def __init__(self, reporter: Reporter, batch_size: int, timing: Timing):
+        self.reporter, self.batch_size, self.timing = reporter, batch_size, timing
+
+    def warm_up(self) -> Callable[[], None]:
+        calls = None if self.timing.warmup == "auto" else int(self.timing.warmup)
+        self.reporter.start(f"warm-up, batch {self.batch_size}", None if calls is None else calls * self.batch_size)
+        return self._tick
+
+    def timed(self, scenario: str) -> Callable[[], None]:
+        self.reporter.finish()
+        t = self.timing
+        calls = t.min_repeats if scenario != "server" else min(
+            t.max_repeats, max(t.min_repeats, math.ceil((t.target_qps or 1) * t.min_time_s)))
+        self.reporter.start(f"timed loop, batch {self.batch_size}", calls * self.batch_size)
+        self._estimate = scenario != "server"
+        return self._timed_tick
+
+    def done(self) -> None:
+        self.reporter.finish()
+
+    def _tick(self) -> None:
+        self.reporter.advance(self.batch_size)
+
+    def _timed_tick(self) -> None:
+        r = self.reporter
+        r.advance(self.batch_size)
+        if self._estimate and r.total is not None and r.done >= self.batch_size * 3:
+            calls = r.done // self.batch_size
+            per_call_s = (time.perf_counter_ns() - r.started_ns) / 1e9 / calls
+            t = self.timing
+            need = max(t.min_repeats, math.ceil(t.min_time_s / per_call_s)) if per_call_s > 0 else t.min_repeats
+            need = min(need, t.max_repeats, max(calls, math.ceil(t.max_time_s / per_call_s) if per_call_s > 0 else need))
+            r.total = max(need, calls) * self.batch_size
+
+
+class ProgressDisplay:
+    """One tqdm bar per framework, fed by the records of its work (see the module). ``enabled=False``: nothing."""
+
+    def __init__(self, model: str, enabled: bool):
+        self.model = model
+        self.enabled = enabled
+        self.bars: dict[str, object] = {}
+        self.full_pass: dict[str, dict] = {}
+        self.loops: dict[str, int] = {}
+
+    def on_record(self, record) -> None:
+        if not self.enabled:
+            return
+        if isinstance(record, FullPass):
+            self.full_pass[record.framework] = record.row
+        elif isinstance(record, TimedLoop):
+            self.loops[record.framework] = self.loops.get(record.framework, 0) + 1
+        elif isinstance(record, PassProgress):
+            self._show(record)
+
+    def _show(self, p: PassProgress) -> None:
+        bar = self.bars.get(p.framework)
+        if bar is None:
+            from tqdm.auto import tqdm
+
+            bar = self.bars[p.framework] = tqdm(total=p.total, unit="input", leave=True, dynamic_ncols=True,
+                                               mininterval=0.2, desc=self._desc(p))
+        if bar.desc.rstrip(": ") != self._desc(p) or (p.done < bar.n):  # a new pass: the same bar, reset
+            bar.set_description_str(self._desc(p), refresh=False)
+            bar.reset(total=p.total)
+        if p.total != bar.total:  # a loop's estimate moved
+            _set_total(bar, p.total)
+        if p.done > bar.n:
+            bar.update(p.done - bar.n)
+        if p.finished:  # its last state shows, whatever tqdm's refresh interval
+            bar.refresh()
+
+    def _desc(self, p: PassProgress) -> str:
+        return f"{self.model} {p.framework}: {p.name}"
+
+    def finish(self, framework: str) -> None:
+        """The framework is done: its bar becomes the one-line summary of its full pass, and stays."""
+        bar = self.bars.pop(framework, None)
+        if bar is None:
+            return
+        row = self.full_pass.get(framework)
+        if row:
+            summary = (f"{self.model} {framework}: full pass {int(row['inputs']):,} inputs in {row['wall_s']:.3g} s = "
+                       f"{row['inputs_per_s']:.4g} inputs/s (batch {int(row['batch_size'])}; preprocessing "
+                       f"{row['preprocess_s']:.3g} s in {int(row['workers'])} workers, inference "
+                       f"{row['inference_s']:.3g} s, waited {row['wait_s']:.3g} s)")
+            loops = self.loops.get(framework, 0)
+            if loops:
+                summary += f"; {loops} timed loop{'s' if loops > 1 else ''}"
+            bar.bar_format = "{desc}"
+            bar.set_description_str(summary, refresh=False)
+        bar.refresh()
+        bar.close()
+
+    def close(self) -> None:
+        for framework in list(self.bars):
+            self.finish(framework)
+
+
+def _set_total(bar, total: int | None) -> None:
+    """Change a running bar's total (tqdm's ``reset`` would zero it); a notebook bar's widget follows."""
+    bar.total = total
+    widget = getattr(bar, "container", None)
+    if widget is not None and total is not None:
+        widget.children[1].max = total

@@ -1,0 +1,217 @@
+"""Streaming datasets (issue 11 items 4-5): the pipeline's memory is bounded by its prefetch whatever the dataset's
+size (counted structurally: inputs pulled ahead, chunks alive), every format streams, a Python iterable is a
+dataset, the full pass is measured and carried to --json, and progress is one bar per framework that ends as a
+one-line summary. The measured speed and memory at scale are in benchmarks/streaming.py, not here."""
+from __future__ import annotations
+
+import io
+import time
+import wave
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+import mlms_nb
+from mlms_nb.data.datasets import (
+    AudioFolder, IterableDataset, NpyFolder, NpzDataset, TableDataset, open_dataset,
+)
+from mlms_nb.data.pipeline import Stream
+from mlms_nb.data.transforms import Preprocessor
+from mlms_nb.errors import DatasetError
+from mlms_nb.evaluation.progress import ProgressDisplay
+from mlms_nb.evaluation.records import FullPass, PassProgress
+from mlms_nb.manifest import Manifest
+
+
+DIMS = (1, 1, 4)
+
+
+def tensor_manifest(dims=DIMS) -> Manifest:
+    return Manifest.model_validate({
+        "name": "streamed", "version": "1.0.0", "framework": {"name": "torch"},
+        "inputs": [{"name": "x", "type": "tensor", "element_type": "float32", "layout": "NCHW",
+                    "dimensions": list(dims)}],
+        "outputs": [{"name": "y", "type": "classification"}], "model": {"entrypoint": "x:y"}})
+
+
+class Counting:
+    """A generator of ``n`` inputs that counts how many were pulled."""
+
+    def __init__(self, n: int, dims=(4,)):
+        self.n, self.dims, self.pulled = n, dims, 0
+
+    def __iter__(self):
+        for i in range(self.n):
+            self.pulled += 1
+            yield np.full(self.dims, i, np.float32)
+
+
+def test_memory_is_bounded_by_the_prefetch_not_the_dataset():
+    source = Counting(2000)
+    dataset = IterableDataset(iter(source), name="counting")
+    batch, prefetch = 8, 2
+    ahead = []
+    with Stream(dataset, None, batch, workers=2, prefetch=prefetch) as stream:
+        consumed = 0
+        for b in stream:
+            consumed += len(b)
+            ahead.append(source.pulled - consumed)
+            time.sleep(0.0005)  # a slow model: the readers must wait for it, not run away
+        stats = stream.stats
+    assert consumed == 2000 and stats.inputs == 2000 and stats.batches == 250
+    # chunks alive at once (read ahead, in flight, held by the consumer) never exceed the prefetch ...
+    assert stats.peak_in_flight <= prefetch
+    # ... so inputs pulled from the source beyond what the consumer took stay under a few batches
+    assert max(ahead) <= (prefetch + 2) * batch, max(ahead)
+    assert stats.wait_ns >= 0 and stats.read_ns > 0
+
+
+def test_a_stream_given_up_early_stops_its_readers():
+    source = Counting(10_000)
+    stream = Stream(IterableDataset(iter(source)), None, 4, workers=2, prefetch=2)
+    first = next(stream)
+    stream.close()
+    time.sleep(0.3)
+    assert len(first) == 4 and source.pulled <= 4 * 4
+
+
+def test_python_iterables_lists_functions_and_generators():
+    pairs = [(np.full(DIMS, i, np.float32), i % 3) for i in range(10)]
+    listed = open_dataset(pairs, tensor_manifest())
+    assert isinstance(listed, IterableDataset) and listed.labeled and listed.size() == 10
+    batches = list(listed.iter_batches(4, None))
+    assert [len(b) for b in batches] == [4, 4, 2] and batches[0].labels.tolist() == [0, 1, 2, 0]
+    assert list(listed.iter_batches(4, None))[2].ids == ["python:list[8]", "python:list[9]"]  # read again
+
+    def make():
+        return (np.zeros(DIMS, np.float32) for _ in range(5))
+
+    from_function = open_dataset(make, tensor_manifest())
+    assert from_function.size() is None and not from_function.labeled
+    assert sum(len(b) for b in from_function.iter_batches(2, None)) == 5
+    assert sum(len(b) for b in from_function.iter_batches(2, None)) == 5
+
+    once = IterableDataset(x for x in make())
+    head = once.head(2, None)  # the timed loops' sample: kept, and replayed by the pass
+    assert len(head) == 2 and sum(len(b) for b in once.iter_batches(2, None)) == 5
+    with pytest.raises(DatasetError, match="read already"):
+        list(once.iter_batches(2, None))
+
+    named = IterableDataset([{"signal": np.zeros((3,), np.float32), "sr": np.array(16000)}] * 3)
+    batch = next(named.iter_batches(3, None))
+    assert batch.data["signal"].shape == (3, 3) and batch.data["sr"].shape == (3,)
+
+
+def test_npz_is_memory_mapped_or_read_in_blocks(tmp_path):
+    x = np.arange(6 * 4, dtype=np.float32).reshape(6, *DIMS)
+    np.savez(tmp_path / "plain.npz", x=x, y=np.arange(6))
+    np.savez_compressed(tmp_path / "packed.npz", x=x, y=np.arange(6))
+    plain = NpzDataset(tmp_path / "plain.npz", manifest=tensor_manifest())
+    packed = NpzDataset(tmp_path / "packed.npz", manifest=tensor_manifest())
+    assert isinstance(plain.x, np.memmap) and not plain.compressed and packed.compressed
+    for ds in (plain, packed):
+        batches = list(ds.iter_batches(4, None))
+        assert np.array_equal(np.concatenate([b.data for b in batches]), x)
+        assert np.concatenate([b.labels for b in batches]).tolist() == list(range(6))
+
+
+def test_npy_folder_parquet_arrow_and_audio_folder(tmp_path):
+    manifest = tensor_manifest()
+    for label in ("0", "2"):
+        (tmp_path / "npy" / label).mkdir(parents=True)
+        for i in range(2):
+            np.save(tmp_path / "npy" / label / f"{i}.npy", np.full(DIMS, int(label), np.float32))
+    npy = open_dataset(tmp_path / "npy", manifest)
+    assert isinstance(npy, NpyFolder) and npy.labeled
+    batch = next(npy.iter_batches(4, None))
+    assert batch.labels.tolist() == [0, 0, 2, 2] and batch.data[:, 0, 0, 0].tolist() == [0, 0, 2, 2]
+
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    def jpeg(seed: int) -> bytes:
+        out = io.BytesIO()
+        Image.fromarray(np.random.default_rng(seed).integers(0, 255, (40, 48, 3), np.uint8)).save(out, "JPEG")
+        return out.getvalue()
+
+    images = pa.table({"image": [jpeg(0), b"not an image", jpeg(1)], "label": [3, 4, 5]})
+    pq.write_table(images, tmp_path / "images.parquet", row_group_size=2)
+    image_manifest = Manifest.model_validate({**tensor_manifest().to_dict(), "inputs": [
+        {"name": "x", "type": "image", "layout": "NCHW", "dimensions": [3, 32, 32]}]})
+    table = open_dataset(tmp_path / "images.parquet", image_manifest)
+    assert isinstance(table, TableDataset) and table.column == "image" and table.labeled and len(table) == 3
+    batches = list(table.iter_batches(2, Preprocessor(image_manifest)))
+    assert [b.data.shape for b in batches] == [(2, 3, 32, 32)] and batches[0].labels.tolist() == [3, 5]
+    assert [i for i, _ in table.skipped] == ["images.parquet[1]"]
+
+    arrays = pa.table({"values": [np.full(4, i, np.float32) for i in range(5)]})
+    feather.write_feather(arrays, tmp_path / "arrays.arrow")
+    arrow = open_dataset(tmp_path / "arrays.arrow", manifest)
+    assert not arrow.labeled and len(arrow) == 5
+    values = np.concatenate([b.data for b in arrow.iter_batches(2, Preprocessor(manifest))])
+    assert values.shape == (5, *DIMS) and values[:, 0, 0, 0].tolist() == [0, 1, 2, 3, 4]
+
+    (tmp_path / "audio" / "dog").mkdir(parents=True)
+    for i in range(2):
+        with wave.open(str(tmp_path / "audio" / "dog" / f"{i}.wav"), "wb") as w:
+            w.setnchannels(1), w.setsampwidth(2), w.setframerate(8000)
+            w.writeframes(np.zeros(80, np.int16).tobytes())
+    audio = AudioFolder(tmp_path / "audio", labels=["cat", "dog"])
+    assert audio.labels.tolist() == [1, 1]
+
+    def decode(path):  # the io helper's audio steps do this; here only the paths' arrival is checked
+        with wave.open(str(path)) as w:
+            return np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32)
+
+    assert next(audio.iter_batches(2, decode)).data.shape == (2, 80)
+
+
+def test_full_pass_in_the_evaluation_and_json(real_evaluation):
+    full = real_evaluation.full_pass
+    assert full["framework"].tolist() == ["torch"] and int(full["inputs"].iloc[0]) == 2
+    row = full.iloc[0]
+    assert row["wall_s"] > 0 and row["inputs_per_s"] == pytest.approx(2 / row["wall_s"])
+    assert row["inference_s"] <= row["wall_s"] and row["preprocess_s"] >= 0 and row["wait_s"] >= 0
+    from mlms_nb import display
+
+    result = display.render_json(real_evaluation)["results"][0]["full_pass"]
+    assert {"inputs", "wall_s", "inputs_per_s", "preprocess_s", "inference_s", "wait_s"} <= set(result)
+    assert "Full pass: torch: 2 inputs in" in real_evaluation.to_text()
+    back = type(real_evaluation).from_json(real_evaluation.to_json())
+    pd.testing.assert_frame_equal(back.full_pass, full)
+
+
+def test_a_live_model_on_a_python_generator_reports_accuracy_and_throughput():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
+    rng = np.random.default_rng(0)
+    pairs = ((rng.standard_normal(4).astype(np.float32), int(i % 3)) for i in range(24))
+    ev = mlms_nb.evaluate(model, inputs={"type": "tensor", "dimensions": [4]},
+                          outputs={"type": "classification", "classes": 3}, dataset=pairs, batch_sizes=[1, 8],
+                          warmup=1, min_repeats=2, min_time_s=0, progress=False, history=False)
+    assert int(ev.full_pass["inputs"].iloc[0]) == 24 and int(ev.full_pass["batch_size"].iloc[0]) == 8
+    assert int(ev.accuracy["n"].iloc[0]) == 24 and len(ev.predictions) == 24
+    assert ev.options["dataset"].startswith("python:")
+
+
+def test_progress_is_one_bar_per_framework_ending_in_a_summary(capsys):
+    display = ProgressDisplay("m", enabled=True)
+    for done in (0, 32, 64):
+        display.on_record(PassProgress("onnxruntime", "full pass", done, 64, finished=done == 64))
+    display.on_record(PassProgress("onnxruntime", "timed loop, batch 32", 0, 320))
+    display.on_record(PassProgress("onnxruntime", "timed loop, batch 32", 320, 320, finished=True))
+    display.on_record(FullPass("onnxruntime", {"inputs": 64, "wall_s": 2.0, "inputs_per_s": 32.0, "batch_size": 32,
+                                               "preprocess_s": 1.5, "workers": 2, "inference_s": 1.8, "wait_s": 0.1}))
+    display.finish("onnxruntime")
+    err = capsys.readouterr().err
+    assert "m onnxruntime: full pass" in err and "64/64" in err and "timed loop, batch 32" in err
+    assert err.rstrip().splitlines()[-1].endswith("full pass 64 inputs in 2 s = 32 inputs/s (batch 32; preprocessing "
+                                                  "1.5 s in 2 workers, inference 1.8 s, waited 0.1 s)")
+    quiet = ProgressDisplay("m", enabled=False)
+    quiet.on_record(PassProgress("torch", "full pass", 0, 4))
+    quiet.finish("torch")
+    assert capsys.readouterr().err == ""
