@@ -7,7 +7,8 @@ Input, one of:
 - a mapping ``{label: latency frame or Evaluation}``, one entry per system (or per anything): the label is
   the group;
 - a list of Evaluations: with ``by="system"`` each is labelled by its stack (CPU/GPU, stack hash); with
-  ``by="framework"`` their latency frames are stacked and grouped by framework.
+  ``by="agent"`` by the mlms agent that ran it (``stack["agent"]["name"]``, else the host name), so two agents on
+  one kind of machine stay apart; with ``by="framework"`` their latency frames are stacked and grouped by framework.
 
 Rows are matched on ``batch_size`` and ``scenario`` (plus ``framework`` when the groups are not frameworks).
 ``latency_ratio`` = group median / baseline median (< 1: faster than the baseline); ``speedup`` = 1 / ratio.
@@ -40,6 +41,12 @@ def _system_label(ev: Any) -> str:
     return f"{device} [{digest[:8]}]" if digest else str(device)
 
 
+def _agent_label(ev: Any) -> str:
+    stack = getattr(ev, "stack", {}) or {}
+    agent = stack.get("agent") or {}
+    return str(agent.get("name") or stack.get("hostname") or "?")
+
+
 def _frames(data, by: str) -> tuple[pd.DataFrame, str]:
     """-> one frame with a ``group`` column, and the name of what the groups are."""
     if isinstance(data, pd.DataFrame):
@@ -49,8 +56,8 @@ def _frames(data, by: str) -> tuple[pd.DataFrame, str]:
         parts = [getattr(v, "latency", v).assign(group=str(k)) for k, v in data.items()]
         return pd.concat(parts, ignore_index=True), (by if by != "framework" else "system")
     if isinstance(data, Sequence) and data and all(hasattr(ev, "latency") for ev in data):
-        if by == "system":
-            labels = [_system_label(ev) for ev in data]
+        if by in ("system", "agent"):
+            labels = [(_system_label if by == "system" else _agent_label)(ev) for ev in data]
             labels = [f"{lab} #{i}" if labels.count(lab) > 1 else lab for i, lab in enumerate(labels)]
             return pd.concat([ev.latency.assign(group=lab) for ev, lab in zip(data, labels)], ignore_index=True), by
         frame = pd.concat([ev.latency for ev in data], ignore_index=True)

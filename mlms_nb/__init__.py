@@ -13,8 +13,8 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from mlms_nb._version import __version__  # noqa: E402
 from mlms_nb.api import (  # noqa: E402
-    batch_scaling, compare, convert, diverge, evaluate, history, kernels, layers, load_evaluation, load_trace, models,
-    roofline, timeline, trace, trust_add, trust_list, trust_remove,
+    across, agent, agents, batch_scaling, compare, convert, diverge, evaluate, history, kernels, layers,
+    load_evaluation, load_trace, models, roofline, scheduler, timeline, trace, trust_add, trust_list, trust_remove,
 )
 from mlms_nb.manifest import InputSpec, Manifest, OutputSpec, find_manifest, load_manifest  # noqa: E402
 
@@ -41,6 +41,6 @@ def load_ipython_extension(ipython) -> None:
     _load(ipython)
 
 
-__all__ = ["InputSpec", "Manifest", "OutputSpec", "__version__", "batch_scaling", "compare", "convert", "diverge",
+__all__ = ["InputSpec", "Manifest", "OutputSpec", "__version__", "across", "agent", "agents", "batch_scaling", "compare", "convert", "diverge",
            "evaluate", "find_manifest", "history", "kernels", "layers", "load_evaluation", "load_manifest", "load_trace",
-           "models", "report", "roofline", "timeline", "trace", "trust_add", "trust_list", "trust_remove"]
+           "models", "report", "roofline", "scheduler", "timeline", "trace", "trust_add", "trust_list", "trust_remove"]

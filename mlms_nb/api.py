@@ -19,6 +19,7 @@ import pandas as pd
 from mlms_nb.analyses import batch_scaling as _batch_scaling
 from mlms_nb.analyses import compare as _compare
 from mlms_nb.analyses import kernels as _kernels
+from mlms_nb.analyses import normalized as _normalized
 from mlms_nb.analyses import layers as _layers
 from mlms_nb.analyses import roofline as _roofline
 from mlms_nb.analyses import timeline as _timeline
@@ -27,6 +28,8 @@ from mlms_nb.analyses.result import Analysis
 from mlms_nb.divergence import Divergence
 from mlms_nb.divergence.run import diverge as _diverge
 from mlms_nb import trust as _trust
+from mlms_nb.fleet.registry import agents_frame, list_agents
+from mlms_nb.fleet.run import evaluate_on_agents, tls_of
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.runner import EvaluationRunner, resolve_manifests
@@ -38,7 +41,8 @@ from mlms_nb.frameworks.live import check_trust, manifest_for
 from mlms_nb.frameworks.modelfiles import file_kind
 from mlms_nb.manifest import Manifest, ManifestCatalog, canonical_framework, find_manifest
 from mlms_nb.options import (
-    DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions, spell, takes,
+    AgentOptions, AgentsOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions,
+    SchedulerOptions, spell, takes,
 )
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.store.history import HistoryStore
@@ -52,9 +56,9 @@ from mlms_nb.tracing.tracer import Tracer, use_tracer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Analysis", "TraceSession", "batch_scaling", "compare", "convert", "diverge", "evaluate", "history",
+__all__ = ["Analysis", "TraceSession", "across", "agent", "agents", "batch_scaling", "compare", "convert", "diverge", "evaluate", "history",
            "kernels", "layer_costs", "layers", "load_evaluation", "load_trace", "machine_ceilings", "model_costs",
-           "models", "resolve_run", "roofline", "timeline", "trace", "trust_add", "trust_list", "trust_remove"]
+           "models", "resolve_run", "roofline", "scheduler", "timeline", "trace", "trust_add", "trust_list", "trust_remove"]
 
 
 # ---------------------------------------------------------------------------------------------- models, evaluate
@@ -88,7 +92,7 @@ def models(framework: str | None = None) -> pd.DataFrame:
 
 @takes(EvaluateOptions, "model", "inputs", "outputs", "preprocess", "postprocess", "metrics")
 def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, outputs: Any = None, preprocess: Any = None,
-             postprocess: Any = None, metrics: Any = None) -> Evaluation:
+             postprocess: Any = None, metrics: Any = None) -> Evaluation | list[Evaluation]:
     """Evaluate ``model`` in one or more frameworks; returns an `Evaluation`. ``model``: a name (see
     :func:`models`), a manifest path or `Manifest`, or a live ``torch.nn.Module`` / ``keras.Model`` whose
     ``inputs`` (an example batch, N first, or an `InputSpec` / dict), ``outputs``, ``preprocess`` and
@@ -111,6 +115,10 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     first:N); the kept values of each framework are compared with the first framework's in
     ``evaluation.output_agreement`` (max/mean abs and rel error, cosine), plus ``metrics``: built-in names (mse,
     mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``.
+
+    Agents (docs/agents.md): ``on="tcp://host:8786"`` runs it on an mlms agent of that Dask scheduler satisfying
+    ``where`` (``"torch>=2.0 device=cpu team=vision"``) and the manifests' framework ranges, again on another one
+    when it dies mid-run; ``all_agents=True`` on every matching agent in parallel: a list, one `Evaluation` per agent.
     """
     if metrics is not None:
         from mlms_nb.evaluation.agreement import resolve_metrics
@@ -119,6 +127,8 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess)
     for manifest in manifests:
         check_trust(manifest, options.trust)
+    if options.remote.on:
+        return evaluate_on_agents(manifests, options, metrics)
     keeper = HistoryKeeper(None if options.history is True else str(options.history)) if options.history else None
     evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics).run()
     if keeper is not None:
@@ -384,6 +394,57 @@ for _name, _function in (("layers", layers), ("roofline", roofline), ("batch_sca
 for _name, _function in (("layers", layers), ("timeline", timeline), ("kernels", kernels)):
     _lend(Trace, _name, _function, "Lent by the facade")
 del _name, _function
+
+
+# ---------------------------------------------------------------------------------------------- agents
+
+@takes(SchedulerOptions)
+def scheduler(options: SchedulerOptions) -> None:
+    """Run a Dask scheduler for mlms agents in this process until Ctrl-C or SIGTERM (any Dask scheduler will do);
+    prints ``mlms scheduler at ADDRESS`` when it listens."""
+    from mlms_nb.fleet.serve import main_guard, run_scheduler
+
+    main_guard(run_scheduler, options.host or "127.0.0.1", options.port, tls_of(options))
+
+
+@takes(AgentOptions)
+def agent(options: AgentOptions) -> None:
+    """Run an mlms agent in this process until Ctrl-C or SIGTERM: a Dask worker of the scheduler that advertises
+    this machine's stack (frameworks and versions, CPU, cores, GPUs and driver, memory, host, labels) and serves
+    only the frameworks it has (or those named); prints ``mlms agent NAME at ADDRESS`` when it is ready."""
+    from mlms_nb.fleet.serve import main_guard, run_agent
+
+    if not options.scheduler:
+        raise MlmsError(f"an agent joins a scheduler: give its address, {spell('scheduler', 'tcp://host:8786')} "
+                        "(start one with `mlms scheduler`)")
+    main_guard(run_agent, options.scheduler, options.name, options.labels, options.nthreads, options.serves,
+               options.traces, options.host, tls_of(options))
+
+
+@takes(AgentsOptions)
+def agents(options: AgentsOptions) -> pd.DataFrame:
+    """The mlms agents of the scheduler at ``on`` (those satisfying ``where``, when given), one row per agent: address,
+    host, threads, labels, the version of each framework it serves, CPU, cores, memory, GPUs and driver, and whether
+    it is busy."""
+    from mlms_nb.fleet.connect import connect
+    from mlms_nb.fleet.constraints import parse_where
+    from mlms_nb.fleet.registry import matching
+
+    if not options.on:
+        raise MlmsError(f"which scheduler? give its address: {spell('on', 'tcp://host:8786')}")
+    found = list_agents(connect(options.on, tls_of(options)))
+    if options.where:
+        found = matching(found, parse_where(options.where), options.where, options.on)
+    return agents_frame(found)
+
+
+def across(runs, baseline: str | None = None) -> Analysis:
+    """Normalised latency across agents (the paper's across-systems figure): each agent's median latency divided
+    by the ``baseline`` agent's (default: the first), per framework and batch size. ``runs``: Evaluations (or
+    history ids) from different agents or machines, e.g. what ``evaluate(..., all_agents=True)`` returned."""
+    evaluations = [resolve_run(r) for r in runs]
+    table = _normalized.compute(evaluations, baseline=baseline, by="agent")
+    return Analysis("normalized", table.attrs["title"], table, _normalized.plot)
 
 
 # ---------------------------------------------------------------------------------------------- trust

@@ -16,8 +16,8 @@ from mlms_nb import api, display
 from mlms_nb.analyses import figure_page
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import (
-    DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, Options, RooflineOptions, fields, python_default,
-    spelling,
+    AgentOptions, AgentsOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, Options,
+    RooflineOptions, SchedulerOptions, fields, python_default, spelling,
 )
 
 # ---------------------------------------------------------------------------------------------- from the options
@@ -75,6 +75,9 @@ VERBS: dict[str, str] = {
     "timeline": "zoomable timeline of a traced run (Bokeh; matplotlib for print)",
     "report": "a PDF/HTML report and an executed, editable notebook of one run, or a comparison of several",
     "trust": "trust a model file or manifest that can run code (add PATH), list the trust store, or remove PATH",
+    "scheduler": "run a Dask scheduler that mlms agents join (until Ctrl-C)",
+    "agent": "run an mlms agent: a Dask worker that advertises this machine's stack and runs evaluations (until Ctrl-C)",
+    "agents": "list the mlms agents of a scheduler: stack, frameworks, labels, threads",
 }
 
 JSON_FLAG = Argument(("--json",), {"action": "store_true", "help": "print one JSON object instead of a table"})
@@ -116,6 +119,9 @@ ARGUMENTS: dict[str, list[Argument]] = {
                                           "help": "keep the executed, editable notebook here"}),
                Argument(("--paper",), {"default": "A4", "choices": ["A4", "Letter"], "help": "paper size of the PDF"}),
                JSON_FLAG],
+    "scheduler": arguments(SchedulerOptions),
+    "agent": arguments(AgentOptions),
+    "agents": [*arguments(AgentsOptions), JSON_FLAG],
     "convert": [Argument(("model",), {"help": "model name with a PyTorch manifest"}),
                 Argument(("--to",), {"required": True, "help": "target framework: onnxruntime (onnx) or tensorflow (tf)"}),
                 Argument(("--force",), {"action": "store_true", "help": "rebuild even when a verified copy is cached"}),
@@ -182,6 +188,15 @@ def run_eval(args: argparse.Namespace) -> Output:
     # progress goes to stderr; with --json only to a terminal, so a captured stderr holds just the messages
     options["progress"] = options.get("progress", True) and (not args.json or sys.stderr.isatty())
     evaluation = api.evaluate(args.model, inputs=inputs, **options)
+    if isinstance(evaluation, list):  # --all: one evaluation per agent
+        outs = [_one_eval(ev) for ev in evaluation]
+        page = display.Page([display.Section(f"agent {ev.stack['agent']['name']}", o.shown)
+                             for ev, o in zip(evaluation, outs)] + [api.across(evaluation)])
+        return Output(evaluation, page, [o.data for o in outs], exit_code=max(o.exit_code for o in outs))
+    return _one_eval(evaluation)
+
+
+def _one_eval(evaluation) -> Output:
     parts = [evaluation]
     if not evaluation.trace_overhead.empty:
         parts.append(display.Table(evaluation.trace_overhead, "Tracing overhead (traced ÷ untraced median)"))
@@ -198,6 +213,22 @@ def eval_exit_code(evaluation) -> int:
     if "signal" in reasons:
         return 143
     return 0 if evaluation.complete and evaluation.saved else 1
+
+
+def run_scheduler(args: argparse.Namespace) -> Output:
+    api.scheduler(**given(SchedulerOptions, args))
+    return Output(None, "scheduler stopped", {"stopped": True})
+
+
+def run_agent(args: argparse.Namespace) -> Output:
+    api.agent(**given(AgentOptions, args))
+    return Output(None, "agent stopped", {"stopped": True})
+
+
+def run_agents(args: argparse.Namespace) -> Output:
+    frame = api.agents(**given(AgentsOptions, args))
+    return Output(frame, display.Table(frame, f"mlms agents of {args.on}", empty="no mlms agents are connected"),
+                  display.records(frame))
 
 
 def run_history(args: argparse.Namespace) -> Output:
@@ -283,7 +314,8 @@ def run_trust(args: argparse.Namespace) -> Output:
 RUNNERS: dict[str, Callable[[argparse.Namespace], Output]] = {
     "models": run_models, "eval": run_eval, "history": run_history, "convert": run_convert,
     "layers": run_layers, "roofline": run_roofline, "compare": run_compare, "diverge": run_diverge,
-    "timeline": run_timeline, "report": run_report, "trust": run_trust,
+    "timeline": run_timeline, "report": run_report, "trust": run_trust, "scheduler": run_scheduler,
+    "agent": run_agent, "agents": run_agents,
 }
 
 

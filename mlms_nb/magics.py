@@ -75,6 +75,9 @@ class MlmsMagics(Magics):
         verb = words[0]
         if verb not in VERBS:
             raise UsageError(f"%mlms: unknown verb {verb!r}; the verbs are {', '.join(VERBS)} (`%mlms --help`)")
+        if verb in ("agent", "scheduler"):  # they serve until stopped: the kernel would do nothing else
+            raise UsageError(f"%mlms {verb} runs until it is stopped, which would hold this kernel: start it in a "
+                             f"terminal (`mlms {verb} ...`) or with subprocess (example_notebooks/08_agents.ipynb)")
         parser = verb_parser(verb)
         if _wants_help(words[1:]):
             print(parser.format_help())
@@ -101,7 +104,9 @@ class MlmsMagics(Magics):
         if verb == "eval" and out.exit_code:  # an error, timeout, crash or stop signal in a framework, or not stored
             display(out)
             kept = f" (it is in `{args.save}`)" if args.save else ""
-            missing = "; ".join(out.value.missing()) or "; ".join(w for w in out.value.warnings if "not saved" in w)
+            runs = out.value if isinstance(out.value, list) else [out.value]  # --all: one evaluation per agent
+            missing = "; ".join(m for ev in runs for m in ev.missing()) or "; ".join(
+                w for ev in runs for w in ev.warnings if "not saved" in w)
             raise UsageError(f"%mlms {verb}: {missing}; the result above holds what was measured{kept}")
         if args.return_value:
             return out.value

@@ -208,6 +208,42 @@ class Isolation(Options):
         return "process" if self.isolate else "inline"
 
 
+class Tls(Options):
+    """Dask's TLS (``distributed.security.Security``): each side's certificate and key, signed by a CA every side
+    trusts; every connection is then encrypted and addresses start with ``tls://`` (docs/agents.md)."""
+    tls_ca_file: str | None = _opt(None, "TLS: the CA certificate every side trusts (PEM file)", "--tls-ca-file",
+                                   extra={"metavar": "PATH"})
+    tls_cert: str | None = _opt(None, "TLS: this side's certificate (PEM file)", "--tls-cert", extra={"metavar": "PATH"})
+    tls_key: str | None = _opt(None, "TLS: this side's private key (PEM file; not needed when it is in --tls-cert)",
+                               "--tls-key", extra={"metavar": "PATH"})
+
+
+class _AgentsWhere(Options):
+    """The mlms agents (Dask workers started by ``mlms agent``) of the scheduler at ``on`` that satisfy ``where``."""
+    on: str | None = _opt(None, "the mlms agents of the Dask scheduler at this address, e.g. tcp://host:8786 "
+                          "(evaluate: default here)", "--on", extra={"metavar": "ADDRESS"})
+    where: str | None = _opt(None, "what an agent must have, e.g. 'torch>=2.0 device=cpu arch=x86_64 team=vision' "
+                             "(frameworks with version ranges, device, arch, host, name, threads>=N, cores>=N, "
+                             "memory>=SIZE, labels key=value)", "--where", extra={"metavar": "CONSTRAINTS"})
+
+
+class _Agents(_AgentsWhere):
+    """Where to evaluate: on one (or every) agent of the scheduler at ``on`` that satisfies ``where``."""
+    all_agents: bool = _opt(False, "run on every matching agent in parallel, one evaluation each", "--all")
+
+    @model_validator(mode="after")
+    def _needs_on(self) -> "_Agents":
+        for name in ("where", "all_agents", "tls_ca_file", "tls_cert", "tls_key"):
+            if getattr(self, name) and not self.on:
+                raise ValueError(f"{spell(name, getattr(self, name)) if name != 'all_agents' else spell_on(name)} "
+                                 f"chooses among agents: add {spell('on', 'tcp://host:8786')}, the scheduler's address")
+        return self
+
+
+class Remote(Tls, _Agents):
+    """On which agents to evaluate (``on``, ``where``, ``all_agents``), and the TLS files to reach them."""
+
+
 def _frameworks(value: Any) -> list[str]:
     items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value or [])
     names = [canonical_framework(str(v)) for v in items if str(v).strip()]
@@ -244,6 +280,7 @@ class EvaluateOptions(Options):
     tracing: Tracing = Field(default_factory=Tracing)
     timing: Timing = Field(default_factory=Timing)
     isolation: Isolation = Field(default_factory=Isolation)
+    remote: Remote = Field(default_factory=Remote)
     limit: int | None = _opt(None, "use at most this many dataset inputs", "--limit", "inputs", ge=1)
     keep_probabilities: bool = _opt(False, "keep every input's class probabilities (Evaluation.probabilities)")
     capture_outputs: str = _opt("summary", "what Evaluation.outputs keeps of every output: none, summary (shape, min, "
@@ -307,12 +344,16 @@ class EvaluateOptions(Options):
     def _server_needs_a_rate(self) -> "EvaluateOptions":
         if self.scenario == "server" and self.timing.target_qps is None:
             raise ValueError(f"the server scenario needs a target rate: {spell('target_qps')} (queries per second)")
+        if self.remote.on and self.isolation.isolate:
+            raise ValueError(f"{spell_on('isolate')} runs each framework in a worker process here; with "
+                             f"{spell('on', self.remote.on)} it runs on an agent: use one or the other")
         return self
 
     def record(self) -> dict:
         """What `Evaluation.options` keeps: the options that shape the numbers, flat, plus how it was run."""
         flat = self.flat()
-        for name in ("framework", "keep_probabilities", "trust", "progress", "history"):
+        for name in ("framework", "keep_probabilities", "trust", "progress", "history", "on", "where", "all_agents",
+                     "tls_ca_file", "tls_cert", "tls_key"):
             flat.pop(name)
         if flat.get("dataset") is not None and not isinstance(flat["dataset"], str):  # a Python object: its name
             flat["dataset"] = str(getattr(flat["dataset"], "name", None) or f"python:{type(flat['dataset']).__name__}")
@@ -372,8 +413,61 @@ class RooflineOptions(Options):
     device: str | None = _opt(None, "the device whose ceilings to use (default: the evaluation's)", "--device")
 
 
-MODELS: tuple[type[Options], ...] = (EvaluateOptions, Timing, Tracing, Isolation, DivergeOptions, HistoryOptions, LayersOptions,
-                                      RooflineOptions)
+class _Scheduler(Options):
+    host: str | None = _opt(None, "the interface to listen on (default: 127.0.0.1 for the scheduler; for an agent, "
+                            "the one that reaches the scheduler)", "--host")
+    port: int = _opt(8786, "the port to listen on (0: any free port)", "--port", ge=0, le=65535)
+
+
+class SchedulerOptions(Tls, _Scheduler):
+    """See :func:`mlms_nb.scheduler`."""
+
+
+class _Agent(Options):
+    scheduler: str | None = _opt(None, "the Dask scheduler's address, e.g. tcp://host:8786", "--scheduler",
+                                 extra={"metavar": "ADDRESS"})
+    name: str | None = _opt(None, "the agent's name (default: HOST-Nt)", "--name")
+    labels: dict[str, str] | None = _opt(None, "labels an evaluation's --where can ask for, e.g. team=vision,site=lab",
+                                  "--labels", extra={"metavar": "K=V,...", "python_type": "str | dict[str, str]"})
+    nthreads: int = _opt(1, "intra-op threads a model gets on this agent unless the evaluation sets --threads (the "
+                         "agent runs one evaluation at a time)", "--nthreads", "threads", ge=1)
+    serves: list[str] | None = _opt(None, "serve only these frameworks, e.g. torch (default: every one installed)",
+                                    "--frameworks", extra={"metavar": "NAMES", "python_type": "str | Iterable[str] | None"})
+    traces: str | None = _opt(None, "a folder every agent and the notebook share: the agent writes the traces it "
+                              "records there, and the history records where (default: traces travel back)", "--traces",
+                              extra={"metavar": "DIR"})
+    host: str | None = _Scheduler.model_fields["host"]
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels(cls, value: Any) -> dict[str, str]:
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        labels = {}
+        for word in (w.strip() for w in str(value or "").replace(" ", ",").split(",")):
+            key, eq, text = word.partition("=")
+            if word and not (eq and key and text):
+                raise ValueError(f"{word!r} is not key=value, e.g. team=vision,site=lab")
+            if word:
+                labels[key] = text
+        return labels
+
+    @field_validator("serves", mode="before")
+    @classmethod
+    def _serves(cls, value: Any) -> list[str] | None:
+        return None if value is None else _frameworks(value)
+
+
+class AgentOptions(Tls, _Agent):
+    """See :func:`mlms_nb.agent`."""
+
+
+class AgentsOptions(Tls, _AgentsWhere):
+    """See :func:`mlms_nb.agents`."""
+
+
+MODELS: tuple[type[Options], ...] = (EvaluateOptions, Timing, Tracing, Isolation, Remote, DivergeOptions, HistoryOptions,
+                                      LayersOptions, RooflineOptions, SchedulerOptions, AgentOptions, AgentsOptions)
 
 
 # ---------------------------------------------------------------------------------------------- fields, flat

@@ -71,3 +71,30 @@ def test_byom_guide_runs(tmp_path, mlms_home, monkeypatch):
     assert three.frameworks == ["torch", "onnxruntime", "tensorflow"]
     assert (three.predictions.pivot(index="input_id", columns="framework", values="top1").nunique(axis=1) == 1).all()
     assert set(namespace["d"].first_divergent_layer.values()) == {None}
+
+
+def test_agents_guide_names_only_real_flags_and_keywords():
+    """docs/agents.md: every ``mlms VERB --flag`` in its shell blocks is a flag of that verb, every keyword of its
+    Python calls is a parameter of the function, and its Python blocks compile (running them needs a cluster:
+    tests/test_agents.py and example_notebooks/08_agents.ipynb do)."""
+    import inspect
+
+    import mlms_nb
+    from mlms_nb.commands import cli_parser
+
+    text = (DOCS / "agents.md").read_text(encoding="utf-8")
+    verbs = cli_parser()._subparsers._group_actions[0].choices
+    shell = "\n".join(re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M))
+    tls = re.search(r'TLS="([^"]*)"', shell).group(1)
+    calls = [line.replace("$TLS", tls).split("#")[0].split()[1:] for line in shell.splitlines()
+             if line.startswith("mlms ")]
+    assert len(calls) >= 10
+    for words in calls:
+        flags = {f for action in verbs[words[0]]._actions for f in action.option_strings}
+        assert {w for w in words if w.startswith("--")} <= flags, words
+    for block in _python_blocks(DOCS / "agents.md"):
+        compile(block, "docs/agents.md", "exec")
+    for name, keywords in re.findall(r"mlms_nb\.(\w+)\(([^)]*)\)", text):
+        params = inspect.signature(getattr(mlms_nb, name)).parameters
+        given = re.findall(r"(\w+)=", re.sub(r'"[^"]*"', '""', keywords))  # keywords outside quoted text
+        assert set(given) <= set(params), (name, keywords)

@@ -1,5 +1,6 @@
 """The history store's Alembic migrations (mlms_nb/store/migrations): a store written by mlms-nb at 39ff0c1 (before
-the migrations existed) opens, is upgraded in place and reads back; a new store gets exactly the tables
+the migrations existed) opens, is upgraded in place and reads back; so does one of the previous revision, on SQLite
+and on a real PostgreSQL server (tests/pg_support.py); a new store gets exactly the tables
 mlms_nb.store.tables declares; a store from a newer mlms-nb is refused with a sentence."""
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import sqlalchemy as sa
 
+from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.store.db import HistoryError
 from mlms_nb.store.history import HistoryStore
 from mlms_nb.store.migrate import head
@@ -114,3 +117,52 @@ def test_a_store_from_a_newer_mlms_nb_is_refused(tmp_path):
     db_module.tables_ready.clear()  # as a new process would
     with pytest.raises(HistoryError, match="newer mlms-nb .*upgrade mlms-nb"):
         HistoryStore(f"sqlite:///{path}")
+
+
+def store_at(url: str, revision: str) -> None:
+    """A store as the mlms-nb of schema ``revision`` made it: its migrations run up to there, and no further."""
+    from alembic.config import Config
+    from alembic.runtime.environment import EnvironmentContext
+
+    from mlms_nb.store.migrate import MIGRATIONS, script_directory
+
+    script, config = script_directory(), Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        with EnvironmentContext(config, script, fn=lambda rev, ctx: script._upgrade_revs(revision, rev)) as env:
+            env.configure(connection=conn, render_as_batch=True)
+            env.run_migrations()
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'previous.sqlite'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def test_a_store_of_the_previous_schema_opens_after_migration(empty_url, real_evaluation):
+    """The revision before the newest (0003: no ``agent`` column), on SQLite and on a real PostgreSQL server; a
+    row it holds reads back and the migrated store records which agent measured a new row."""
+    store_at(empty_url, "0003")
+    engine = sa.create_engine(empty_url)
+    with engine.begin() as conn:
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+        assert "agent" not in {c["name"] for c in sa.inspect(conn).get_columns("evaluations")}
+        row = HistoryStore._row(real_evaluation, "torch")
+        row.pop("agent")
+        conn.execute(sa.table("evaluations", *(sa.column(k) for k in row)).insert().values(**row))
+    engine.dispose()
+    store = HistoryStore(empty_url)
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == head() != "0003"
+    old = store.load(real_evaluation.id)
+    assert old.latency.equals(real_evaluation.latency) and store.query()["agent"].isna().all()
+    remote = Evaluation.from_json(real_evaluation.to_json())
+    remote.id = "a" * 32
+    remote.stack["agent"] = {"name": "b2", "address": "tcp://10.0.0.2:40000"}
+    store.keep(remote, "torch")
+    rows = store.query().set_index("evaluation_id")
+    assert rows.loc[remote.id, "agent"] == "b2 at tcp://10.0.0.2:40000" and pd.isna(rows.loc[real_evaluation.id, "agent"])

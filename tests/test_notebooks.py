@@ -120,3 +120,20 @@ def test_07_bring_your_own_model(shared_home):
     for fw in ("torch", "onnxruntime", "tensorflow"):
         assert int(text_of(code[4]).split(f"{fw}: ")[1].split()[0]) >= 5  # layer spans of a FRAMEWORK trace
     assert "'torch~onnxruntime': None, 'torch~tensorflow': None, 'onnxruntime~tensorflow': None" in text_of(code[5])
+
+
+@pytest.mark.slow  # a scheduler and two agents start (~3 s CPU each); each agent loads efficientnet_lite0 in torch
+def test_08_agents(shared_home):
+    pytest.importorskip("distributed", reason="agents need Dask distributed: pip install -e '.[distributed]'")
+    nb = run_notebook("08_agents.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "scheduler at tcp://127.0.0.1:" in text_of(code[0])
+    listing = text_of(code[1])
+    assert "one-thread" in listing and "two-threads" in listing
+    runs = text_of(code[2])
+    assert "one-thread | on mlms agent one-thread" in runs and "threads: 2" in runs
+    assert "identical top-1 on both agents: True" in text_of(code[3])
+    assert any(o.get("data", {}).get("image/png") for o in code[4].outputs) and "latency_ratio" in text_of(code[4])
+    assert "p_value" in text_of(code[5])
+    assert text_of(code[6]).count(" at tcp://127.0.0.1:") >= 2  # the history's agent column
+    assert "stopped" in text_of(code[-1])

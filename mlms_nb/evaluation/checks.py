@@ -17,10 +17,11 @@ class ResourceError(MlmsError):
 
 
 def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, launcher: str) -> None:
-    check_batch_memory(manifests, options)
+    if launcher != "dask":  # an agent's memory is not this machine's
+        check_batch_memory(manifests, options)
     check_python_dataset(manifests, options, launcher)
-    if options.isolation.call_timeout_s is not None and launcher == "inline":
-        check_cancellable(manifests, options)
+    if options.isolation.call_timeout_s is not None and launcher in ("inline", "dask"):
+        check_cancellable(manifests, options, on_agent=launcher == "dask")
 
 
 def batch_bytes(manifest: Manifest, batch_size: int) -> int:
@@ -58,12 +59,16 @@ def check_batch_memory(manifests: list[Manifest], options: EvaluateOptions) -> N
         "use smaller batch sizes")
 
 
-def check_cancellable(manifests: list[Manifest], options: EvaluateOptions) -> None:
-    """A per-call timeout in this process stops only calls the predictor can cancel."""
+def check_cancellable(manifests: list[Manifest], options: EvaluateOptions, on_agent: bool = False) -> None:
+    """A per-call timeout in this process (or an agent's) stops only calls the predictor can cancel."""
     from mlms_nb.frameworks import get_predictor_class
 
     for manifest in manifests:
         fw = manifest.framework.name
+        if not getattr(get_predictor_class(fw), "cancellable", False) and on_agent:
+            raise MlmsError(f"{spell('call_timeout_s', options.isolation.call_timeout_s)} cannot stop a {fw} call on "
+                            "an agent (only ONNX Runtime can cancel one): leave the timeout out, or run it here with "
+                            f"{spell_on('isolate')}")
         if not getattr(get_predictor_class(fw), "cancellable", False):
             raise MlmsError(
                 f"{spell('call_timeout_s', options.isolation.call_timeout_s)} cannot stop a {fw} call inside this "

@@ -27,7 +27,6 @@ from mlms_nb.launchers import Launcher, Limits, Outcome, StopRequested, Work, ge
 from mlms_nb.launchers.stopping import deferred, stop_signals
 from mlms_nb.manifest import Manifest, canonical_framework, find_manifest
 from mlms_nb.options import EvaluateOptions, spell
-from mlms_nb.stack import detect_stack
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +82,7 @@ class EvaluationRunner:
         evaluation = Evaluation(
             model=first.name, model_version=first.version, frameworks=frameworks,
             manifests={m.framework.name: m.to_dict() for m in self.manifests},
-            stack=detect_stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe()})
+            stack=self.launcher.stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe()})
         assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario, metrics=self.metrics)
         progress = ProgressDisplay(first.name, opts.progress)
         stop: BaseException | None = None

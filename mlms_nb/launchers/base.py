@@ -111,6 +111,13 @@ class Launcher(ABC):
         Returns how it ended; raises ``KeyboardInterrupt`` / :class:`StopRequested` when the user stopped it, after
         every record measured before the stop has reached ``on_record``."""
 
+    def stack(self, frameworks: list[str]) -> dict:
+        """The stack the work runs on (:func:`mlms_nb.stack.detect_stack`): this machine's, unless the launcher
+        runs it elsewhere (an agent's)."""
+        from mlms_nb.stack import detect_stack
+
+        return detect_stack(frameworks)
+
     @abstractmethod
     def describe(self) -> str:
         """Where the work runs, in words (``Evaluation.options["isolation"]``)."""

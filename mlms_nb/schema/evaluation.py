@@ -266,6 +266,7 @@ HISTORY = FrameSchema("history", (
     Column("top1", "float64", "fraction", "top-1 accuracy (0..1)"),
     Column("top5", "float64", "fraction", "top-5 accuracy (0..1)"),
     Column("median_ms", "float64", "ms", "median latency at the smallest batch size"),
+    Column("agent", "str", "", "the mlms agent that measured it (name at address); missing when measured by the caller"),
 ), key=("id",))
 
 FRAMES: dict[str, FrameSchema] = {s.name: s for s in (LATENCY, COLD_START, FULL_PASS, ACCURACY, PREDICTIONS,

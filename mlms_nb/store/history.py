@@ -198,6 +198,7 @@ class HistoryStore:
         if dataset is None and not acc.empty and "dataset" in acc:
             dataset = acc["dataset"].iloc[0]
         version = software.get(framework)
+        agent = (evaluation.stack or {}).get("agent") or {}
         outcome = (evaluation.outcomes or {}).get(framework)
         if outcome:
             status, reason = outcome.get("status"), outcome.get("reason")
@@ -220,6 +221,7 @@ class HistoryStore:
             "top1": top1,
             "top5": top5,
             "median_ms": median,
+            "agent": f"{agent.get('name')} at {agent.get('address')}"[:300] if agent else None,
             "payload": part.to_json(),
         }
 

@@ -53,11 +53,14 @@ class HistoryKeeper:
         self._write_fallback(evaluation)
 
     def finish(self, evaluation: Evaluation) -> None:
-        """Traces saved and listed, ``history_ids`` set (the rows were kept as measured); or the fallback named."""
+        """Traces saved and listed (where an agent wrote one to a shared folder, that path), ``history_ids`` set
+        (the rows were kept as measured); or the fallback named."""
         if self.error is None and self.store is not None:
             try:
                 for fw, trace in evaluation.traces.items():
-                    path = trace.save(mlms_home() / "traces" / evaluation.id / fw)
+                    shared = trace.metadata.get("saved_to")  # an agent wrote it to a folder every reader shares
+                    path = shared if shared and Path(shared).exists() else \
+                        trace.save(mlms_home() / "traces" / evaluation.id / fw)
                     self.store.add_trace(evaluation.id, trace.trace_id or f"{evaluation.id}-{fw}", "parquet",
                                          path=str(path))
             except Exception as err:  # noqa: BLE001

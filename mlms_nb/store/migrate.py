@@ -38,8 +38,11 @@ def recognise(conn: sa.Connection) -> str | None:
         return None
     if "machine_ceilings" in tables or "blob" in {c["name"] for c in inspector.get_columns("traces")}:
         return "0001"
-    if "status" not in {c["name"] for c in inspector.get_columns("evaluations")}:
+    columns = {c["name"] for c in inspector.get_columns("evaluations")}
+    if "status" not in columns:
         return "0002"
+    if "agent" not in columns:
+        return "0003"
     return head()
 
 

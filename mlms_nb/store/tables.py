@@ -36,6 +36,7 @@ evaluations = Table(
     Column("top1", Float),
     Column("top5", Float),
     Column("median_ms", Float),  # at the smallest batch size
+    Column("agent", String(300)),  # the mlms agent that measured it: "NAME at ADDRESS" (NULL: the caller's process)
     Column("payload", LongText, nullable=False),  # that framework's Evaluation JSON
     UniqueConstraint("evaluation_id", "framework", name="uq_evaluations_evaluation_framework"),
 )
