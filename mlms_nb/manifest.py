@@ -28,11 +28,11 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from mlms_nb import _manifest_checks as checks
 from mlms_nb._manifest_fields import (ASSET_FIELDS, FRAMEWORK_ALIASES, FRAMEWORKS, MAX_NAME, MAX_URI, NAME_PATTERN,
-                               POSTPROCESS_OPS, PREPROCESS_OPS, STEP_ARGS, CenterCropArgs, ChunkArgs, CodeArgs, DecodeArgs, DecodeAudioArgs,
-                               FrameworkOptions, FrameworkSpec, InputSpec, ModelSpec, NormalizeArgs, OutputSpec, ResizeArgs,
-                               ResizeFitArgs, SoftmaxArgs, Step, ToLayoutArgs, TokenizeArgs, TopKArgs,
-                               _errors, _problems, _Strict, _text,
-                               canonical_framework, parse_version)
+                                     FrameworkOptions, FrameworkSpec, InputSpec, ModelSpec, OutputSpec, _errors,
+                                     _problems, _Strict, _text, canonical_framework, parse_version)
+from mlms_nb._manifest_steps import (POSTPROCESS_OPS, PREPROCESS_OPS, STEP_ARGS, CenterCropArgs, ChunkArgs, CodeArgs,
+                                    DecodeArgs, DecodeAudioArgs, NormalizeArgs, ResizeArgs, ResizeFitArgs, SoftmaxArgs,
+                                    Step, ToLayoutArgs, TokenizeArgs, TopKArgs)
 from mlms_nb._manifest_fields import labels_file, shipped_labels
 from mlms_nb._manifest_yaml import read_manifest_yaml
 from mlms_nb.errors import ManifestError, UnknownModelError

@@ -2,7 +2,8 @@
 
 `Preprocessor` turns one image (a path, a ``PIL.Image`` or an HWC ``uint8`` array) into the model's
 input tensor, without the batch dimension, shaped exactly as ``manifest.inputs[0].dimensions``.
-`Postprocessor` turns a batch of model outputs (logits) into probabilities and the top-k classes.
+`Postprocessor` (:mod:`mlms_nb.data.postprocess`, re-exported here) turns a batch of model outputs (logits) into
+probabilities and the top-k classes; code steps run through :mod:`mlms_nb.data.code_steps` (trusted only).
 
 Preprocess steps, in the order the manifest lists them:
 
@@ -42,23 +43,22 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 import numpy as np
 from PIL import Image
 
 from mlms_nb._manifest_checks import MAX_IMAGE_SIDE
-from mlms_nb.errors import DatasetError, ManifestError, MlmsError, UntrustedError
-from mlms_nb.trust import require_trust
+from mlms_nb.errors import DatasetError, ManifestError
+from mlms_nb.data.code_steps import UntrustedCodeError, check_code, compile_code  # noqa: F401  (re-exported)
+from mlms_nb.data.postprocess import DEFAULT_TOP_K, Postprocessor, Prediction, softmax, top_k  # noqa: F401  (re-exported)
 from mlms_nb.manifest import (CenterCropArgs, DecodeArgs, Manifest, NormalizeArgs, ResizeArgs, ResizeFitArgs,
-                              SoftmaxArgs, Step, ToLayoutArgs, TopKArgs)
+                              Step, ToLayoutArgs)
 
 ImageLike = Union[str, "os.PathLike[str]", Image.Image, np.ndarray]
 
 #: The fraction of the resized image that the center crop keeps when no steps are listed (ImageNet's 224/256).
 CROP_FRACTION = 0.875
-DEFAULT_TOP_K = 5
 #: The most pixels one resize may produce (2 x 4096^2): a ``size`` of one int keeps the aspect ratio, so a
 #: very wide image would otherwise grow without bound. Manifests bound every size to 4096 pixels.
 MAX_RESIZE_PIXELS = 2 * MAX_IMAGE_SIDE ** 2
@@ -72,36 +72,12 @@ _INTERPOLATION = {
 _PIL_MODE = {"RGB": "RGB", "BGR": "RGB", "GRAY": "L"}
 
 
-class UntrustedCodeError(UntrustedError):
-    """A manifest has ``code`` steps, the caller did not pass ``trust=True`` and the manifest file is not trusted."""
-
-
 class ImageDecodeError(DatasetError):
     """One image could not be read or decoded (datasets skip it and record why)."""
 
 
 class ImageTooLargeError(ImageDecodeError):
     """Resizing one image would exceed `MAX_RESIZE_PIXELS` (datasets skip it and record why)."""
-
-
-def _check_code(manifest: Manifest, where: str, trust: bool) -> None:
-    """Code steps run with this run's trust, or when the manifest file is trusted (:mod:`mlms_nb.trust`)."""
-    try:
-        require_trust(manifest.source, "code", trust, f"manifest {manifest.key} (a code step in {where})")
-    except UntrustedError as err:
-        raise UntrustedCodeError(str(err)) from None
-
-
-def _compile_code(source: str, manifest: Manifest, where: str) -> Callable[[Any], Any]:
-    namespace: dict[str, Any] = {"np": np, "numpy": np, "__name__": f"mlms_manifest_{where}"}
-    try:
-        exec(compile(source, f"<{manifest.key} {where} code>", "exec"), namespace)  # noqa: S102 - trusted by the caller
-    except SyntaxError as err:
-        raise ManifestError(f"{where}: code step is not valid Python (line {err.lineno}: {err.msg})") from None
-    process = namespace.get("process")
-    if not callable(process):
-        raise ManifestError(f"{where}: code step must define a function process(x)")
-    return process
 
 
 def _pair(size: int | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -127,13 +103,13 @@ class Preprocessor:
         self.dtype = np.dtype(self.input.element_type)
         steps = list(manifest.preprocess) or self.default_steps(manifest)
         if any(s.op == "code" for s in steps):
-            _check_code(manifest, "preprocess", trust)
+            check_code(manifest, "preprocess", trust)
         #: True when each dataset item becomes ordered chunks (a chunk step): one model call per chunk
         self.chunked = any(s.op == "chunk" for s in steps)
         self._tokenize = None
         if self.input.type in ("audio", "text"):
             self.steps = steps
-            self._code = {i: _compile_code(s.args.source, manifest, f"preprocess[{i}]")
+            self._code = {i: compile_code(s.args.source, manifest, f"preprocess[{i}]")
                           for i, s in enumerate(steps) if s.op == "code"}
             tokenize = next((s for s in steps if s.op == "tokenize"), None)
             if tokenize is not None:
@@ -148,7 +124,7 @@ class Preprocessor:
             if step.op == "decode" and i != 0:
                 raise ManifestError(f"preprocess[{i}]: decode must be the first step")
         self.steps: list[Step] = steps
-        self._code = {i: _compile_code(s.args.source, manifest, f"preprocess[{i}]")
+        self._code = {i: compile_code(s.args.source, manifest, f"preprocess[{i}]")
                       for i, s in enumerate(steps) if s.op == "code"}
 
     @staticmethod
@@ -375,78 +351,3 @@ def _reason(err: BaseException) -> str:
     if isinstance(err, FileNotFoundError):
         return "no such file"
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-# ---------------------------------------------------------------- postprocessing
-
-@dataclass
-class Prediction:
-    """Probabilities ``(N, C)`` float32 and the top-k classes ``(N, k)``, highest first."""
-    probabilities: np.ndarray
-    top_k_indices: np.ndarray
-    top_k_probabilities: np.ndarray
-
-    @property
-    def top1(self) -> np.ndarray:
-        return self.top_k_indices[:, 0]
-
-    def __len__(self) -> int:
-        return int(self.probabilities.shape[0])
-
-
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Numerically stable softmax in float32 (the max is subtracted first); NaN rows stay NaN."""
-    x = np.asarray(x, dtype=np.float32)
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    np.exp(shifted, out=shifted)
-    shifted /= np.sum(shifted, axis=axis, keepdims=True)
-    return shifted
-
-
-def top_k(probabilities: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` largest entries of each row, highest first (ties: lower index first)."""
-    k = max(1, min(int(k), probabilities.shape[1]))
-    order = np.argsort(-probabilities, axis=1, kind="stable")[:, :k].astype(np.int64)
-    return order, np.take_along_axis(probabilities, order, axis=1)
-
-
-class Postprocessor:
-    """A batch of model outputs ``(N, C)`` (logits) -> `Prediction`, following ``manifest.postprocess``."""
-
-    def __init__(self, manifest: Manifest, trust: bool = False):
-        self.manifest = manifest
-        self.trust = trust
-        #: False for a tensor output with no postprocess steps listed: nothing to run (no softmax on a feature map)
-        self.active = bool(manifest.postprocess) or manifest.outputs[0].type != "tensor"
-        steps = list(manifest.postprocess) or ([Step(op="softmax", args=SoftmaxArgs()),
-                                                Step(op="top_k", args=TopKArgs(k=DEFAULT_TOP_K))] if self.active else [])
-        if any(s.op == "code" for s in steps):
-            _check_code(manifest, "postprocess", trust)
-        self.steps: list[Step] = steps
-        self.k = next((s.args.k for s in reversed(steps) if s.op == "top_k"), DEFAULT_TOP_K)
-        self._code = {i: _compile_code(s.args.source, manifest, f"postprocess[{i}]")
-                      for i, s in enumerate(steps) if s.op == "code"}
-
-    def __repr__(self) -> str:
-        return f"Postprocessor({self.manifest.key}, steps=[{', '.join(s.op for s in self.steps)}], k={self.k})"
-
-    def __call__(self, outputs: np.ndarray) -> Prediction:
-        x = np.asarray(outputs)
-        if x.ndim == 1:
-            x = x[None]
-        elif x.ndim > 2:
-            x = x.reshape(x.shape[0], -1)
-        x = x.astype(np.float32, copy=False)
-        for i, step in enumerate(self.steps):
-            if step.op == "softmax":
-                x = softmax(x, axis=step.args.axis)
-            elif step.op == "code":
-                x = np.asarray(self._code[i](x), dtype=np.float32)
-                if x.ndim == 1:
-                    x = x[None]
-        if x.ndim != 2:
-            raise MlmsError(f"{self.manifest.key}: postprocessing expects outputs shaped (N, classes), "
-                            f"got {list(x.shape)}")
-        indices, probs = top_k(x, self.k)
-        return Prediction(probabilities=np.ascontiguousarray(x, dtype=np.float32), top_k_indices=indices,
-                          top_k_probabilities=np.ascontiguousarray(probs, dtype=np.float32))
