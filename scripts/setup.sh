@@ -18,11 +18,12 @@ else
 Node.js >= 20.19 (Debian: apt-get install nodejs npm)" >&2
   touch labextension/src/index.ts  # the builder rebuilds only when a source is newer than the build
 fi
-# torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out.
-.venv/bin/python -m pip install -q -e '.[all,dev]'
+# torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out. --no-compile: byte-compiling every
+# file of TensorFlow, torch and the rest takes most of a minute; Python compiles the modules it imports on first use.
+.venv/bin/python -m pip install -q --no-compile -e '.[all,dev]'
 [ -n "${HATCH_JUPYTER_BUILDER_SKIP_NPM:-}" ] || echo "$labext_sha" > labextension/build/sources.sha256
 # foolbox only carries the 20 labeled ImageNet photos (imagenet-samples); its dependencies are not needed.
-.venv/bin/python -m pip install -q --no-deps 'foolbox==3.3.4'
+.venv/bin/python -m pip install -q --no-compile --no-deps 'foolbox==3.3.4'
 # the kernel the example notebooks run on
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 # Debian's chromium: the timeline tests and benchmark render pages in it headless, and PDF reports are printed by it
