@@ -16,14 +16,15 @@ efficientnet_lite0 --to onnxruntime``).
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
-
-import pandas as pd
+from pathlib import Path
 
 import mlms_nb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launchers import summarize  # noqa: E402  (the same summary as benchmarks/launchers.py)
 
 LAUNCHERS = ("inline", "process", "dask")
 
@@ -76,24 +77,7 @@ def main() -> None:
             proc.terminate()
         for proc in (agent, scheduler):
             proc.wait(timeout=60)
-    frame = pd.DataFrame(rows)
-    table = frame.groupby(["batch_size", "launcher"])[["throughput_per_s", "median_ms"]].median().unstack("launcher")
-    pd.set_option("display.width", 200)
-    print(f"{args.model} in {args.framework}, {args.rounds} interleaved rounds, threads={args.threads}, "
-          f"min_time_s={args.min_time}; medians over rounds")
-    print(table.to_string(float_format=lambda v: f"{v:.2f}"))
-    for launcher in ("process", "dask"):
-        ratio = table[("throughput_per_s", launcher)] / table[("throughput_per_s", "inline")]
-        for b, value in ratio.items():
-            print(f"batch size {b}: throughput {launcher} / inline = {value:.3f} (target >= 0.95)")
-    spread = frame.groupby(["batch_size", "launcher"])["throughput_per_s"].agg(lambda s: statistics.pstdev(s))
-    print("throughput spread over rounds (population std, inputs/s):", spread.round(2).to_dict())
-    print({k: f"evaluation wall time median {statistics.median(v):.2f} s" for k, v in walls.items()})
-    first_acc, first_preds = accuracy["inline"][0]
-    identical = all(acc == first_acc and preds.equals(first_preds) for runs in accuracy.values()
-                    for acc, preds in runs)
-    print(f"accuracy {first_acc}: identical predictions (class and probability) in every run of every launcher: "
-          f"{identical}")
+    summarize(args, rows, walls, accuracy, compared=("process", "dask"))
 
 
 if __name__ == "__main__":

@@ -48,22 +48,29 @@ def main() -> None:
                              "throughput_per_s": r["throughput_per_s"], "median_ms": r["median_ms"]})
             preds = ev.predictions[["input_id", "top1", "top1_prob"]].reset_index(drop=True)
             accuracy.setdefault(launcher, []).append((ev.accuracy[["top1", "top5"]].to_dict("records"), preds))
+    summarize(args, rows, walls, accuracy, compared=("process",))
+
+
+def summarize(args, rows: list[dict], walls: dict, accuracy: dict, compared: tuple[str, ...]) -> None:
+    """Print the medians over rounds per batch size and launcher, each ``compared`` launcher's throughput ratio to
+    inline, the spread over rounds, the wall times and whether every run's predictions were identical."""
     frame = pd.DataFrame(rows)
     table = frame.groupby(["batch_size", "launcher"])[["throughput_per_s", "median_ms"]].median().unstack("launcher")
-    ratio = table[("throughput_per_s", "process")] / table[("throughput_per_s", "inline")]
     pd.set_option("display.width", 200)
     print(f"{args.model} in {args.framework}, {args.rounds} interleaved rounds, threads={args.threads}, "
           f"min_time_s={args.min_time}; medians over rounds")
     print(table.to_string(float_format=lambda v: f"{v:.2f}"))
-    for b, value in ratio.items():
-        print(f"batch size {b}: throughput process / inline = {value:.3f} (target >= 0.95)")
+    for launcher in compared:
+        ratio = table[("throughput_per_s", launcher)] / table[("throughput_per_s", "inline")]
+        for b, value in ratio.items():
+            print(f"batch size {b}: throughput {launcher} / inline = {value:.3f} (target >= 0.95)")
     spread = frame.groupby(["batch_size", "launcher"])["throughput_per_s"].agg(lambda s: statistics.pstdev(s))
     print("throughput spread over rounds (population std, inputs/s):", spread.round(2).to_dict())
     print({k: f"evaluation wall time median {statistics.median(v):.2f} s" for k, v in walls.items()})
     first_acc, first_preds = accuracy["inline"][0]
     identical = all(acc == first_acc and preds.equals(first_preds) for runs in accuracy.values()
                     for acc, preds in runs)
-    print(f"accuracy {first_acc}: identical predictions (class and probability) in every run of both launchers: "
+    print(f"accuracy {first_acc}: identical predictions (class and probability) in every run of every launcher: "
           f"{identical}")
 
 
