@@ -18,12 +18,14 @@ else
 Node.js >= 20.19 (Debian: apt-get install nodejs npm)" >&2
   touch labextension/src/index.ts  # the builder rebuilds only when a source is newer than the build
 fi
-# torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out. --no-compile: byte-compiling every
-# file of TensorFlow, torch and the rest takes most of a minute; Python compiles the modules it imports on first use.
+# torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out. pip would byte-compile every file
+# of TensorFlow, torch and the rest on one core (most of a minute and a half); compileall below does it on all cores.
+# Compiled ahead either way: where PYTHONDONTWRITEBYTECODE is set, nothing compiled later is kept.
 .venv/bin/python -m pip install -q --no-compile -e '.[all,dev]'
 [ -n "${HATCH_JUPYTER_BUILDER_SKIP_NPM:-}" ] || echo "$labext_sha" > labextension/build/sources.sha256
 # foolbox only carries the 20 labeled ImageNet photos (imagenet-samples); its dependencies are not needed.
 .venv/bin/python -m pip install -q --no-compile --no-deps 'foolbox==3.3.4'
+.venv/bin/python -m compileall -q -j 0 .venv/lib/python3*/site-packages >/dev/null 2>&1 || true  # a few packages ship files for other Pythons
 # the kernel the example notebooks run on
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 # Debian's chromium: the timeline tests and benchmark render pages in it headless, and PDF reports are printed by it
