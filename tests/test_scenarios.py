@@ -42,7 +42,9 @@ def test_fixed_and_auto_warmup():
 
 
 def test_server_meets_bound_when_underloaded_and_queues_when_overloaded():
-    cfg = Timing(warmup=0, min_repeats=40, min_time_s=0.3, target_qps=50, latency_bound_ms=20)
+    # 2 ms per query at 50 queries/s never queues; the bound leaves room for a busy machine's scheduling delays (a
+    # 20 ms bound failed when the other test worker held both cores), which stay far below the queueing below
+    cfg = Timing(warmup=0, min_repeats=40, min_time_s=0.3, target_qps=50, latency_bound_ms=200)
     light = run_scenario("server", sleeper(2), BATCH, cfg)
     assert light.extra["meets_bound"] is True
     assert 30 <= light.extra["achieved_qps"] <= 80
