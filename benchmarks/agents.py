@@ -15,7 +15,6 @@ efficientnet_lite0 --to onnxruntime``).
 """
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 import mlms_nb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from launchers import summarize  # noqa: E402  (the same summary as benchmarks/launchers.py)
+from launchers import parse_arguments, summarize  # noqa: E402  (the same command line and summary)
 
 LAUNCHERS = ("inline", "process", "dask")
 
@@ -40,18 +39,7 @@ def start(*args: str) -> tuple[subprocess.Popen, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="efficientnet_lite0")
-    parser.add_argument("--framework", default="onnxruntime")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batch-sizes", default="1,8")
-    parser.add_argument("--min-time", type=float, default=2.0, help="seconds per timed loop")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--limit", type=int, default=20, help="labeled photos scored for accuracy")
-    args = parser.parse_args()
-    options = dict(framework=args.framework, batch_sizes=args.batch_sizes, dataset="imagenet-samples",
-                   limit=args.limit, min_time_s=args.min_time, threads=args.threads, warmup=5, history=False,
-                   progress=False)
+    args, options = parse_arguments(__doc__)
     scheduler, address = start("scheduler", "--port", "0")
     agent, _ = start("agent", "--scheduler", address, "--name", "bench", "--nthreads", str(args.threads))
     try:

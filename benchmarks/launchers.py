@@ -23,18 +23,7 @@ import mlms_nb
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="efficientnet_lite0")
-    parser.add_argument("--framework", default="onnxruntime")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batch-sizes", default="1,8")
-    parser.add_argument("--min-time", type=float, default=2.0, help="seconds per timed loop")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--limit", type=int, default=20, help="labeled photos scored for accuracy")
-    args = parser.parse_args()
-    options = dict(framework=args.framework, batch_sizes=args.batch_sizes, dataset="imagenet-samples",
-                   limit=args.limit, min_time_s=args.min_time, threads=args.threads, warmup=5, history=False,
-                   progress=False)
+    args, options = parse_arguments(__doc__)
     rows, walls, accuracy = [], {"inline": [], "process": []}, {}
     for round_ in range(args.rounds):
         order = ("inline", "process") if round_ % 2 == 0 else ("process", "inline")
@@ -49,6 +38,23 @@ def main() -> None:
             preds = ev.predictions[["input_id", "top1", "top1_prob"]].reset_index(drop=True)
             accuracy.setdefault(launcher, []).append((ev.accuracy[["top1", "top5"]].to_dict("records"), preds))
     summarize(args, rows, walls, accuracy, compared=("process",))
+
+
+def parse_arguments(doc: str) -> tuple[argparse.Namespace, dict]:
+    """The command line of a launcher benchmark, and the evaluate() options every launcher runs with."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--model", default="efficientnet_lite0")
+    parser.add_argument("--framework", default="onnxruntime")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch-sizes", default="1,8")
+    parser.add_argument("--min-time", type=float, default=2.0, help="seconds per timed loop")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--limit", type=int, default=20, help="labeled photos scored for accuracy")
+    args = parser.parse_args()
+    options = dict(framework=args.framework, batch_sizes=args.batch_sizes, dataset="imagenet-samples",
+                   limit=args.limit, min_time_s=args.min_time, threads=args.threads, warmup=5, history=False,
+                   progress=False)
+    return args, options
 
 
 def summarize(args, rows: list[dict], walls: dict, accuracy: dict, compared: tuple[str, ...]) -> None:
