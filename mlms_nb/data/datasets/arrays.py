@@ -144,6 +144,10 @@ class NpzDataset(Dataset):
     def __len__(self) -> int:
         return int(self.shape[0])
 
+    def __getstate__(self) -> dict:
+        """Pickled for a reader process without its memory map (the worker maps the file again)."""
+        return {**self.__dict__, "_map": None}
+
     @property
     def x(self) -> np.ndarray:
         """``x`` memory-mapped (read-only), or loaded whole when the archive compresses it."""
@@ -233,6 +237,7 @@ class IterableDataset(Dataset):
     the data is labeled when the first item is such a pair."""
 
     kind = "input"
+    process_readable = False  # its items come from an iterator in this process
 
     def __init__(self, source: Iterable | Callable[[], Iterable], name: str | None = None):
         super().__init__()
