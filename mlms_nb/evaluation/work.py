@@ -103,7 +103,8 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         full, accuracy = run_full_pass(predict, manifest, dataset, preprocess,
                                        1 if one_by_one else max(opts.batch_sizes), limit=opts.limit,
                                        keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
-                                       recorder=recorder if recorder.enabled else None)
+                                       recorder=recorder if recorder.enabled else None, reader=opts.reader,
+                                       note=lambda text: emit(Note(fw, f"{fw}: {text}")))
         if dataset.skipped:
             emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
                           + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
