@@ -54,6 +54,15 @@ def _context():
     return ctx
 
 
+def start_server() -> None:
+    """Start the fork server in the background (a clean interpreter importing `PRELOAD`, ~1-2 s once per process),
+    so that the first stream's workers fork at once. Starting it (fork + exec) is safe beside framework threads."""
+    from multiprocessing import forkserver
+
+    _context()
+    threading.Thread(target=forkserver.ensure_running, name="mlms-forkserver-start", daemon=True).start()
+
+
 def preprocess_recipe(preprocess) -> tuple:
     """What travels to a worker: a Preprocessor as its manifest and trust flag (rebuilt there, code steps compiled
     there under the same trust), anything else as itself."""
@@ -357,4 +366,4 @@ def _portable(err: BaseException) -> BaseException:
         return DatasetError(f"a dataset reader process failed: {type(err).__name__}: {err}")
 
 
-__all__ = ["GRACE_S", "ProcessReaders", "START_METHOD", "preprocess_recipe", "why_not"]
+__all__ = ["GRACE_S", "ProcessReaders", "START_METHOD", "preprocess_recipe", "start_server", "why_not"]

@@ -58,6 +58,10 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         raise DatasetError(
             f"{manifest.key} has random weights: only performance runs accept it; use dataset 'synthetic'")
     preprocess = Preprocessor(manifest, trust=opts.trust)
+    if opts.reader == "processes":  # the readers' fork server starts while the model loads and is timed
+        from mlms_nb.data.processes import start_server
+
+        start_server()
     level = TraceLevel.parse(opts.tracing.trace_level)
     traced = start_traced_pass(level, job.trace_id, fw) if level > TraceLevel.NONE else None
     reporter = Reporter(emit, fw) if opts.progress else None
