@@ -191,3 +191,23 @@ def test_a_python_iterable_is_read_by_threads_with_a_note():
     assert [len(b) for b in stream] == [2, 1]
     with pytest.raises(DatasetError, match="reader must be 'threads' or 'processes'"):
         Stream(Pairs(), None, 2, reader="fibers")
+
+
+def test_an_evaluation_records_which_reader_ran(tmp_path, no_leaks):
+    torch = pytest.importorskip("torch")
+    import mlms_nb
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3)).eval()
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((12, 4)).astype(np.float32), y=np.arange(12) % 3)
+    common = dict(inputs={"type": "tensor", "dimensions": [4]}, outputs={"type": "classification", "classes": 3},
+                  batch_sizes=[4], warmup=1, min_repeats=2, min_time_s=0, progress=False, history=False,
+                  reader="processes")
+    ev = mlms_nb.evaluate(model, dataset=str(tmp_path / "d.npz"), **common)
+    assert ev.full_pass["reader"].tolist() == ["processes"] and ev.options["reader"] == "processes"
+    assert int(ev.full_pass["inputs"].iloc[0]) == 12 and int(ev.accuracy["n"].iloc[0]) == 12
+    pairs = [(row, int(i % 3)) for i, row in enumerate(rng.standard_normal((8, 4)).astype(np.float32))]
+    ev = mlms_nb.evaluate(model, dataset=pairs, **common)  # a Python iterable: threads, and a note says why
+    assert ev.full_pass["reader"].tolist() == ["threads"]
+    assert any("read by threads, not processes" in w for w in ev.warnings)

@@ -104,7 +104,7 @@ class ProcessReaders:
         self.seq = 0
         self.ring: list[shared_memory.SharedMemory] = []
         self.free: list[int] = []
-        self.transfer_ns = 0  # receiver time copying batches out of shared memory or unpickling them
+        self.transfer_ns = 0  # receiver time taking batches in: receiving, unpickling, copying out of shared memory
         ctx = _context()
         env = dict(os.environ)
         self.conns, self.procs = [], []
@@ -143,9 +143,14 @@ class ProcessReaders:
     def _receive(self) -> None:
         live = dict(zip(self.conns, self.procs))
         while live and not self.closing.is_set():
-            for conn in connection.wait(list(live), timeout=0.1):
+            try:
+                ready = connection.wait(list(live), timeout=0.1)
+            except (OSError, ValueError):  # closed under us: the stream is ending
+                return
+            for conn in ready:
+                t0 = time.perf_counter_ns()
                 try:
-                    message = conn.recv()
+                    message = conn.recv()  # a batch sent through the pipe is read and unpickled here
                 except (EOFError, OSError):
                     proc = live.pop(conn)
                     if not self.closing.is_set():
@@ -157,9 +162,9 @@ class ProcessReaders:
                     self._fail(DatasetError(f"a dataset reader process sent what this process cannot read "
                                             f"({type(err).__name__}: {err})"))
                     continue
-                self._deliver(*message)
+                self._deliver(*message, received_ns=time.perf_counter_ns() - t0)
 
-    def _deliver(self, kind: str, seq: int, body: Any, read_ns: int) -> None:
+    def _deliver(self, kind: str, seq: int, body: Any, read_ns: int, received_ns: int = 0) -> None:
         with self.lock:
             future, slot, worker = self.futures.pop(seq)
             self.outstanding[worker] -= 1
@@ -172,7 +177,7 @@ class ProcessReaders:
             batch = self._unpack(body, slot) if kind == "shm" else body
             if kind == "pipe" and self.transport == "shm" and not self.ring:
                 self._make_ring(batch)
-            self.transfer_ns += time.perf_counter_ns() - t0
+            self.transfer_ns += time.perf_counter_ns() - t0 + received_ns
             self.account(read_ns, len(batch.skipped))
             future.set_result(batch)
         except BaseException as err:  # noqa: BLE001 - the consumer gets it with the batch it waits for
@@ -229,6 +234,9 @@ class ProcessReaders:
         """Stop the workers (a chunk in hand is finished, or the worker terminated after `GRACE_S`), join them and
         unlink the ring. Safe to call twice."""
         self.closing.set()
+        receiver = getattr(self, "receiver", None)
+        if receiver is not None:
+            receiver.join()  # it notices within 0.1 s (or once the message it is receiving is in)
         for conn in self.conns:
             conn.close()  # a waiting worker sees EOF; a sending one, a broken pipe
         deadline = time.monotonic() + GRACE_S
@@ -243,9 +251,6 @@ class ProcessReaders:
                 proc.join()
             proc.close()
         self.procs = []
-        receiver = getattr(self, "receiver", None)
-        if receiver is not None and receiver is not threading.current_thread():
-            receiver.join(1.0)
         with self.lock:
             ring, self.ring, self.free = self.ring, [], []
         _release(ring)
