@@ -171,7 +171,8 @@ def main() -> None:
         streamed: dict[tuple, list] = {loop: [] for loop in loops}
         bares = []
         for r in range(args.rounds):
-            for reader in readers:
+            order = readers if r % 2 == 0 else readers[::-1]  # alternate who goes first: drift on a shared machine
+            for reader in order:
                 e = mlms_eval(folder, reader)
                 evals[reader].append(e)
                 print(f"round {r + 1}: mlms eval --reader {reader}: full pass {e['inputs']} inputs in "
@@ -180,7 +181,7 @@ def main() -> None:
                       f"peak RSS {e['rss_gib']:.2f} GiB; top-1 {e['top1']}", flush=True)
             bares.append(bare_loop(session, arrays))
             print(f"round {r + 1}: bare onnxruntime loop {bares[-1]:.1f} inputs/s", flush=True)
-            for loop in loops:
+            for loop in (loops if r % 2 == 0 else loops[::-1]):
                 s = streamed_loop(session, folder, *loop)
                 streamed[loop].append(s)
                 print(f"round {r + 1}: onnxruntime fed by Stream(reader={loop[0]}"
@@ -193,17 +194,23 @@ def main() -> None:
         for reader, runs in evals.items():
             full = statistics.median(e["inputs_per_s"] for e in runs)
             peak = max(e["rss_gib"] for e in runs)
+            against_threads = ""
+            if reader != "threads" and "threads" in evals:
+                ratios = [e["inputs_per_s"] / t["inputs_per_s"] for e, t in zip(runs, evals["threads"])]
+                against_threads = f", {statistics.median(ratios):.2f} of threads (median of per-round ratios)"
             print(f"mlms eval --reader {reader}: full pass {full:.1f} inputs/s, ratio to the bare loop "
-                  f"{full / bare:.2f} (target >= 0.9); peak RSS {peak:.2f} GiB "
+                  f"{full / bare:.2f} (target >= 0.9){against_threads}; peak RSS {peak:.2f} GiB "
                   f"(limit 2 GiB: {'met' if peak < 2 else 'MISSED'}; the largest single process, readers apart)")
         if loops:
-            base = statistics.median(s["inputs_per_s"] for s in streamed[loops[0]])
             for loop, runs in streamed.items():
                 rate = statistics.median(s["inputs_per_s"] for s in runs)
                 copy = statistics.median(s["transfer_ms_per_batch"] for s in runs)
+                vs_bare = statistics.median(s["inputs_per_s"] / b for s, b in zip(runs, bares))
+                vs_threads = statistics.median(s["inputs_per_s"] / t["inputs_per_s"]
+                                               for s, t in zip(runs, streamed[loops[0]]))
                 print(f"Stream-fed loop, reader={loop[0]}{'/' + loop[1] if loop[0] == 'processes' else ''}: "
-                      f"{rate:.1f} inputs/s = {rate / bare:.2f} of the bare loop, {rate / base:.2f} of threads; "
-                      f"{copy:.1f} ms/batch taking batches in")
+                      f"{rate:.1f} inputs/s; {vs_bare:.2f} of the bare loop, {vs_threads:.2f} of threads (medians of "
+                      f"per-round ratios); {copy:.1f} ms/batch taking batches in")
 
 
 if __name__ == "__main__":

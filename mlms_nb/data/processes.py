@@ -128,7 +128,7 @@ class ProcessReaders:
         with self.lock:
             seq, self.seq = self.seq, self.seq + 1
             worker = min(range(len(self.conns)), key=lambda i: (self.outstanding[i], (i - seq) % len(self.conns)))
-            slot = self.free.pop() if self.ring else None
+            slot = self.free.pop() if self.free else None  # held until received: never more than prefetch
             self.outstanding[worker] += 1
             self.futures[seq] = (future, slot, worker)
             where = None if slot is None else (self.ring[slot].name, self.ring[slot].size)
@@ -168,25 +168,27 @@ class ProcessReaders:
         with self.lock:
             future, slot, worker = self.futures.pop(seq)
             self.outstanding[worker] -= 1
+        batch = error = None
         try:
             if kind == "error":
-                self.account(read_ns, 0)
-                future.set_exception(body)
-                return
-            t0 = time.perf_counter_ns()
-            batch = self._unpack(body, slot) if kind == "shm" else body
-            if kind == "pipe" and self.transport == "shm" and not self.ring:
-                self._make_ring(batch)
-            self.transfer_ns += time.perf_counter_ns() - t0 + received_ns
-            self.account(read_ns, len(batch.skipped))
-            future.set_result(batch)
+                error = body
+            else:
+                t0 = time.perf_counter_ns()
+                batch = self._unpack(body, slot) if kind == "shm" else body
+                if kind == "pipe" and self.transport == "shm" and not self.ring:
+                    self._make_ring(batch)
+                self.transfer_ns += time.perf_counter_ns() - t0 + received_ns
         except BaseException as err:  # noqa: BLE001 - the consumer gets it with the batch it waits for
-            if not future.done():
-                future.set_exception(err)
+            error = err
         finally:
-            if slot is not None:
+            if slot is not None:  # free before the consumer hears of it: its next chunk may need this buffer
                 with self.lock:
                     self.free.append(slot)
+        self.account(read_ns, 0 if batch is None else len(batch.skipped))
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(batch)
 
     def _unpack(self, body: tuple, slot: int) -> Batch:
         layout, labels, ids, skipped = body
