@@ -76,6 +76,9 @@ def preprocess_recipe(preprocess) -> tuple:
 def why_not(dataset, preprocess) -> tuple[str | None, bytes | None]:
     """``(None, payload)`` when ``dataset`` and ``preprocess`` can go to worker processes (``payload``: what each
     worker unpickles), else ``(reason, None)``: one sentence saying why they are read by threads."""
+    if multiprocessing.current_process().daemon:  # e.g. a Dask worker: a daemonic process may not have children
+        return (f"this process ({multiprocessing.current_process().name}) is a daemonic process, which may not start "
+                "reader processes, so the dataset is read by threads"), None
     if not getattr(dataset, "process_readable", True):
         return (f"dataset {dataset.name!r} is a Python iterable whose items exist only in this process, so it is "
                 "read by threads, not processes"), None
