@@ -131,6 +131,18 @@ def test_a_trusted_code_step_runs_in_the_workers(folder, no_leaks):
     assert os.getpid() not in pids and 1 <= len(pids) <= WORKERS  # the step ran there, under the run's trust
 
 
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="priorities are a POSIX facility")
+def test_reader_processes_run_below_the_models_priority(folder, no_leaks):
+    from mlms_nb.data.pipeline import READER_NICENESS
+
+    source = "import os\ndef process(x):\n    return np.full((3, 32, 32), os.getpriority(os.PRIO_PROCESS, 0), np.float32)\n"
+    niceness = Preprocessor(code_manifest(source), trust=True)
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    with ImageFolder(folder).iter_batches(4, niceness, workers=WORKERS, reader="processes", limit=8) as stream:
+        seen = {float(v) for b in stream for v in np.unique(b.data)}
+    assert seen == {min(19, mine + READER_NICENESS)} and os.getpriority(os.PRIO_PROCESS, 0) == mine
+
+
 def test_a_readers_error_reaches_the_consumer_as_the_same_sentence(folder, no_leaks):
     messages = []
     for reader in ("threads", "processes"):

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mlms_nb.data.pipeline import Batch
+from mlms_nb.data.pipeline import Batch, lower_priority
 from mlms_nb.errors import DatasetError
 
 START_METHOD = "forkserver"
@@ -291,6 +291,7 @@ def _arrays(batch: Batch) -> dict | None:
 def _worker(conn, payload: bytes, env: dict) -> None:
     """One reader process: reads the chunks it is sent until its pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    lower_priority()  # below the model's threads, as reader threads are (see lower_priority)
     os.environ.clear()  # the fork server's environment is the one it started with: take this run's
     os.environ.update(env)
     attached: dict[str, shared_memory.SharedMemory] = {}
