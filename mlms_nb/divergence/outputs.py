@@ -68,13 +68,17 @@ class OutputDivergence:
 
 
 def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onnxruntime"),
-                    dataset: str | None = None, tolerance: float = 1e-4, limit: int | None = 16, batch_size: int = 4,
+                    dataset: Any = None, tolerance: float = 1e-4, limit: int | None = 16, batch_size: int = 4,
                     trust: bool = False, metrics: Any = None) -> OutputDivergence:
     """Run ``model`` in each framework (its manifest per framework) on ``dataset`` (default: the evaluation's
-    default for it) and compare every output with the first framework's; ``limit`` inputs (None: all)."""
+    default for it) and compare every output with the first framework's; ``limit`` inputs (None: all).
+
+    ``model``: a name, a manifest path, or the manifests themselves (a list, one per framework, the reference
+    first: what :func:`mlms_nb.diverge` gives for a PyTorch manifest with converted copies)."""
     from mlms_nb.data.datasets import open_dataset
     from mlms_nb.data.transforms import Preprocessor
-    from mlms_nb.evaluation.agreement import agreement, manifest_metrics
+    from mlms_nb.divergence.run import check_numbers
+    from mlms_nb.evaluation.agreement import agreement, manifest_metrics, resolve_metrics
     from mlms_nb.evaluation.inputs import load_inputs
     from mlms_nb.evaluation.outputs import OutputRecorder, outputs_pass
     from mlms_nb.evaluation.runner import default_dataset, resolve_manifests
@@ -82,11 +86,17 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
     from mlms_nb.frameworks.live import check_trust
     from mlms_nb.options import DivergeOptions
 
-    names = DivergeOptions(frameworks=frameworks).frameworks
-    if len(names) < 2:
+    tolerance = check_numbers(tolerance, limit, batch_size, 1)
+    resolve_metrics(metrics)  # an unknown name or a non-callable is refused before anything runs
+    if isinstance(model, (list, tuple)):
+        manifests = list(model)
+        names = [m.framework.name for m in manifests]
+    else:
+        names = DivergeOptions(frameworks=frameworks).frameworks
+        manifests = resolve_manifests(model, names) if len(names) > 1 else []
+    if len(names) < 2 or len(set(names)) < len(names):
         raise MlmsError(f"an output divergence compares at least two frameworks; got {', '.join(names)}")
-    manifests = resolve_manifests(model, names)
-    dataset = dataset or default_dataset(manifests[0])
+    dataset = dataset if dataset is not None else default_dataset(manifests[0])
     frames = []
     for manifest in manifests:
         check_trust(manifest, trust)
@@ -100,4 +110,11 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
     table = agreement(outputs, names[0], metrics, manifest_metrics({m.framework.name: m.to_dict() for m in manifests}))
     if not table.empty:
         table["diverges"] = (table["metric"] == "max_rel_error") & (table["value"] > tolerance)
-    return OutputDivergence(manifests[0].name, names, str(dataset), float(tolerance), table, outputs)
+    return OutputDivergence(manifests[0].name, names, dataset_name(dataset), float(tolerance), table, outputs)
+
+
+def dataset_name(dataset: Any) -> str:
+    """A dataset's name for the result: the text given, or a Python object's own name."""
+    if isinstance(dataset, str):
+        return dataset
+    return str(getattr(dataset, "name", None) or f"python:{type(dataset).__name__}")
