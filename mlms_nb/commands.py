@@ -71,7 +71,7 @@ VERBS: dict[str, str] = {
     "layers": "layer occurrence, latency or memory of a traced run (RUN: a history id or, in a notebook, a variable)",
     "roofline": "roofline of a run per layer or per model, under this machine's measured ceilings",
     "compare": "A/B comparison of two runs: latency deltas with a significance test, per-layer deltas",
-    "diverge": "where frameworks' layer outputs diverge on the same inputs (and an INT8 copy's)",
+    "diverge": "where frameworks' layer outputs diverge on the same inputs (and an INT8 copy's); --outputs: every output, any model",
     "timeline": "zoomable timeline of a traced run (Bokeh; matplotlib for print)",
     "report": "a PDF/HTML report and an executed, editable notebook of one run, or a comparison of several",
     "trust": "trust a model file or manifest that can run code (add PATH), list the trust store, or remove PATH",

@@ -24,7 +24,7 @@ class OutputDivergence:
     frameworks: list[str]
     dataset: str
     tolerance: float
-    table: pd.DataFrame                       # output_agreement rows + ``diverges`` (max_rel_error rows)
+    table: pd.DataFrame                       # output_agreement rows + ``unit`` + ``diverges`` (max_rel_error rows)
     outputs: pd.DataFrame                     # the captured outputs frame of every framework
     notes: dict[str, str] = field(default_factory=dict)
 
@@ -78,7 +78,7 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
     from mlms_nb.data.datasets import open_dataset
     from mlms_nb.data.transforms import Preprocessor
     from mlms_nb.divergence.run import check_numbers
-    from mlms_nb.evaluation.agreement import agreement, manifest_metrics, resolve_metrics
+    from mlms_nb.evaluation.agreement import agreement, manifest_metrics, metric_unit, resolve_metrics
     from mlms_nb.evaluation.inputs import load_inputs
     from mlms_nb.evaluation.outputs import OutputRecorder, outputs_pass
     from mlms_nb.evaluation.runner import default_dataset, resolve_manifests
@@ -109,6 +109,7 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
     outputs = pd.concat(frames, ignore_index=True)
     table = agreement(outputs, names[0], metrics, manifest_metrics({m.framework.name: m.to_dict() for m in manifests}))
     if not table.empty:
+        table.insert(table.columns.get_loc("value") + 1, "unit", table["metric"].map(metric_unit))
         table["diverges"] = (table["metric"] == "max_rel_error") & (table["value"] > tolerance)
     return OutputDivergence(manifests[0].name, names, dataset_name(dataset), float(tolerance), table, outputs)
 
