@@ -26,6 +26,8 @@ class OutputDivergence:
     tolerance: float
     table: pd.DataFrame                       # output_agreement rows + ``unit`` + ``diverges`` (max_rel_error rows)
     outputs: pd.DataFrame                     # the captured outputs frame of every framework
+    #: each framework against the dataset's targets (the ``target_metrics`` frame); empty without targets
+    targets: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -40,7 +42,8 @@ class OutputDivergence:
 
     @property
     def extra(self) -> dict[str, pd.DataFrame]:
-        return {}
+        """Shown below the table (and in ``--json``): the metrics against the dataset's targets, when it has them."""
+        return {} if self.targets.empty else {"against_targets": self.targets}
 
     @property
     def diverged(self) -> list[tuple[str, str]]:
@@ -81,6 +84,7 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
     from mlms_nb.evaluation.agreement import agreement, manifest_metrics, metric_unit, resolve_metrics
     from mlms_nb.evaluation.inputs import load_inputs
     from mlms_nb.evaluation.outputs import OutputRecorder, outputs_pass
+    from mlms_nb.evaluation.targets import TargetScores
     from mlms_nb.evaluation.runner import default_dataset, resolve_manifests
     from mlms_nb.frameworks import PredictorOptions, open_predictor
     from mlms_nb.frameworks.live import check_trust
@@ -97,7 +101,7 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
     if len(names) < 2 or len(set(names)) < len(names):
         raise MlmsError(f"an output divergence compares at least two frameworks; got {', '.join(names)}")
     dataset = dataset if dataset is not None else default_dataset(manifests[0])
-    frames = []
+    frames, scores = [], []
     for manifest in manifests:
         check_trust(manifest, trust)
         preprocess = Preprocessor(manifest, trust=trust)
@@ -106,12 +110,17 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
         with open_predictor(manifest, options=PredictorOptions(trust=trust)) as predictor:
             outputs_pass(predictor.predict, manifest, inputs, recorder, batch_size)
         frames.append(recorder.frame())
+        if inputs.targets:  # the dataset's ground truth: each framework's outputs against it
+            score = TargetScores(manifest, manifest.framework.name, metrics)
+            score.add_captured(frames[-1], inputs.targets)
+            scores.append(score.frame())
     outputs = pd.concat(frames, ignore_index=True)
+    targets = pd.concat(scores, ignore_index=True) if scores else pd.DataFrame()
     table = agreement(outputs, names[0], metrics, manifest_metrics({m.framework.name: m.to_dict() for m in manifests}))
     if not table.empty:
         table.insert(table.columns.get_loc("value") + 1, "unit", table["metric"].map(metric_unit))
         table["diverges"] = (table["metric"] == "max_rel_error") & (table["value"] > tolerance)
-    return OutputDivergence(manifests[0].name, names, dataset_name(dataset), float(tolerance), table, outputs)
+    return OutputDivergence(manifests[0].name, names, dataset_name(dataset), float(tolerance), table, outputs, targets)
 
 
 def dataset_name(dataset: Any) -> str:
