@@ -118,7 +118,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     Outputs: ``capture_outputs`` says what ``evaluation.outputs`` keeps of every output (none, summary, all,
     first:N); the kept values of each framework are compared with the first framework's in
     ``evaluation.output_agreement`` (max/mean abs and rel error, cosine), plus ``metrics``: built-in names (mse,
-    mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``.
+    mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``. A dataset with targets per output (``.npz``
+    ``target`` / ``target:<output>``, Parquet columns of those names, Python ``(input, targets)`` pairs) also scores
+    each framework's outputs against them: ``evaluation.target_metrics`` (mean, std, 95% CI, count, unit).
 
     Agents (docs/agents.md): ``on="tcp://host:8786"`` runs it on an mlms agent of that Dask scheduler satisfying
     ``where`` (``"torch>=2.0 device=cpu team=vision"``) and the manifests' framework ranges, again on another one

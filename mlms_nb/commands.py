@@ -103,7 +103,8 @@ ARGUMENTS: dict[str, list[Argument]] = {
     "roofline": [RUN, *arguments(RooflineOptions), PLOT, HTML, JSON_FLAG],
     "compare": [Argument(("run_a",), {"help": "run A: a history id, evaluation id, saved .json, or notebook variable"}),
                 Argument(("run_b",), {"help": "run B, the same"}), PLOT, HTML, JSON_FLAG],
-    "diverge": [Argument(("model",), {"help": "model name (see `models`), or the path of a PyTorch manifest"}), *arguments(DivergeOptions), PLOT, HTML,
+    "diverge": [Argument(("model",), {"help": "model name (see `models`) or a manifest path (for layers: a PyTorch "
+                                                  "one)"}), *arguments(DivergeOptions), PLOT, HTML,
                 JSON_FLAG],
     "timeline": [RUN, Argument(("--framework",), {"default": None, "help": "only this framework's trace"}),
                  Argument(("--plot",), {"default": "bokeh", "choices": ["bokeh", "matplotlib"], "help": "figure backend"}),

@@ -4,8 +4,10 @@ reference framework's (:mod:`mlms_nb.evaluation.agreement`). Unlike the layer-le
 (:mod:`mlms_nb.divergence.run`) it needs no built-in architecture and no layer alignment: named multi-tensor
 outputs, dynamic sizes and recurrent models over ordered chunks all work.
 
-``diverge_outputs("my_model", frameworks="torch,onnxruntime")`` -> :class:`OutputDivergence`: one row per
-framework x output x metric, ``diverges`` when ``max_rel_error`` (max|b - a| / max|a|) exceeds ``tolerance``.
+``diverge_outputs("my_model", frameworks="torch,onnxruntime")`` (or ``mlms_nb.diverge(model, outputs=True)``,
+``mlms diverge MODEL --outputs``) -> :class:`OutputDivergence`: one row per framework x output x metric with its
+unit, ``diverges`` when ``max_rel_error`` (max|b - a| / max|a|) exceeds ``tolerance``. A dataset with targets per
+output also scores every framework against them (:mod:`mlms_nb.evaluation.targets`): ``OutputDivergence.targets``.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ class OutputDivergence:
     def note(self) -> str:
         n = self.outputs["input_id"].nunique() if not self.outputs.empty else 0
         return (f"{n} inputs of {self.dataset}; errors in each output's own unit, rel = max|b - a| / max|a|; "
-                f"diverges: max_rel_error > {self.tolerance:g}")
+                f"diverges: max_rel_error > {self.tolerance:g}" + "".join(f"; {v}" for v in self.notes.values()))
 
     @property
     def extra(self) -> dict[str, pd.DataFrame]:
@@ -101,7 +103,7 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
     if len(names) < 2 or len(set(names)) < len(names):
         raise MlmsError(f"an output divergence compares at least two frameworks; got {', '.join(names)}")
     dataset = dataset if dataset is not None else default_dataset(manifests[0])
-    frames, scores = [], []
+    frames, scores, notes = [], [], {}
     for manifest in manifests:
         check_trust(manifest, trust)
         preprocess = Preprocessor(manifest, trust=trust)
@@ -110,7 +112,9 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
         with open_predictor(manifest, options=PredictorOptions(trust=trust)) as predictor:
             outputs_pass(predictor.predict, manifest, inputs, recorder, batch_size)
         frames.append(recorder.frame())
-        if inputs.targets:  # the dataset's ground truth: each framework's outputs against it
+        if inputs.targets and inputs.kind == "sequences":
+            notes["targets"] = "the dataset's targets are not compared for inputs cut into ordered chunks"
+        elif inputs.targets:  # the dataset's ground truth: each framework's outputs against it
             score = TargetScores(manifest, manifest.framework.name, metrics)
             score.add_captured(frames[-1], inputs.targets)
             scores.append(score.frame())
@@ -120,7 +124,8 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
     if not table.empty:
         table.insert(table.columns.get_loc("value") + 1, "unit", table["metric"].map(metric_unit))
         table["diverges"] = (table["metric"] == "max_rel_error") & (table["value"] > tolerance)
-    return OutputDivergence(manifests[0].name, names, dataset_name(dataset), float(tolerance), table, outputs, targets)
+    return OutputDivergence(manifests[0].name, names, dataset_name(dataset), float(tolerance), table, outputs, targets,
+                            notes)
 
 
 def dataset_name(dataset: Any) -> str:
