@@ -126,6 +126,24 @@ class Preprocessor:
         self.steps: list[Step] = steps
         self._code = {i: compile_code(s.args.source, manifest, f"preprocess[{i}]")
                       for i, s in enumerate(steps) if s.op == "code"}
+        self._channels_first_early = self._normalize_steps_going_channels_first(steps)
+
+    def _normalize_steps_going_channels_first(self, steps: list[Step]) -> set[int]:
+        """The normalize steps that may put the pixels channels-first before they become float32: those followed
+        only by center_crop and to_layout steps on the way to a channels-first result. Moving the 1-byte pixels
+        first and writing the floats once in place is 5-7x cheaper than transposing floats afterwards, and gives
+        the same values (the arithmetic is per element)."""
+        early = set()
+        for i, step in enumerate(steps):
+            if step.op != "normalize":
+                continue
+            after = steps[i + 1:]
+            if any(s.op not in ("center_crop", "to_layout") for s in after):
+                continue
+            layouts = [s.args.layout or self.input.layout for s in after if s.op == "to_layout"]
+            if (layouts[-1] if layouts else self.input.layout) == "NCHW":
+                early.add(i)
+        return early
 
     @staticmethod
     def default_steps(manifest: Manifest) -> list[Step]:
@@ -171,7 +189,10 @@ class Preprocessor:
             elif op == "center_crop":
                 x = self._center_crop(x, layout, args)
             elif op == "normalize":
-                x, bgr = self._to_array(x, bgr, np.float32), False
+                if i in self._channels_first_early and layout == "HWC":
+                    x, bgr = self._to_array(x, bgr), False
+                    x, layout = self._to_layout(x, layout, "NCHW", i)
+                x, bgr = self._to_array(x, bgr), False
                 x = self._normalize(x, layout, args, i)
             elif op == "to_layout":
                 x, bgr = self._to_array(x, bgr), False
@@ -281,7 +302,7 @@ class Preprocessor:
                                     f"got {v.size}")
         if layout == "CHW":
             mean, scale = mean.reshape(-1, 1, 1), scale.reshape(-1, 1, 1)
-        out = np.subtract(x, mean, dtype=np.float32)
+        out = np.subtract(np.ascontiguousarray(x), mean, dtype=np.float32)  # one pass, written in order
         np.divide(out, scale, out=out)
         return out
 
