@@ -79,7 +79,7 @@ def test_magic_outputs_returns_the_result(streamer):
 
 
 def test_layer_level_refusal_says_to_use_outputs(streamer, capsys):
-    with pytest.raises(MlmsError, match=r"cannot follow streamer: .*2 fed inputs.*instead with outputs=True"):
+    with pytest.raises(MlmsError, match=r"cannot follow streamer: .*2 inputs.*instead with outputs=True"):
         mlms_nb.diverge("streamer", trust=True, dataset=streamer)
     assert main(["diverge", "streamer", "--trust", "--dataset", streamer]) != 0
     assert "instead with --outputs" in capsys.readouterr().err

@@ -44,10 +44,11 @@ def layer_level_refusal(manifest: Manifest) -> str | None:
     if manifest.framework.name != "torch":
         return f"{manifest.source or manifest.key} is a manifest for {manifest.framework.name}, not for PyTorch"
     if len(fed) > 1 or manifest.state:
-        return f"{manifest.key} has {len(fed)} fed inputs" + (" and state carried between calls" if manifest.state
+        return f"{manifest.key} has {len(fed)} inputs" + (" and state carried between calls" if manifest.state
                                                               else "")
     if not is_plain(manifest):
-        return f"{manifest.key}'s input {spec.name or 'input'} has dynamic sizes, a constant or a batch axis that is not first"
+        return (f"{manifest.key}'s input {spec.name or 'input'} has dynamic sizes, a constant or a batch axis "
+                "that is not first")
     if not spec.element_type.startswith("float") or spec.type not in ("image", "tensor"):
         return f"{manifest.key}'s input is {spec.type} of {spec.element_type}, not a float tensor"
     if len(manifest.outputs) > 1:
