@@ -5,6 +5,8 @@ one-line summary. The measured speed and memory at scale are in benchmarks/strea
 from __future__ import annotations
 
 import io
+import os
+import threading
 import time
 import wave
 
@@ -17,7 +19,7 @@ import mlms_nb
 from mlms_nb.data.datasets import (
     AudioFolder, IterableDataset, NpyFolder, NpzDataset, TableDataset, open_dataset,
 )
-from mlms_nb.data.pipeline import Stream
+from mlms_nb.data.pipeline import READER_NICENESS, Stream
 from mlms_nb.data.transforms import Preprocessor
 from mlms_nb.errors import DatasetError
 from mlms_nb.evaluation.progress import ProgressDisplay
@@ -75,6 +77,21 @@ def test_a_stream_given_up_early_stops_its_readers():
     stream.close()
     time.sleep(0.3)
     assert len(first) == 4 and source.pulled <= 4 * 4
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="per-thread priorities are a POSIX facility")
+def test_readers_run_below_the_model_threads_priority():
+    seen = set()
+
+    def preprocess(x):
+        seen.add(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return x
+
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    with Stream(IterableDataset(iter(Counting(16))), preprocess, 4, workers=2) as stream:
+        assert sum(len(b) for b in stream) == 16
+    assert seen == {min(19, mine + READER_NICENESS)}
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the consumer (the model's caller) keeps its priority
 
 
 def test_python_iterables_lists_functions_and_generators():
