@@ -39,12 +39,14 @@ def make_batch(inputs: Any, batch_size: int) -> Any:
 
 def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
                   keep_probabilities: bool, trust: bool, reporter=None, workers: int | None = None,
-                  prefetch: int | None = None, recorder=None) -> tuple[FullPass, AccuracyPass | None]:
+                  prefetch: int | None = None, recorder=None, targets=None) -> tuple[FullPass, AccuracyPass | None]:
     """Stream the dataset through ``predict`` at ``batch_size``; returns the pass's record and, for a classifier
     on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`).
     ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
-    (the model is then called by name, and returns every output). Items cut into ordered chunks (a ``chunk``
-    step) run chunk by chunk, the state carried (:func:`~mlms_nb.evaluation.outputs.run_sequences`)."""
+    (the model is then called by name, and returns every output). ``targets``
+    (:class:`~mlms_nb.evaluation.targets.TargetScores`): every output with a target in the batch is scored against
+    it. Items cut into ordered chunks (a ``chunk`` step) run chunk by chunk, the state carried
+    (:func:`~mlms_nb.evaluation.outputs.run_sequences`); they are not scored against targets."""
     from mlms_nb.data.feeds import fed_name
     from mlms_nb.evaluation.outputs import run_sequences
 
@@ -69,14 +71,16 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
             if sequences:
                 run_sequences(predict, manifest, batch.ids, list(batch.data), recorder)
                 outputs = None
-            elif recorder is not None:
+            elif recorder is not None or targets is not None:
                 named = predict(batch.data if isinstance(batch.data, dict) else {fed: batch.data})
                 outputs = next(iter(named.values()))
             else:
                 outputs = predict(batch.data)
             t1 = clock()
-            if named is not None:
+            if named is not None and recorder is not None:
                 recorder.add(batch.ids, named)
+            if named is not None and targets is not None:
+                targets.add(batch.ids, named, batch.targets)
             if scorer is not None:
                 scorer.add(batch, outputs)
             inference_ns += t1 - t0
