@@ -223,3 +223,20 @@ def test_an_evaluation_records_which_reader_ran(tmp_path, no_leaks):
     ev = mlms_nb.evaluate(model, dataset=pairs, **common)  # a Python iterable: threads, and a note says why
     assert ev.full_pass["reader"].tolist() == ["threads"]
     assert any("read by threads, not processes" in w for w in ev.warnings)
+
+
+def test_an_npz_with_targets_is_memory_mapped_again_in_the_workers(tmp_path, no_leaks):
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "t.npz", x=rng.standard_normal((10, 4)).astype(np.float32), y=np.arange(10) % 3,
+             target=rng.standard_normal((10, 2)).astype(np.float32))
+    from mlms_nb.data.datasets import NpzDataset
+
+    got = {}
+    for reader in ("threads", "processes"):
+        with NpzDataset(tmp_path / "t.npz").iter_batches(4, None, workers=WORKERS, reader=reader) as stream:
+            got[reader] = list(stream)
+    for mine, theirs in zip(got["processes"], got["threads"]):
+        assert mine.ids == theirs.ids and set(mine.targets) == set(theirs.targets) == {""}
+        np.testing.assert_array_equal(mine.data, theirs.data)
+        np.testing.assert_array_equal(mine.labels, theirs.labels)
+        np.testing.assert_array_equal(mine.targets[""], theirs.targets[""])

@@ -194,13 +194,13 @@ class ProcessReaders:
             future.set_result(batch)
 
     def _unpack(self, body: tuple, slot: int) -> Batch:
-        layout, labels, ids, skipped = body
+        layout, labels, ids, skipped, targets = body
         buf = self.ring[slot].buf
         data = {}
         for key, dtype, shape, offset in layout:
             count = int(np.prod(shape, dtype=np.int64))
             data[key] = np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape).copy()
-        return Batch(data[None] if None in data else data, labels, ids, skipped)
+        return Batch(data[None] if None in data else data, labels, ids, skipped, targets)
 
     def _make_ring(self, batch: Batch) -> None:
         """``prefetch`` buffers, each sized for ``chunk_size`` inputs like ``batch`` (the first one back)."""
@@ -357,7 +357,7 @@ def _pack(batch: Batch, where: tuple | None, attached: dict, seq: int) -> tuple:
         del target
         layout.append((key, array.dtype, array.shape, offset))
         offset += _aligned(array.nbytes)
-    return ("shm", seq, (layout, batch.labels, batch.ids, batch.skipped))
+    return ("shm", seq, (layout, batch.labels, batch.ids, batch.skipped, batch.targets))  # targets: pickled
 
 
 def _attach(name: str) -> shared_memory.SharedMemory:

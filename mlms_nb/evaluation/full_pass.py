@@ -2,9 +2,10 @@
 time went; and, for a classifier on labeled data, top-1/top-5 and one prediction row per input.
 
 Inputs arrive from :class:`mlms_nb.data.pipeline.Stream` (decoded and preprocessed by worker threads, or processes
-with ``reader="processes"``, a few batches ahead), so memory does not grow with the dataset: only the per-input results are kept (the top-5 classes and
-their probabilities; all probabilities only when asked). The timed loops and the traced pass use a small sample
-instead, the dataset's head (:func:`head_sample`), cycled by :func:`make_batch`.
+with ``reader="processes"``, a few batches ahead), so memory does not grow with the dataset: only the per-input
+results are kept (the top-5 classes and their probabilities; all probabilities only when asked). The timed loops
+and the traced pass use a small sample instead, the dataset's head (:func:`head_sample`), cycled by
+:func:`make_batch`.
 """
 from __future__ import annotations
 
@@ -39,15 +40,17 @@ def make_batch(inputs: Any, batch_size: int) -> Any:
 
 def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
                   keep_probabilities: bool, trust: bool, reporter=None, workers: int | None = None,
-                  prefetch: int | None = None, recorder=None, reader: str | None = None,
+                  prefetch: int | None = None, recorder=None, targets=None, reader: str | None = None,
                   note: Callable[[str], None] | None = None) -> tuple[FullPass, AccuracyPass | None]:
     """Stream the dataset through ``predict`` at ``batch_size``; returns the pass's record and, for a classifier
     on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`).
     ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
-    (the model is then called by name, and returns every output). Items cut into ordered chunks (a ``chunk``
-    step) run chunk by chunk, the state carried (:func:`~mlms_nb.evaluation.outputs.run_sequences`). ``reader``:
-    threads or processes (:class:`~mlms_nb.data.pipeline.Stream`); ``note`` gets the sentence saying why a dataset
-    asked to be read by processes was read by threads."""
+    (the model is then called by name, and returns every output). ``targets``
+    (:class:`~mlms_nb.evaluation.targets.TargetScores`): every output with a target in the batch is scored against
+    it. Items cut into ordered chunks (a ``chunk`` step) run chunk by chunk, the state carried
+    (:func:`~mlms_nb.evaluation.outputs.run_sequences`); they are not scored against targets. ``reader``: threads or
+    processes (:class:`~mlms_nb.data.pipeline.Stream`); ``note`` gets the sentence saying why a dataset asked to be
+    read by processes was read by threads."""
     from mlms_nb.data.feeds import fed_name
     from mlms_nb.evaluation.outputs import run_sequences
 
@@ -74,14 +77,16 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
             if sequences:
                 run_sequences(predict, manifest, batch.ids, list(batch.data), recorder)
                 outputs = None
-            elif recorder is not None:
+            elif recorder is not None or targets is not None:
                 named = predict(batch.data if isinstance(batch.data, dict) else {fed: batch.data})
                 outputs = next(iter(named.values()))
             else:
                 outputs = predict(batch.data)
             t1 = clock()
-            if named is not None:
+            if named is not None and recorder is not None:
                 recorder.add(batch.ids, named)
+            if named is not None and targets is not None:
+                targets.add(batch.ids, named, batch.targets)
             if scorer is not None:
                 scorer.add(batch, outputs)
             inference_ns += t1 - t0
