@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from mlms_nb.data.feeds import concat, count, fed_name, input_names, stack, take
+from mlms_nb.data.feeds import concat, count, fed_name, moved_axes, stack, take, to_model_layout
 from mlms_nb.errors import DatasetError
 
 
@@ -35,12 +35,7 @@ class LoadedInputs:
 
     def to_model(self, batch: Any) -> Any:
         """A batch stacked on axis 0, with each fed input's batch moved to its own batch axis."""
-        if not self.batch_axes:
-            return batch
-        if isinstance(batch, dict):
-            return {k: np.moveaxis(v, 0, self.batch_axes[k]) if k in self.batch_axes else v for k, v in batch.items()}
-        axis = self.batch_axes.get(self.fed)
-        return batch if axis is None else np.ascontiguousarray(np.moveaxis(batch, 0, axis))
+        return to_model_layout(batch, self.batch_axes, self.fed)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -83,10 +78,7 @@ def load_inputs(dataset, preprocess, limit: int | None) -> LoadedInputs:
         raise DatasetError(f"dataset {dataset.name!r} gave no inputs")
     label_array = np.concatenate(labels) if labels else None
     manifest = preprocess.manifest
-    names = input_names(manifest)
-    layout = dict(batch_axes={name: spec.batch_axis for name, spec in zip(names, manifest.inputs)
-                              if spec.batch_axis not in (None, 0) and spec.type != "constant"
-                              and name not in manifest.state.values()}, fed=fed_name(manifest))
+    layout = dict(batch_axes=moved_axes(manifest), fed=fed_name(manifest))
     if preprocess.chunked:
         return LoadedInputs("sequences", data, ids, label_array, **layout)
     if ragged:
