@@ -5,7 +5,11 @@
 - ragged: inputs of dynamic sizes (``dimensions`` with ``null`` or a symbol), held one by one; each is run alone
   (batch 1) in the outputs pass;
 - sequences: each dataset item became ordered chunks (a ``chunk`` step); each item is run chunk by chunk, in order,
-  the state outputs fed back as the next chunk's state inputs (``Manifest.state``).
+  the state outputs fed back as the next chunk's state inputs (``Manifest.state``), several items side by side in
+  lockstep at a batch size above 1 (:mod:`mlms_nb.evaluation.lockstep`).
+
+Datasets stack inputs on axis 0; ``to_model`` moves each input whose ``batch_axis`` is another to its own axis
+(:func:`mlms_nb.data.feeds.to_model_layout`) before a call.
 
 Timed loops need one batch of a given size: dense inputs cycle through the dataset; ragged ones repeat the first
 input; sequences repeat the first chunk of the first item (with zero state), so latency is one call's.
