@@ -5,11 +5,13 @@
 end, so they cross a process boundary like any record. :class:`ProgressDisplay` runs in the runner: one
 ``tqdm.auto`` bar per framework (a terminal line on stderr, an ipywidget in a notebook), reset for each pass (full
 pass, warm-up, timed loop) with inputs done, inputs/s and the ETA; when the framework is done the bar becomes a
-one-line summary of its full pass and stays.
+one-line summary of its full pass and stays. Where nobody watches (stderr redirected to a file or a pipe, outside a
+notebook kernel) there is no bar -- its carriage-return redraws would fill the log -- only that summary line.
 """
 from __future__ import annotations
 
 import math
+import sys
 import time
 from typing import Callable
 
@@ -94,9 +96,11 @@ class LoopProgress:
 class ProgressDisplay:
     """One tqdm bar per framework, fed by the records of its work (see the module). ``enabled=False``: nothing."""
 
-    def __init__(self, model: str, enabled: bool):
+    def __init__(self, model: str, enabled: bool, live: bool | None = None):
         self.model = model
         self.enabled = enabled
+        #: draw live bars (a terminal or a notebook); otherwise only each framework's summary line, on stderr
+        self.live = watched() if live is None else live
         self.bars: dict[str, object] = {}
         self.full_pass: dict[str, dict] = {}
         self.loops: dict[str, int] = {}
@@ -109,7 +113,10 @@ class ProgressDisplay:
         elif isinstance(record, TimedLoop):
             self.loops[record.framework] = self.loops.get(record.framework, 0) + 1
         elif isinstance(record, PassProgress):
-            self._show(record)
+            if self.live:
+                self._show(record)
+            else:
+                self.bars.setdefault(record.framework, None)
 
     def _show(self, p: PassProgress) -> None:
         bar = self.bars.get(p.framework)
@@ -133,10 +140,25 @@ class ProgressDisplay:
 
     def finish(self, framework: str) -> None:
         """The framework is done: its bar becomes the one-line summary of its full pass, and stays."""
-        bar = self.bars.pop(framework, None)
-        if bar is None:
+        if framework not in self.bars:
             return
+        bar = self.bars.pop(framework)
+        summary = self.summary(framework)
+        if bar is None:  # not live: the summary alone, as one line of the log
+            if summary:
+                print(summary, file=sys.stderr, flush=True)
+            return
+        if summary:
+            bar.bar_format = "{desc}"
+            bar.set_description_str(summary, refresh=False)
+        bar.refresh()
+        bar.close()
+
+    def summary(self, framework: str) -> str | None:
+        """One line: the framework's full pass (inputs, wall time, inputs/s, where the time went) and its timed
+        loops; None before its full pass was recorded."""
         row = self.full_pass.get(framework)
+        summary = None
         if row:
             summary = (f"{self.model} {framework}: full pass {int(row['inputs']):,} inputs in {row['wall_s']:.3g} s = "
                        f"{row['inputs_per_s']:.4g} inputs/s (batch {int(row['batch_size'])}; preprocessing "
@@ -145,14 +167,24 @@ class ProgressDisplay:
             loops = self.loops.get(framework, 0)
             if loops:
                 summary += f"; {loops} timed loop{'s' if loops > 1 else ''}"
-            bar.bar_format = "{desc}"
-            bar.set_description_str(summary, refresh=False)
-        bar.refresh()
-        bar.close()
+        return summary
 
     def close(self) -> None:
         for framework in list(self.bars):
             self.finish(framework)
+
+
+def watched() -> bool:
+    """True where a live bar reads well: stderr is a terminal, or this is a notebook's kernel (tqdm.auto draws a
+    widget there, whatever stderr is)."""
+    try:
+        if sys.stderr is not None and sys.stderr.isatty():
+            return True
+    except (AttributeError, ValueError):  # a replaced or closed stderr
+        pass
+    shell = sys.modules.get("IPython")
+    ipython = getattr(shell, "get_ipython", lambda: None)() if shell else None
+    return ipython is not None and "IPKernelApp" in getattr(ipython, "config", {})
 
 
 def _set_total(bar, total: int | None) -> None:
