@@ -28,7 +28,8 @@ from mlms_nb.analyses import roofline as _roofline
 from mlms_nb.analyses import timeline as _timeline
 from mlms_nb.analyses import Displayable
 from mlms_nb.analyses.result import Analysis
-from mlms_nb.divergence import Divergence
+from mlms_nb.divergence import Divergence, OutputDivergence
+from mlms_nb.divergence.outputs import diverge_outputs as _diverge_outputs
 from mlms_nb.divergence.run import diverge as _diverge
 from mlms_nb import trust as _trust
 from mlms_nb.fleet.registry import agents_frame, list_agents
@@ -45,7 +46,7 @@ from mlms_nb.frameworks.modelfiles import file_kind
 from mlms_nb.manifest import Manifest, ManifestCatalog, canonical_framework, find_manifest
 from mlms_nb.options import (
     AgentOptions, AgentsOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions,
-    SchedulerOptions, spell, takes,
+    SchedulerOptions, spell, spell_on, takes,
 )
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.store.history import HistoryStore
@@ -117,7 +118,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     Outputs: ``capture_outputs`` says what ``evaluation.outputs`` keeps of every output (none, summary, all,
     first:N); the kept values of each framework are compared with the first framework's in
     ``evaluation.output_agreement`` (max/mean abs and rel error, cosine), plus ``metrics``: built-in names (mse,
-    mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``.
+    mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``. A dataset with targets per output (``.npz``
+    ``target`` / ``target:<output>``, Parquet columns of those names, Python ``(input, targets)`` pairs) also scores
+    each framework's outputs against them: ``evaluation.target_metrics`` (mean, std, 95% CI, count, unit).
 
     Agents (docs/agents.md): ``on="tcp://host:8786"`` runs it on an mlms agent of that Dask scheduler satisfying
     ``where`` (``"torch>=2.0 device=cpu team=vision"``) and the manifests' framework ranges, again on another one
@@ -374,10 +377,42 @@ def timeline(run, backend: str = "bokeh", **kwargs) -> Displayable:
 
 
 @takes(DivergeOptions, "model")
-def diverge(model: str, options: DivergeOptions) -> Divergence:
-    """Run ``model`` in each framework on the same preprocessed inputs and compare every aligned layer (see
-    :func:`mlms_nb.divergence.run.diverge`); ``frameworks``' first entry is the reference."""
-    return _diverge(model, **options.flat())
+def diverge(model: str, options: DivergeOptions) -> Divergence | OutputDivergence:
+    """Run ``model`` in each framework on the same inputs and compare every aligned layer (see
+    :func:`mlms_nb.divergence.run.diverge`); ``frameworks``' first entry is the reference.
+
+    ``outputs=True``: compare every output instead (:func:`mlms_nb.divergence.outputs.diverge_outputs`), for any
+    model: a name, a manifest path (a PyTorch one that builds its module gets converted copies), several inputs
+    and outputs, dynamic sizes; ``metrics`` adds built-in or user metrics, also against a dataset's targets."""
+    if options.outputs:
+        return _diverge_by_outputs(model, options)
+    if options.metrics is not None:
+        raise MlmsError(f"{spell('metrics')} applies to the output-level divergence: add {spell_on('outputs')}, or "
+                        "leave the metrics out to compare layers")
+    kwargs = options.flat()
+    for name in ("outputs", "metrics"):
+        kwargs.pop(name)
+    return _diverge(model, **kwargs)
+
+
+def _diverge_by_outputs(model: Any, options: DivergeOptions) -> OutputDivergence:
+    for name, wrong in (("quantized", options.quantized not in (False, None)),
+                        ("latency_repeats", "latency_repeats" in options.model_fields_set)):
+        if wrong:
+            raise MlmsError(f"{spell_on(name) if name == 'quantized' else spell(name, getattr(options, name))} belongs to the layer-level divergence, not to "
+                            f"{spell_on('outputs')}: leave one of them out")
+    if options.metrics is not None:
+        from mlms_nb.evaluation.agreement import resolve_metrics
+
+        resolve_metrics(options.metrics)  # an unknown name is refused before anything runs
+    if len(options.frameworks) < 2:
+        raise MlmsError(f"an output divergence compares at least two frameworks; {spell('frameworks')} gives "
+                        f"{', '.join(options.frameworks)}")
+    manifests = _manifests(model, EvaluateOptions(framework=options.frameworks, trust=options.trust), None, None,
+                           None, None)
+    limit = options.limit if "limit" in options.model_fields_set else 16  # the whole of a dataset only when asked
+    return _diverge_outputs(manifests, dataset=options.dataset, tolerance=options.tolerance, limit=limit,
+                            batch_size=options.batch_size, trust=options.trust, metrics=options.metrics)
 
 
 # ---------------------------------------------------------------------------------------------- object methods

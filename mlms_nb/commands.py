@@ -71,7 +71,7 @@ VERBS: dict[str, str] = {
     "layers": "layer occurrence, latency or memory of a traced run (RUN: a history id or, in a notebook, a variable)",
     "roofline": "roofline of a run per layer or per model, under this machine's measured ceilings",
     "compare": "A/B comparison of two runs: latency deltas with a significance test, per-layer deltas",
-    "diverge": "where frameworks' layer outputs diverge on the same inputs (and an INT8 copy's)",
+    "diverge": "where frameworks' layer outputs diverge on the same inputs (and an INT8 copy's); --outputs: every output, any model",
     "timeline": "zoomable timeline of a traced run (Bokeh; matplotlib for print)",
     "report": "a PDF/HTML report and an executed, editable notebook of one run, or a comparison of several",
     "trust": "trust a model file or manifest that can run code (add PATH), list the trust store, or remove PATH",
@@ -103,7 +103,8 @@ ARGUMENTS: dict[str, list[Argument]] = {
     "roofline": [RUN, *arguments(RooflineOptions), PLOT, HTML, JSON_FLAG],
     "compare": [Argument(("run_a",), {"help": "run A: a history id, evaluation id, saved .json, or notebook variable"}),
                 Argument(("run_b",), {"help": "run B, the same"}), PLOT, HTML, JSON_FLAG],
-    "diverge": [Argument(("model",), {"help": "model name (see `models`), or the path of a PyTorch manifest"}), *arguments(DivergeOptions), PLOT, HTML,
+    "diverge": [Argument(("model",), {"help": "model name (see `models`) or a manifest path (for layers: a PyTorch "
+                                                  "one)"}), *arguments(DivergeOptions), PLOT, HTML,
                 JSON_FLAG],
     "timeline": [RUN, Argument(("--framework",), {"default": None, "help": "only this framework's trace"}),
                  Argument(("--plot",), {"default": "bokeh", "choices": ["bokeh", "matplotlib"], "help": "figure backend"}),

@@ -222,9 +222,11 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
 
 def _outputs_lines(ev) -> list[tuple[str, str]]:
     """What ``capture_outputs`` kept, and each output's agreement with the reference framework."""
+    targets = getattr(ev, "target_metrics", None)
+    target_lines = [] if targets is None or targets.empty else [("Against targets", target_text(targets))]
     outputs = getattr(ev, "outputs", None)
     if outputs is None or outputs.empty or not {"framework", "input_id", "output", "values"} <= set(outputs.columns):
-        return []
+        return target_lines
     parts = []
     for fw, rows in outputs.groupby("framework", sort=False):
         kept = int(rows.loc[rows["values"].notna(), "input_id"].nunique())
@@ -237,7 +239,20 @@ def _outputs_lines(ev) -> list[tuple[str, str]]:
         text = "; ".join(f"{fw} vs {ref}, {out}: " + ", ".join(f"{m} {fmt_num(v)}" for m, v in zip(g["metric"], g["value"]))
                          for (fw, ref, out), g in shown.groupby(["framework", "reference", "output"], sort=False))
         lines.append(("Output agreement", text + " (rel: of the reference's max |value|; Evaluation.output_agreement)"))
-    return lines
+    return lines + target_lines
+
+
+def target_text(targets: pd.DataFrame) -> str:
+    """The ``target_metrics`` frame in words: per framework and output, each metric's mean ± its 95% CI half-width
+    over n inputs, with its unit."""
+    def one(r) -> str:
+        half = (r.ci95_high - r.ci95_low) / 2
+        spread = f" ± {fmt_num(half)}" if np.isfinite(half) else ""
+        return f"{r.metric} {fmt_num(r.value)}{spread} ({r.unit})"
+
+    return "; ".join(f"{fw}, {out}: " + ", ".join(one(r) for r in g.itertuples()) + f" over {fmt_int(g['inputs'].max())} inputs"
+                     for (fw, out), g in targets.groupby(["framework", "output"], sort=False)) + \
+        " (mean ± 95% CI; Evaluation.target_metrics)"
 
 
 def _full_pass_text(r: dict) -> str:
@@ -375,7 +390,8 @@ def _evaluation_json(ev) -> dict:
             "accuracy": {k: acc[0][k] for k in ("top1", "top5", "n", "dataset")} if acc else None,
             "cold_start": cold[0] if cold else None, "full_pass": full[0] if full else None,
             "trace_overhead": rows_of(ev.trace_overhead, fw), "latency": rows_of(ev.latency, fw),
-            "output_agreement": rows_of(getattr(ev, "output_agreement", pd.DataFrame()), fw)})
+            "output_agreement": rows_of(getattr(ev, "output_agreement", pd.DataFrame()), fw),
+            "target_metrics": rows_of(getattr(ev, "target_metrics", pd.DataFrame()), fw)})
     return {"evaluation_id": ev.id, "complete": ev.complete, "saved": ev.saved, "missing": ev.missing(),
             "outcomes": ev.outcomes, "warnings": ev.warnings, "stack": ev.stack, "options": ev.options,
             "results": results}

@@ -298,19 +298,42 @@ class DivergeOptions(Options):
                                  "e.g. torch,onnxruntime,tensorflow", "--framework",
                                  extra={"python_default": ("torch", "onnxruntime"), "python_type": "str | Iterable[str]",
                                         "metavar": "NAMES"})
-    dataset: str = _opt("imagenet-samples", "imagenet-samples | an image folder | a .npz file", "--dataset")
-    tolerance: float = _opt(1e-4, "max_rel_error above which a layer diverges", "--tolerance", "fraction", ge=0)
-    limit: int | None = _opt(None, "use at most this many inputs", "--limit", "inputs", ge=1)
-    quantized: bool | str = _opt(False, "also compare an INT8-quantized ONNX Runtime copy", "--quantized")
+    dataset: Any = _opt(None, "imagenet-samples | an image folder | a .npz file; with outputs, any dataset evaluate "
+                        "takes (default: imagenet-samples; with outputs, the model's evaluation default)", "--dataset",
+                        extra={"python_type": "str | os.PathLike | Iterable | None", "metavar": "DATASET"})
+    tolerance: float = _opt(1e-4, "max_rel_error above which a layer (with outputs: an output) diverges",
+                            "--tolerance", "fraction", ge=0)
+    limit: int | None = _opt(None, "use at most this many inputs (default: all; with outputs, 16: every value of "
+                             "every output is kept)", "--limit", "inputs", ge=1)
+    quantized: bool | str = _opt(False, "also compare an INT8-quantized ONNX Runtime copy (layers only)", "--quantized")
     batch_size: int = _opt(4, "inputs per call", "--batch-size", "inputs", ge=1)
-    latency_repeats: int = _opt(5, "timed calls per layer latency", "--latency-repeats", "calls", ge=1)
+    latency_repeats: int = _opt(5, "timed calls per layer latency (layers only)", "--latency-repeats", "calls", ge=1)
     trust: bool = _opt(False, "trust this run's manifest: its model.entrypoint and code steps; see docs/trust.md",
                        "--trust")
+    outputs: bool = _opt(False, "compare every output of the model instead of its layers: any model (several inputs "
+                         "and outputs, dynamic sizes, no built-in architecture needed)", "--outputs")
+    metrics: Any = _opt(None, "with outputs: metrics beside the errors, built-in names (mse, mae, iou, exact_match; "
+                        "from Python also {name: fn(output, reference) -> float}), also computed against a "
+                        "dataset's targets", "--metrics",
+                        extra={"python_type": "str | Iterable[str] | Mapping[str, Callable] | None",
+                               "metavar": "NAMES"})
 
     @field_validator("frameworks", mode="before")
     @classmethod
     def _frameworks(cls, value: Any) -> list[str]:
         return _frameworks(value)
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _metrics(cls, value: Any) -> Any:
+        if isinstance(value, str):  # the command line's mse,iou
+            return [name.strip() for name in value.split(",") if name.strip()] or None
+        return value  # names, or {name: callable} from Python (the divergence checks them)
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _dataset(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 class HistoryOptions(Options):

@@ -30,11 +30,13 @@ from mlms_nb.errors import DatasetError
 class Batch:
     """``data``: inputs, N first (an array, or a mapping name -> array); ``labels``: int64 class ids (-1 =
     unknown) or None for unlabeled data; ``ids``: one per input. ``skipped``: ``(id, reason)`` of the inputs of
-    this chunk that could not be read (the pipeline moves them to ``dataset.skipped``)."""
+    this chunk that could not be read (the pipeline moves them to ``dataset.skipped``). ``targets``: ground truth
+    per output, N first (output name -> array; ``""``: the model's first output), or None."""
     data: Any
     labels: np.ndarray | None
     ids: list[str]
     skipped: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    targets: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -42,7 +44,8 @@ class Batch:
     def slice(self, start: int, stop: int) -> "Batch":
         """Inputs ``start:stop`` (views, no copy)."""
         return Batch(map_inputs(self.data, lambda a: a[start:stop]),
-                     None if self.labels is None else self.labels[start:stop], self.ids[start:stop])
+                     None if self.labels is None else self.labels[start:stop], self.ids[start:stop],
+                     targets=None if self.targets is None else map_inputs(self.targets, lambda a: a[start:stop]))
 
 
 def map_inputs(data: Any, fn) -> Any:
@@ -69,7 +72,9 @@ def concat_batches(batches: Sequence[Batch]) -> Batch:
     else:
         data = np.concatenate([b.data for b in batches])
     labels = None if batches[0].labels is None else np.concatenate([b.labels for b in batches])
-    return Batch(data, labels, [i for b in batches for i in b.ids])
+    targets = None if batches[0].targets is None else {
+        name: np.concatenate([b.targets[name] for b in batches]) for name in batches[0].targets}
+    return Batch(data, labels, [i for b in batches for i in b.ids], targets=targets)
 
 
 def default_workers() -> int:

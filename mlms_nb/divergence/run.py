@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -19,12 +19,60 @@ from mlms_nb.frameworks.onnxruntime.quantize import ALIASES as INT8_ALIASES
 from mlms_nb.frameworks.onnxruntime.quantize import FRAMEWORK as INT8
 from mlms_nb.frameworks.onnxruntime.quantize import SETTINGS as INT8_SETTINGS
 from mlms_nb.frameworks.onnxruntime.quantize import quantized_manifest
-from mlms_nb.manifest import FRAMEWORKS, canonical_framework, find_manifest
+from mlms_nb.manifest import FRAMEWORKS, Manifest, canonical_framework, find_manifest
+from mlms_nb.options import spell_on
 
 ALIGNMENT_RULE = ("rows are PyTorch module calls in execution order that at least two frameworks have a tensor "
                   "for; ONNX nodes map by the module scopes the export gave their names (a Conv with its BatchNorm "
                   "folded in is compared with the BatchNorm's output), Keras layers by name (NHWC transposed to "
                   "NCHW), int8 tensors are the dequantized QuantizeLinear outputs of the fp32 tensors")
+
+
+def use_outputs() -> str:
+    """The advice a layer-level refusal ends with, spelled as the caller writes options."""
+    return (f"compare its outputs across frameworks instead with {spell_on('outputs')} (any model: several inputs "
+            "and outputs, dynamic sizes, no built-in architecture)")
+
+
+def layer_level_refusal(manifest: Manifest) -> str | None:
+    """Why the layer-level divergence cannot follow ``manifest``'s model (None when it can): it feeds one static
+    float input through an eager PyTorch module and aligns the layers of one output."""
+    from mlms_nb.data.feeds import is_plain
+
+    spec = manifest.inputs[0]
+    fed = [s for s in manifest.inputs if s.type != "constant"]
+    if manifest.framework.name != "torch":
+        return f"{manifest.source or manifest.key} is a manifest for {manifest.framework.name}, not for PyTorch"
+    if len(fed) > 1 or manifest.state:
+        return f"{manifest.key} has {len(fed)} inputs" + (" and state carried between calls" if manifest.state
+                                                              else "")
+    if not is_plain(manifest):
+        return (f"{manifest.key}'s input {spec.name or 'input'} has dynamic sizes, a constant or a batch axis "
+                "that is not first")
+    if not spec.element_type.startswith("float") or spec.type not in ("image", "tensor"):
+        return f"{manifest.key}'s input is {spec.type} of {spec.element_type}, not a float tensor"
+    if len(manifest.outputs) > 1:
+        return f"{manifest.key} has {len(manifest.outputs)} outputs"
+    if any(step.op == "chunk" for step in manifest.preprocess):
+        return f"{manifest.key} runs over ordered chunks"
+    return None
+
+
+def _torch_manifest(model: str) -> Manifest:
+    """The PyTorch manifest the layer-level divergence follows; a model it cannot follow is refused with advice."""
+    try:
+        manifest = find_manifest(model, framework="torch")
+    except UnknownModelError as err:
+        try:
+            find_manifest(model)  # the model exists in another framework: say what would work
+        except MlmsError:
+            raise err from None
+        raise UnknownModelError(f"{err}; the layer-level divergence follows the layers of a PyTorch module: "
+                                f"{use_outputs()}") from None
+    reason = layer_level_refusal(manifest)
+    if reason:
+        raise MlmsError(f"the layer-level divergence cannot follow {model}: {reason}; {use_outputs()}")
+    return manifest
 
 
 def _frameworks(frameworks: str | Iterable[str], quantized: bool | str) -> list[str]:
@@ -50,7 +98,8 @@ def _frameworks(frameworks: str | Iterable[str], quantized: bool | str) -> list[
     return out
 
 
-def _check(tolerance, limit, batch_size, latency_repeats) -> float:
+def check_numbers(tolerance, limit, batch_size, latency_repeats) -> float:
+    """The relative tolerance as a float; a bad tolerance, limit, batch size or repeat count is one sentence."""
     try:
         tol = float(tolerance)
     except (TypeError, ValueError):
@@ -124,7 +173,7 @@ def converted_copy(torch_predictor: Predictor, framework: str):
     return copy_of_module(torch_predictor.manifest, torch_predictor.native_model, framework)
 
 
-def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: str = "imagenet-samples",
+def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: Any = None,
             tolerance: float = 1e-4, limit: int | None = None, quantized: bool | str = False, batch_size: int = 4,
             latency_repeats: int = 5, trust: bool = False) -> Divergence:
     """Run ``model`` in each framework on the same preprocessed inputs and compare every aligned layer.
@@ -142,8 +191,9 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
     from mlms_nb.data.transforms import Preprocessor
 
     names = _frameworks(frameworks, quantized)
-    tol = _check(tolerance, limit, batch_size, latency_repeats)
-    torch_manifest = find_manifest(model, framework="torch")
+    dataset = "imagenet-samples" if dataset is None else dataset
+    tol = check_numbers(tolerance, limit, batch_size, latency_repeats)
+    torch_manifest = _torch_manifest(model)
     check_trust(torch_manifest, trust)
     data = open_dataset(dataset, torch_manifest)
     batches = list(data.iter_batches(batch_size, Preprocessor(torch_manifest), limit=limit))
@@ -155,7 +205,14 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
     try:
         predictors["torch"] = _open(model, "torch", trust=trust)
         structure = captures["torch"] = predictors["torch"].capture()
-        points = structure.structure(batches[0].data[:1])
+        try:
+            points = structure.structure(batches[0].data[:1])
+        except MlmsError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a module the layer capture cannot run: one sentence, with advice
+            raise MlmsError(f"the layer-level divergence could not run {model}'s PyTorch module layer by layer "
+                            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                            f"{use_outputs()}") from None
         fold = fold_map(points, structure.conv_feeds_bn)
         for fw in names:
             if fw not in predictors:
@@ -163,7 +220,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
                 captures[fw] = predictors[fw].capture(structure.module_names, fold)
         rows = build_rows(points, {fw: captures[fw].keys for fw in names})
         if not rows:
-            raise MlmsError(f"{model}: no layer output is shared by two of {', '.join(names)}")
+            raise MlmsError(f"{model}: no layer output is shared by two of {', '.join(names)}; {use_outputs()}")
         pairs = list(itertools.combinations(names, 2))
         stats, logits = compare_captures(captures, names, rows, [b.data for b in batches])
 

@@ -37,6 +37,17 @@ BUILTIN_METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
 }
 
 
+METRIC_UNITS = {"max_abs_error": "output's unit", "mean_abs_error": "output's unit", "max_rel_error": "fraction",
+                "mean_rel_error": "fraction", "cosine": "-1..1", "mse": "output's unit²", "mae": "output's unit",
+                "iou": "fraction", "exact_match": "fraction"}
+"""The unit of each metric's value; a user metric's is its own."""
+
+
+def metric_unit(metric: str) -> str:
+    """The unit of ``metric``'s value (``"the metric's own"`` for a user metric)."""
+    return METRIC_UNITS.get(metric, "the metric's own")
+
+
 def resolve_metrics(metrics: Mapping[str, Any] | Iterable[str] | None) -> dict[str, Callable]:
     """Names (built-in) and ``{name: callable}`` as one mapping name -> function; an unknown name is refused."""
     if metrics is None:

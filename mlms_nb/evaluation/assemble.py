@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from mlms_nb.evaluation.records import (
-    MEASUREMENTS, AccuracyPass, ColdStart, FullPass, Note, Opened, OutputsPass, TimedLoop, TracedPass,
+    MEASUREMENTS, AccuracyPass, ColdStart, FullPass, Note, Opened, OutputsPass, TargetsPass, TimedLoop,
+    TracedPass,
 )
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.stats import latency_stats, stability_warning
@@ -29,6 +30,7 @@ class Assembler:
         self.ev = evaluation
         self.metrics = metrics  # output metrics beside the manifest's: names or {name: fn(output, reference)}
         self._outputs: list[pd.DataFrame] = []
+        self._targets: list[pd.DataFrame] = []
         self.batch_sizes = list(batch_sizes)
         self.scenario = scenario
         self._rows: list[dict] = []
@@ -95,6 +97,9 @@ class Assembler:
             ev.outputs = pd.concat(self._outputs, ignore_index=True)
             if ev.outputs["framework"].nunique() > 1:  # every framework's outputs against the first's, as they come
                 ev.output_agreement = ev.agreement(metrics=self.metrics)
+        elif isinstance(record, TargetsPass):
+            self._targets.append(record.metrics)
+            ev.target_metrics = pd.concat(self._targets, ignore_index=True)
         elif isinstance(record, TimedLoop):
             self._rows.append(self._latency_row(record))
             ev.latency = pd.DataFrame(self._rows)

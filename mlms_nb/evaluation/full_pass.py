@@ -42,19 +42,21 @@ def make_batch(inputs: Any, batch_size: int, manifest: Manifest | None = None) -
 
 def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
                   keep_probabilities: bool, trust: bool, reporter=None, workers: int | None = None,
-                  prefetch: int | None = None, recorder=None) -> tuple[FullPass, AccuracyPass | None]:
+                  prefetch: int | None = None, recorder=None, targets=None) -> tuple[FullPass, AccuracyPass | None]:
     """Stream the dataset through ``predict`` at ``batch_size``; returns the pass's record and, for a classifier
     on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`).
     ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
-    (the model is then called by name, and returns every output). Datasets stack inputs on axis 0; an input whose
-    ``batch_axis`` is another gets its batch moved there before each call.
+    (the model is then called by name, and returns every output). ``targets``
+    (:class:`~mlms_nb.evaluation.targets.TargetScores`): every output with a target in the batch is scored against
+    it. Datasets stack inputs on axis 0; an input whose ``batch_axis`` is another gets its batch moved there before
+    each call.
 
     Items cut into ordered chunks (a ``chunk`` step) run ``batch_size`` side by side, each row with its own state
     (:func:`~mlms_nb.evaluation.lockstep.run_lockstep`); the stream then reads one item at a time (items differ in
-    length). The record counts dataset items as today's does: ``inputs`` = items (not chunks), ``inputs_per_s`` =
-    items / ``wall_s``; ``batches`` = predict calls (one chunk of up to ``batch_size`` items each);
-    ``postprocess_s`` = the time between calls spent outside the stream (assembling each call's chunks and states,
-    recording outputs)."""
+    length); they are not scored against targets. The record counts dataset items as today's does: ``inputs`` =
+    items (not chunks), ``inputs_per_s`` = items / ``wall_s``; ``batches`` = predict calls (one chunk of up to
+    ``batch_size`` items each); ``postprocess_s`` = the time between calls spent outside the stream (assembling each
+    call's chunks and states, recording outputs)."""
     from mlms_nb.evaluation.lockstep import run_lockstep
 
     fw = manifest.framework.name
@@ -84,14 +86,16 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
             t0 = clock()
             named = None
             data = to_model_layout(batch.data, axes, fed)
-            if recorder is not None:
+            if recorder is not None or targets is not None:
                 named = predict(data if isinstance(data, dict) else {fed: data})
                 outputs = next(iter(named.values()))
             else:
                 outputs = predict(data)
             t1 = clock()
-            if named is not None:
+            if named is not None and recorder is not None:
                 recorder.add(batch.ids, named)
+            if named is not None and targets is not None:
+                targets.add(batch.ids, named, batch.targets)
             if scorer is not None:
                 scorer.add(batch, outputs)
             inference_ns += t1 - t0

@@ -36,6 +36,8 @@ class LoadedInputs:
     #: fed inputs whose batch axis is not the first: name -> axis (datasets stack on axis 0; moved before a call)
     batch_axes: dict[str, int] = field(default_factory=dict)
     fed: str = "input"
+    #: the dataset's ground truth: input id -> target key (an output name; "" the first output) -> array
+    targets: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
     def to_model(self, batch: Any) -> Any:
         """A batch stacked on axis 0, with each fed input's batch moved to its own batch axis."""
@@ -66,12 +68,14 @@ class LoadedInputs:
 def load_inputs(dataset, preprocess, limit: int | None) -> LoadedInputs:
     """Every preprocessed input of ``dataset`` (at most ``limit``), held as dense, ragged or sequences."""
     ragged = preprocess.input.dynamic or preprocess.chunked
-    data, labels, ids = [], [], []
+    data, labels, ids, targets = [], [], [], {}
     with dataset.iter_batches(1 if ragged else 32, preprocess, limit=limit) as stream:
         for batch in stream:
             if not len(batch.ids):
                 continue
             ids.extend(batch.ids)
+            for row, input_id in enumerate(batch.ids if batch.targets else ()):
+                targets[input_id] = {key: t[row] for key, t in batch.targets.items()}
             if batch.labels is not None:
                 labels.append(batch.labels)
             if ragged:
@@ -82,7 +86,7 @@ def load_inputs(dataset, preprocess, limit: int | None) -> LoadedInputs:
         raise DatasetError(f"dataset {dataset.name!r} gave no inputs")
     label_array = np.concatenate(labels) if labels else None
     manifest = preprocess.manifest
-    layout = dict(batch_axes=moved_axes(manifest), fed=fed_name(manifest))
+    layout = dict(batch_axes=moved_axes(manifest), fed=fed_name(manifest), targets=targets)
     if preprocess.chunked:
         return LoadedInputs("sequences", data, ids, label_array, **layout)
     if ragged:

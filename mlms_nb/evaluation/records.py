@@ -54,6 +54,13 @@ class OutputsPass:
 
 
 @dataclass(frozen=True)
+class TargetsPass:
+    """Each output against the dataset's targets, averaged over the inputs (the ``target_metrics`` frame's rows)."""
+    framework: str
+    metrics: pd.DataFrame
+
+
+@dataclass(frozen=True)
 class FullPass:
     """Every input of the dataset through the model once, streamed (:mod:`mlms_nb.evaluation.full_pass`): ``row``
     holds the columns of :data:`mlms_nb.schema.evaluation.FULL_PASS` (inputs, wall_s, inputs_per_s, preprocess_s,
@@ -99,5 +106,5 @@ class TracedPass:
     overhead: list = field(default_factory=list)
 
 
-MEASUREMENTS = (ColdStart, FullPass, AccuracyPass, OutputsPass, TimedLoop, TracedPass)
+MEASUREMENTS = (ColdStart, FullPass, AccuracyPass, OutputsPass, TargetsPass, TimedLoop, TracedPass)
 """The records that hold a measurement (the history store keeps a framework's row from the first of them on)."""

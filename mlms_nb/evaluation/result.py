@@ -65,6 +65,8 @@ class Evaluation:
     outputs: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: per framework x output x metric, against the reference framework (the first that captured outputs)
     output_agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: per framework x output x metric, against the dataset's targets: mean over the inputs, std, 95% CI, count
+    target_metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
     complete: bool = True
     #: per framework: ``status`` (complete | partial | failed | not run), ``reason`` (None or error, interrupt,
     #: signal, timeout, crash), ``message``, ``measured_batch_sizes``, ``missing_batch_sizes``,
@@ -226,6 +228,7 @@ class Evaluation:
             accuracy=rows(self.accuracy),
             predictions=rows(self.predictions), trace_overhead=rows(self.trace_overhead),
             outputs=rows(self.outputs), output_agreement=rows(self.output_agreement),
+            target_metrics=rows(self.target_metrics),
             traces={k: v for k, v in self.traces.items() if k == framework},
             samples={SampleKey(*k): v.copy() for k, v in self.samples.items() if k[0] == framework},
             probabilities={k: v.copy() for k, v in self.probabilities.items() if k == framework},
@@ -301,6 +304,7 @@ class Evaluation:
             accuracy=concat("accuracy"),
             predictions=concat("predictions"), trace_overhead=concat("trace_overhead"),
             outputs=concat("outputs"), output_agreement=concat("output_agreement"),
+            target_metrics=concat("target_metrics"),
             traces={k: v for p in parts for k, v in p.traces.items()},
             samples={k: v for p in parts for k, v in p.samples.items()},
             probabilities={k: v for p in parts for k, v in p.probabilities.items()},

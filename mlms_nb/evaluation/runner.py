@@ -22,6 +22,7 @@ from mlms_nb.evaluation.checks import check_before_loading
 from mlms_nb.evaluation.progress import ProgressDisplay
 from mlms_nb.evaluation.records import PassProgress
 from mlms_nb.evaluation.result import Evaluation
+from mlms_nb.evaluation.targets import shippable
 from mlms_nb.evaluation.work import FrameworkJob, measure_framework
 from mlms_nb.launchers import Launcher, Limits, Outcome, StopRequested, Work, get_launcher, outcome_of
 from mlms_nb.launchers.stopping import deferred, stop_signals
@@ -61,7 +62,7 @@ class EvaluationRunner:
     def __init__(self, manifests: list[Manifest], options: EvaluateOptions, sink: Sink | None = None,
                  launcher: Launcher | None = None, metrics=None):
         self.manifests = manifests
-        self.metrics = metrics  # output metrics (names or {name: fn}); applied here, never shipped to a worker
+        self.metrics = metrics  # output metrics (names or {name: fn}): agreement here; targets in the work
         self.options = options
         self.sink = sink
         names = {m.name for m in manifests}
@@ -125,7 +126,8 @@ class EvaluationRunner:
                     if not isinstance(record, PassProgress) and assembler.add(record):
                         self._store(evaluation, fw)
 
-            job = FrameworkJob(manifest, self.options, f"{evaluation.id}-{fw}")
+            metrics, unshipped = (self.metrics, []) if self.launcher.name == "inline" else shippable(self.metrics)
+            job = FrameworkJob(manifest, self.options, f"{evaluation.id}-{fw}", metrics, tuple(unshipped))
             try:
                 outcome = self.launcher.launch(Work(measure_framework, (job,), fw), on_record)
             except (KeyboardInterrupt, StopRequested) as err:

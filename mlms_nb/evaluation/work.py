@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -27,8 +27,9 @@ from mlms_nb.data.feeds import take
 from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
 from mlms_nb.evaluation.outputs import OutputRecorder
 from mlms_nb.evaluation.progress import Reporter
-from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TimedLoop, TracedPass
+from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TargetsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
+from mlms_nb.evaluation.targets import TargetScores
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
 from mlms_nb.launchers import CallTimeout, StopRequested
@@ -46,6 +47,10 @@ class FrameworkJob:
     manifest: Manifest
     options: EvaluateOptions
     trace_id: str
+    #: metrics scored against a dataset's targets: built-in names and the user's callables that reach this process
+    metrics: Any = None
+    #: the user's metrics that could not be sent here (they do not pickle): named in a note when there are targets
+    unshipped: tuple[str, ...] = ()
 
 
 def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
@@ -66,6 +71,16 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     one_by_one = preprocess.input.dynamic or preprocess.chunked
     head = head_sample(dataset, preprocess, 1 if one_by_one else max(opts.batch_sizes), opts.limit)
     inputs = head.data  # the timed loops' and the traced pass's sample, cycled to each batch size
+    targets = None
+    if head.targets and preprocess.chunked:
+        emit(Note(fw, f"{fw}: the dataset's targets are not compared for inputs cut into ordered chunks"))
+    elif head.targets:
+        targets = TargetScores(manifest, fw, job.metrics)
+        for key in head.targets:
+            targets.output_of(key)  # a target for an output the model does not have: refused before loading
+        if job.unshipped:
+            emit(Note(fw, f"{fw}: metric(s) {', '.join(job.unshipped)} not computed against the targets: a worker "
+                          "process cannot receive them (they do not pickle; define them at a module's top level)"))
     if preprocess.chunked:
         inputs = take(inputs, (slice(None), 0))  # a sequence's first chunk: latency is one call's
     if traced:
@@ -105,7 +120,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         full, accuracy = run_full_pass(predict, manifest, dataset, preprocess,
                                        1 if preprocess.input.dynamic else max(opts.batch_sizes), limit=opts.limit,
                                        keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
-                                       recorder=recorder if recorder.enabled else None)
+                                       recorder=recorder if recorder.enabled else None, targets=targets)
         if dataset.skipped:
             emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
                           + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
@@ -114,6 +129,8 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
             emit(accuracy)
         if recorder.rows:
             emit(OutputsPass(fw, recorder.frame()))
+        if targets is not None and targets.scored:
+            emit(TargetsPass(fw, targets.frame()))
         if traced:
             traced.tracer.add_span("full pass", TraceLevel.APPLICATION, "application", t_full, time.perf_counter_ns(),
                                    inputs=full.row["inputs"], dataset=dataset.name)

@@ -26,6 +26,9 @@ evaluation ran several).
 **output_agreement** -- one row per framework x output x metric against the reference framework's captured
 values (:mod:`mlms_nb.evaluation.agreement`).
 
+**target_metrics** -- one row per framework x output x metric against the ground truth a dataset carries
+(:mod:`mlms_nb.evaluation.targets`): the mean over the inputs, its spread and count.
+
 **trace_overhead** -- traced runs only: per framework and batch size, the traced median against the untraced.
 
 **history** -- :meth:`mlms_nb.store.history.HistoryStore.query`: one row per stored evaluation x framework.
@@ -249,6 +252,20 @@ OUTPUT_AGREEMENT = FrameSchema("output_agreement", (
     Column("inputs", "int64", "inputs", "inputs (x chunks) compared: those whose values both frameworks captured"),
 ), key=("framework", "reference", "output", "metric"))
 
+TARGET_METRICS = FrameSchema("target_metrics", (
+    _FRAMEWORK,
+    Column("output", "str", "", "the output's name"),
+    Column("metric", "str", "", "a built-in (mse, mae, iou, exact_match) or user metric of the output against its "
+                                "target"),
+    Column("value", "float64", "", "the metric's mean over the inputs with a target; its unit is in ``unit``"),
+    Column("std", "float64", "", "the sample standard deviation over the inputs (ddof=1; NaN for one input)"),
+    Column("ci95_low", "float64", "", "the 95% confidence interval of the mean (Student's t), low end"),
+    Column("ci95_high", "float64", "", "its high end"),
+    Column("inputs", "int64", "inputs", "inputs (x chunks) with a target for this output"),
+    Column("unit", "str", "", "the unit of value, std and the interval: the output's unit (mae), its square (mse), "
+                              "a fraction (iou, exact_match), or a user metric's own"),
+), key=("framework", "output", "metric"))
+
 HISTORY = FrameSchema("history", (
     Column("id", "int64", "", "row id in the store (one row per evaluation and framework)"),
     Column("evaluation_id", "str", "", "the evaluation's 32-hex id"),
@@ -270,5 +287,5 @@ HISTORY = FrameSchema("history", (
 ), key=("id",))
 
 FRAMES: dict[str, FrameSchema] = {s.name: s for s in (LATENCY, COLD_START, FULL_PASS, ACCURACY, PREDICTIONS,
-                                                      TRACE_OVERHEAD, OUTPUTS, OUTPUT_AGREEMENT)}
+                                                      TRACE_OVERHEAD, OUTPUTS, OUTPUT_AGREEMENT, TARGET_METRICS)}
 """The frames an `Evaluation` stores, by attribute name."""

@@ -1,8 +1,9 @@
 """Datasets of arrays: already preprocessed tensors, or arrays the preprocessor still turns into inputs.
 
 - `SyntheticDataset`: random, already preprocessed tensors for performance-only runs.
-- `NpzDataset`: a ``.npz`` with ``x`` (inputs, N first) and optionally ``y`` (labels); ``x`` is memory-mapped
-  when stored uncompressed (``np.savez``), read row block by row block when compressed: never loaded whole.
+- `NpzDataset`: a ``.npz`` with ``x`` (inputs, N first), optionally ``y`` (labels) and ground truth per output,
+  ``target`` (the first output) or ``target:<output name>``; ``x`` (and each target) is memory-mapped when stored
+  uncompressed (``np.savez``); compressed, ``x`` is read row block by row block and the targets are loaded whole.
 - `NpyFolder`: a folder of ``.npy`` files, one input each, labeled by subfolder like an image folder.
 - `IterableDataset`: any iterable from Python (a list, a function returning an iterator, a generator).
 
@@ -20,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from mlms_nb.data.datasets.base import Dataset, cast_to, read_items
+from mlms_nb.data.datasets.base import Dataset, cast_to, read_items, target_key
 from mlms_nb.data.datasets.files import _LabeledFolder
 from mlms_nb.data.pipeline import Batch
 from mlms_nb.errors import DatasetError
@@ -112,6 +113,8 @@ class NpzDataset(Dataset):
                     header_len = member.tell()
                 self.compressed = info.compress_type != zipfile.ZIP_STORED
                 self._data_offset = None if self.compressed else _member_offset(self.path, info) + header_len
+                self.targets = {key: _member_array(self.path, archive, name) for name in names
+                                if (key := target_key(name)) is not None}
             y = None
             if "y" in names:
                 with np.load(self.path, allow_pickle=False) as npz:
@@ -137,6 +140,10 @@ class NpzDataset(Dataset):
                 raise DatasetError(f"{self.path}: 'y' must hold integer class ids, got {y.dtype}")
             self.y = y.astype(np.int64)
         self.labeled = self.y is not None
+        for key, target in self.targets.items():
+            if target.ndim < 1 or len(target) != shape[0] or target.dtype.kind not in "biuf":
+                raise DatasetError(f"{self.path}: {'target' + (':' + key if key else '')!r} must hold numbers, one "
+                                   f"per input ({shape[0]}), N first; got {target.dtype} shaped {list(target.shape)}")
         self.manifest = manifest
         if manifest is not None:
             self.check(manifest)
@@ -189,7 +196,20 @@ class NpzDataset(Dataset):
         else:
             rows = np.array(self.x[chunk.start:chunk.stop])  # read from disk here, in the worker
         labels = None if self.y is None else self.y[chunk.start:chunk.stop]
-        return Batch(cast_to(manifest, rows), labels, [f"{self.path.name}[{i}]" for i in chunk])
+        targets = {key: np.array(t[chunk.start:chunk.stop]) for key, t in self.targets.items()} or None
+        return Batch(cast_to(manifest, rows), labels, [f"{self.path.name}[{i}]" for i in chunk], targets=targets)
+
+
+def _member_array(path: Path, archive: zipfile.ZipFile, name: str) -> np.ndarray:
+    """Array ``name`` of the archive: memory-mapped when stored uncompressed, else loaded whole."""
+    info = archive.getinfo(name + ".npy")
+    with archive.open(info) as member:
+        shape, fortran, dtype = _npy_header(member)
+        header_len = member.tell()
+    if info.compress_type == zipfile.ZIP_STORED and not fortran and not dtype.hasobject and shape:
+        return np.memmap(path, dtype=dtype, mode="r", offset=_member_offset(path, info) + header_len, shape=shape)
+    with np.load(path, allow_pickle=False) as npz:
+        return npz[name]
 
 
 def _npy_header(f) -> tuple[tuple, bool, np.dtype]:
@@ -229,8 +249,9 @@ class NpyFolder(_LabeledFolder):
 class IterableDataset(Dataset):
     """Inputs from Python. ``source``: a list or tuple (read again for each framework), a function returning a
     new iterable each time it is called, or an iterator / generator (read once: one framework). Each item is an
-    input (an array, a path, a mapping name -> array) or a pair ``(input, label)`` with an integer class id;
-    the data is labeled when the first item is such a pair."""
+    input (an array, a path, a mapping name -> array), a pair ``(input, label)`` with an integer class id, or a
+    pair ``(input, targets)`` with ground truth: an array (or a float) for the first output, or a mapping output
+    name -> array; the first item says which (``labeled``, ``targeted``)."""
 
     kind = "input"
 
@@ -246,6 +267,7 @@ class IterableDataset(Dataset):
         self._started = False
         first = self._peek()
         self.labeled = _is_pair(first)
+        self.targeted = _is_target_pair(first)
 
     def size(self) -> int | None:
         return len(self.source) if isinstance(self.source, Sized) and not callable(self.source) else None
@@ -292,14 +314,16 @@ class IterableDataset(Dataset):
     def read(self, chunk, preprocess) -> Batch:
         start, block = chunk
         ids = [f"{self.name}[{start + k}]" for k in range(len(block))]
-        values = [item[0] if self.labeled else item for item in block]
-        labels = None
+        values = [item[0] if self.labeled or self.targeted else item for item in block]
+        labels = targets = None
         if self.labeled:
             for k, item in enumerate(block):
                 if not _is_pair(item):
                     raise DatasetError(f"{ids[k]}: expected an (input, label) pair like the first item")
             labels = np.asarray([int(item[1]) for item in block], dtype=np.int64)
-        return read_items(ids, lambda k: as_input(values[k], preprocess), labels, range(len(block)))
+        if self.targeted:
+            targets = _stack_targets(ids, [item[1] if _is_target_pair(item) else None for item in block])
+        return read_items(ids, lambda k: as_input(values[k], preprocess), labels, range(len(block)), targets)
 
     def head(self, count: int, preprocess) -> Batch:
         if not self.one_shot:
@@ -314,3 +338,27 @@ class IterableDataset(Dataset):
 
 def _is_pair(item: Any) -> bool:
     return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], (int, np.integer))
+
+
+def _is_target_pair(item: Any) -> bool:
+    return isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], (np.ndarray, Mapping, list, float,
+                                                                               np.floating))
+
+
+def _stack_targets(ids: list[str], items: list[Any]) -> dict[str, np.ndarray]:
+    """Each item's targets (an array for the first output, or a mapping output name -> array) stacked per output."""
+    per_output: dict[str, list] = {}
+    for k, targets in enumerate(items):
+        if targets is None:
+            raise DatasetError(f"{ids[k]}: expected an (input, targets) pair like the first item")
+        named = {str(n): v for n, v in targets.items()} if isinstance(targets, Mapping) else {"": targets}
+        if k and set(named) != set(per_output):
+            raise DatasetError(f"{ids[k]}: targets for {', '.join(sorted(named)) or 'the first output'}, but the "
+                               f"first item's are for {', '.join(sorted(per_output)) or 'the first output'}")
+        for name, value in named.items():
+            per_output.setdefault(name, []).append(np.asarray(value))
+    try:
+        return {name: np.stack(arrays) for name, arrays in per_output.items()}
+    except ValueError:
+        raise DatasetError(f"{ids[0]}..{ids[-1]}: targets of different shapes in one batch; inputs of dynamic size "
+                           "run one at a time (batch size 1)") from None

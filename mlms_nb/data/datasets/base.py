@@ -81,9 +81,10 @@ class Dataset:
 
 
 def read_items(ids: Sequence[str], load: Callable[[int], Any], labels: np.ndarray | None,
-               positions: Sequence[int]) -> Batch:
+               positions: Sequence[int], targets: dict[str, Any] | None = None) -> Batch:
     """A batch of the inputs at ``positions`` (``load(position)`` gives one input's data); inputs whose load raises
-    a skipping error are left out and listed in ``Batch.skipped``."""
+    a skipping error are left out and listed in ``Batch.skipped``. ``labels`` and ``targets`` (output name ->
+    array) are indexed by the same positions."""
     data, kept, skipped = [], [], []
     for i in positions:
         try:
@@ -91,9 +92,22 @@ def read_items(ids: Sequence[str], load: Callable[[int], Any], labels: np.ndarra
             kept.append(i)
         except SKIPPED_ERRORS as err:
             skipped.append((ids[i], short_reason(str(err))))
+    kept_targets = None if targets is None else {name: np.asarray(t[kept]) if kept else np.asarray(t[:0])
+                                                 for name, t in targets.items()}
     if not data:
-        return Batch(np.empty((0,)), None if labels is None else labels[:0], [], skipped)
-    return Batch(stack_inputs(data), None if labels is None else labels[kept], [ids[i] for i in kept], skipped)
+        return Batch(np.empty((0,)), None if labels is None else labels[:0], [], skipped, targets=kept_targets)
+    return Batch(stack_inputs(data), None if labels is None else labels[kept], [ids[i] for i in kept], skipped,
+                 targets=kept_targets)
+
+
+def target_key(name: str) -> str | None:
+    """The output a dataset's array or column named ``name`` is the ground truth of: ``target`` -> ``""`` (the
+    model's first output), ``target:mask`` -> ``mask``; None for any other name."""
+    if name == "target":
+        return ""
+    if name.startswith("target:") and len(name) > len("target:"):
+        return name[len("target:"):]
+    return None
 
 
 def short_reason(reason: str) -> str:

@@ -17,10 +17,12 @@ ACCEPTED = ("'imagenet-samples' (20 labeled ImageNet photos; pip install --no-de
             "'synthetic' or 'synthetic:N' (N random preprocessed inputs, default 64)",
             "a folder of images (.jpg .jpeg .png .bmp .webp; subfolder names are labels), of audio files "
             "(.wav .flac .ogg .mp3) or of .npy arrays",
-            "a .npz file with 'x' (preprocessed inputs) and optionally 'y' (labels)",
+            "a .npz file with 'x' (preprocessed inputs) and optionally 'y' (labels) and 'target' or "
+            "'target:<output>' (ground truth per output)",
             "a Parquet or Arrow file (.parquet .arrow .feather) with a column of image bytes or arrays and "
-            "optionally 'label'",
-            "from Python: any iterable of inputs or (input, label) pairs, or a function returning one")
+            "optionally 'label' and 'target' / 'target:<output>'",
+            "from Python: any iterable of inputs, (input, label) or (input, targets) pairs, or a function returning "
+            "one")
 
 
 def open_dataset(spec: Any, manifest: Manifest) -> Dataset:

@@ -2,7 +2,9 @@
 
 The input column holds encoded files (binary: image bytes, audio bytes; or a struct with a ``bytes`` field, as
 Hugging Face datasets store images) or arrays (a list column: the values of one preprocessed input, flat or
-nested). The optional label column holds integer class ids. Rows are read in order, one block at a time, in the
+nested). The optional label column holds integer class ids; columns ``target`` (the first output; an integer
+``target`` column is a label) and ``target:<output name>`` hold ground truth per output (a number or a list
+column: the values of that input's output, flat or nested). Rows are read in order, one block at a time, in the
 pipeline's feeder thread (Parquet row groups are decompressed there); decoding runs in the workers.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from mlms_nb.data.datasets.arrays import as_input
-from mlms_nb.data.datasets.base import Dataset, read_items
+from mlms_nb.data.datasets.base import Dataset, read_items, target_key
 from mlms_nb.data.pipeline import Batch
 from mlms_nb.errors import DatasetError, InputDecodeError
 
@@ -46,15 +48,18 @@ class TableDataset(Dataset):
             raise DatasetError(f"{self.path}: not a readable {'Parquet' if self.parquet else 'Arrow IPC'} file "
                                f"({err})") from None
         names = list(schema.names)
-        if label_column is None:
-            label_column = next((n for n in LABEL_COLUMNS if n in names), None)
+        if label_column is None:  # a ``target`` column of floats or lists is ground truth, not a label
+            label_column = next((n for n in LABEL_COLUMNS if n in names and (
+                n != "target" or pa.types.is_integer(schema.field(n).type))), None)
         elif label_column not in names:
             raise DatasetError(f"{self.path}: no label column {label_column!r}; it has {', '.join(names)}")
         if label_column is not None and not pa.types.is_integer(schema.field(label_column).type):
             raise DatasetError(f"{self.path}: label column {label_column!r} must hold integer class ids, got "
                                f"{schema.field(label_column).type}")
+        self.target_columns = {n: target_key(n) for n in names if n != label_column and target_key(n) is not None}
         if column is None:
-            column = next((n for n in names if n != label_column and _usable(schema.field(n).type)), None)
+            column = next((n for n in names if n != label_column and n not in self.target_columns
+                           and _usable(schema.field(n).type)), None)
             if column is None:
                 raise DatasetError(f"{self.path}: no input column (binary image/audio bytes, or a list of numbers) "
                                    f"among {', '.join(names)}; name one with TableDataset(path, column=...)")
@@ -81,7 +86,7 @@ class TableDataset(Dataset):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        columns = [self.column] + ([self.label_column] if self.label_column else [])
+        columns = [self.column] + ([self.label_column] if self.label_column else []) + list(self.target_columns)
         start = 0
         if self.parquet:
             batches = pq.ParquetFile(self.path).iter_batches(batch_size=size, columns=columns)
@@ -105,6 +110,11 @@ class TableDataset(Dataset):
         if self.label_column is not None:
             labels = block.column(1).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         ids = [f"{self.path.name}[{start + k}]" for k in range(block.num_rows)]
+        targets = None
+        if self.target_columns:
+            first = 1 + (self.label_column is not None)
+            targets = {key: _target_values(block.column(first + i), name, start)
+                       for i, (name, key) in enumerate(self.target_columns.items())}
         image = getattr(getattr(preprocess, "manifest", None), "inputs", [None])[0]
         image = image is not None and image.type == "image"
         dims = getattr(preprocess, "shape", None)
@@ -119,7 +129,20 @@ class TableDataset(Dataset):
                 value = value.reshape(dims)  # a flat list of the input's values
             return as_input(value, preprocess)
 
-        return read_items(ids, load, labels, range(block.num_rows))
+        return read_items(ids, load, labels, range(block.num_rows), targets)
+
+
+def _target_values(column, name: str, start: int) -> np.ndarray:
+    """A target column's rows as one array, N first (a number per row, or a list cell per row, all one size)."""
+    if column.null_count:
+        raise DatasetError(f"column {name!r}: rows from {start} hold an empty target cell")
+    if not _nested(column.type):
+        return column.to_numpy(zero_copy_only=False)
+    try:
+        return np.stack(_values(column))
+    except ValueError:
+        raise DatasetError(f"column {name!r}: rows from {start} hold targets of different sizes in one batch; inputs "
+                           "of dynamic size run one at a time") from None
 
 
 def _usable(kind) -> bool:
