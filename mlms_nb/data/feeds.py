@@ -61,6 +61,24 @@ def with_batch(spec: InputSpec, shape: list[int], batch: int) -> tuple[int, ...]
     return tuple(shape[:spec.batch_axis]) + (batch,) + tuple(shape[spec.batch_axis:])
 
 
+def moved_axes(manifest: Manifest) -> dict[str, int]:
+    """The inputs a dataset may give (every one but the constants) whose batch axis is not the first: name -> axis.
+    Datasets stack inputs on axis 0; `to_model_layout` moves each of these to its own axis before a call."""
+    return {name: spec.batch_axis for name, spec in zip(input_names(manifest), manifest.inputs)
+            if spec.batch_axis not in (None, 0) and spec.type != "constant"}
+
+
+def to_model_layout(batch: Any, axes: Mapping[str, int], fed: str) -> Any:
+    """``batch`` (an array: the fed input, or a mapping name -> array), stacked on axis 0, with each input named in
+    ``axes`` moved to its batch axis (contiguous); the others as they are."""
+    if not axes:
+        return batch
+    if isinstance(batch, Mapping):
+        return {k: np.ascontiguousarray(np.moveaxis(v, 0, axes[k])) if k in axes else v for k, v in batch.items()}
+    axis = axes.get(fed)
+    return batch if axis is None else np.ascontiguousarray(np.moveaxis(batch, 0, axis))
+
+
 def zeros_state(spec: InputSpec, batch: int) -> np.ndarray:
     """A state input's first value: zeros of its dimensions, ``batch`` of them on its batch axis."""
     return np.zeros(with_batch(spec, [int(d) for d in spec.dimensions], batch), dtype=spec.element_type)

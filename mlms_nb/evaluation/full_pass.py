@@ -10,11 +10,12 @@ and the traced pass use a small sample instead, the dataset's head (:func:`head_
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
 
+from mlms_nb.data.feeds import fed_name, moved_axes, to_model_layout
 from mlms_nb.data.labels import check_label_count, load_labels
 from mlms_nb.data.pipeline import Batch, default_workers, map_inputs
 from mlms_nb.data.transforms import Postprocessor
@@ -29,13 +30,15 @@ def head_sample(dataset, preprocess, count: int, limit: int | None) -> Batch:
     return dataset.head(count if limit is None else max(1, min(count, limit)), preprocess)
 
 
-def make_batch(inputs: Any, batch_size: int) -> Any:
-    """``batch_size`` inputs, cycling through the sample when it is smaller; contiguous (per name for a mapping)."""
+def make_batch(inputs: Any, batch_size: int, manifest: Manifest | None = None) -> Any:
+    """``batch_size`` inputs, cycling through the sample when it is smaller; contiguous (per name for a mapping).
+    With ``manifest``, each input whose ``batch_axis`` is not the first gets its batch there."""
     def take(array: np.ndarray) -> np.ndarray:
         idx = np.arange(batch_size) % len(array)
         return np.ascontiguousarray(array[idx])
 
-    return map_inputs(inputs, take)
+    batch = map_inputs(inputs, take)
+    return batch if manifest is None else to_model_layout(batch, moved_axes(manifest), fed_name(manifest))
 
 
 def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
@@ -47,16 +50,22 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
     ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
     (the model is then called by name, and returns every output). ``targets``
     (:class:`~mlms_nb.evaluation.targets.TargetScores`): every output with a target in the batch is scored against
-    it. Items cut into ordered chunks (a ``chunk`` step) run chunk by chunk, the state carried
-    (:func:`~mlms_nb.evaluation.outputs.run_sequences`); they are not scored against targets. ``reader``: threads or
-    processes (:class:`~mlms_nb.data.pipeline.Stream`); ``note`` gets the sentence saying why a dataset asked to be
-    read by processes was read by threads."""
-    from mlms_nb.data.feeds import fed_name
-    from mlms_nb.evaluation.outputs import run_sequences
+    it. Datasets stack inputs on axis 0; an input whose ``batch_axis`` is another gets its batch moved there before
+    each call. ``reader``: threads or processes (:class:`~mlms_nb.data.pipeline.Stream`); ``note`` gets the
+    sentence saying why a dataset asked to be read by processes was read by threads.
+
+    Items cut into ordered chunks (a ``chunk`` step) run ``batch_size`` side by side, each row with its own state
+    (:func:`~mlms_nb.evaluation.lockstep.run_lockstep`); the stream then reads one item at a time (items differ in
+    length); they are not scored against targets. The record counts dataset items as today's does: ``inputs`` =
+    items (not chunks), ``inputs_per_s`` = items / ``wall_s``; ``batches`` = predict calls (one chunk of up to
+    ``batch_size`` items each); ``postprocess_s`` = the time between calls spent outside the stream (assembling each
+    call's chunks and states, recording outputs)."""
+    from mlms_nb.evaluation.lockstep import run_lockstep
 
     fw = manifest.framework.name
     sequences = bool(getattr(preprocess, "chunked", False))
     fed = fed_name(manifest)
+    axes = moved_axes(manifest)
     scorer = _Scorer(manifest, trust, keep_probabilities) if (
         dataset.labeled and manifest.outputs[0].type == "classification" and not sequences) else None
     size = dataset.size()
@@ -67,21 +76,26 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
     batches = 0
     clock = time.perf_counter_ns
     start = clock()
-    with dataset.iter_batches(batch_size, preprocess, limit=limit, workers=workers or default_workers(),
-                              prefetch=prefetch, reader=reader) as stream:
+    with dataset.iter_batches(1 if sequences else batch_size, preprocess, limit=limit,
+                              workers=workers or default_workers(), prefetch=prefetch, reader=reader) as stream:
         if stream.note and note is not None:
             note(stream.note)
-        for batch in stream:
+        if sequences:
+            timed = _TimedCalls(predict)
+            t0 = clock()
+            run_lockstep(timed, manifest, _items(stream), batch_size, recorder=recorder, keep=False,
+                         on_item=(lambda _id: reporter.advance(1)) if reporter is not None else None)
+            inference_ns, batches = timed.ns, timed.calls
+            post_ns = max(0, clock() - t0 - inference_ns - stream.stats.wait_ns)
+        for batch in () if sequences else stream:
             t0 = clock()
             named = None
-            if sequences:
-                run_sequences(predict, manifest, batch.ids, list(batch.data), recorder)
-                outputs = None
-            elif recorder is not None or targets is not None:
-                named = predict(batch.data if isinstance(batch.data, dict) else {fed: batch.data})
+            data = to_model_layout(batch.data, axes, fed)
+            if recorder is not None or targets is not None:
+                named = predict(data if isinstance(data, dict) else {fed: data})
                 outputs = next(iter(named.values()))
             else:
-                outputs = predict(batch.data)
+                outputs = predict(data)
             t1 = clock()
             if named is not None and recorder is not None:
                 recorder.add(batch.ids, named)
@@ -111,6 +125,30 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
         preds.insert(0, "framework", fw)
         accuracy = AccuracyPass(fw, acc, preds, probs)
     return FullPass(fw, row), accuracy
+
+
+def _items(stream) -> Iterator[tuple[str, Any]]:
+    """``(input_id, data)`` of each input of a stream, in order (its batch axis dropped)."""
+    for batch in stream:
+        for i, input_id in enumerate(batch.ids):
+            yield input_id, map_inputs(batch.data, lambda array: array[i])
+
+
+class _TimedCalls:
+    """``predict``, counting its calls and the time spent inside them (ns)."""
+
+    def __init__(self, predict: Callable):
+        self.predict = predict
+        self.calls = 0
+        self.ns = 0
+
+    def __call__(self, feed):
+        t0 = time.perf_counter_ns()
+        try:
+            return self.predict(feed)
+        finally:
+            self.ns += time.perf_counter_ns() - t0
+            self.calls += 1
 
 
 class _Scorer:

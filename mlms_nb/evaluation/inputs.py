@@ -5,7 +5,11 @@
 - ragged: inputs of dynamic sizes (``dimensions`` with ``null`` or a symbol), held one by one; each is run alone
   (batch 1) in the outputs pass;
 - sequences: each dataset item became ordered chunks (a ``chunk`` step); each item is run chunk by chunk, in order,
-  the state outputs fed back as the next chunk's state inputs (``Manifest.state``).
+  the state outputs fed back as the next chunk's state inputs (``Manifest.state``), several items side by side in
+  lockstep at a batch size above 1 (:mod:`mlms_nb.evaluation.lockstep`).
+
+Datasets stack inputs on axis 0; ``to_model`` moves each input whose ``batch_axis`` is another to its own axis
+(:func:`mlms_nb.data.feeds.to_model_layout`) before a call.
 
 Timed loops need one batch of a given size: dense inputs cycle through the dataset; ragged ones repeat the first
 input; sequences repeat the first chunk of the first item (with zero state), so latency is one call's.
@@ -17,7 +21,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from mlms_nb.data.feeds import concat, count, fed_name, input_names, stack, take
+from mlms_nb.data.feeds import concat, count, fed_name, moved_axes, stack, take, to_model_layout
 from mlms_nb.errors import DatasetError
 
 
@@ -37,12 +41,7 @@ class LoadedInputs:
 
     def to_model(self, batch: Any) -> Any:
         """A batch stacked on axis 0, with each fed input's batch moved to its own batch axis."""
-        if not self.batch_axes:
-            return batch
-        if isinstance(batch, dict):
-            return {k: np.moveaxis(v, 0, self.batch_axes[k]) if k in self.batch_axes else v for k, v in batch.items()}
-        axis = self.batch_axes.get(self.fed)
-        return batch if axis is None else np.ascontiguousarray(np.moveaxis(batch, 0, axis))
+        return to_model_layout(batch, self.batch_axes, self.fed)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -87,10 +86,7 @@ def load_inputs(dataset, preprocess, limit: int | None) -> LoadedInputs:
         raise DatasetError(f"dataset {dataset.name!r} gave no inputs")
     label_array = np.concatenate(labels) if labels else None
     manifest = preprocess.manifest
-    names = input_names(manifest)
-    layout = dict(batch_axes={name: spec.batch_axis for name, spec in zip(names, manifest.inputs)
-                              if spec.batch_axis not in (None, 0) and spec.type != "constant"
-                              and name not in manifest.state.values()}, fed=fed_name(manifest), targets=targets)
+    layout = dict(batch_axes=moved_axes(manifest), fed=fed_name(manifest), targets=targets)
     if preprocess.chunked:
         return LoadedInputs("sequences", data, ids, label_array, **layout)
     if ragged:

@@ -11,8 +11,10 @@ output's own unit), and -- as ``capture_outputs`` asks -- its values (flattened,
 The values make outputs comparable across frameworks afterwards (:mod:`mlms_nb.evaluation.agreement`).
 
 `run_sequences` evaluates items cut into chunks: per item, zeros for each state input, then one call per chunk in
-order, each state output fed back as its state input of the next call (``Manifest.state``); one row per chunk
-(``chunk`` column, 0-based; -1 for inputs that are not chunked).
+order, each state output fed back as its state input of the next call (``Manifest.state``), several items side by
+side at a batch size above 1 (:mod:`mlms_nb.evaluation.lockstep`); one row per chunk (``chunk`` column, 0-based;
+-1 for inputs that are not chunked). Rows are in dataset order, each input's chunks in order, whatever order the
+calls made them in.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import pandas as pd
 
 from mlms_nb.data.feeds import fed_name, input_names, output_names
 from mlms_nb.errors import MlmsError
+from mlms_nb.evaluation.lockstep import run_lockstep
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.evaluation import OUTPUTS
 
@@ -59,6 +62,7 @@ class OutputRecorder:
         self.framework = framework
         self.keep = parse_capture(capture)
         self.rows: list[dict] = []
+        self.places: list[tuple[int, int]] = []  # per row: (its input's place in the dataset, its chunk)
         self.inputs_seen = 0
         specs = dict(zip(input_names(manifest), manifest.inputs))
         #: output name -> its batch axis (a state output's is its state input's)
@@ -70,24 +74,31 @@ class OutputRecorder:
     def enabled(self) -> bool:
         return self.keep != -1
 
-    def add(self, ids: list[str], outputs: Mapping[str, Any], chunk: int = -1) -> None:
-        """One call's outputs for the inputs ``ids`` (in batch order)."""
+    def add(self, ids: list[str], outputs: Mapping[str, Any], chunk: int = -1, place: int | None = None) -> None:
+        """One call's outputs for the inputs ``ids`` (in batch order). ``place``: the first input's place in the
+        dataset (0-based) when calls do not go through the inputs in order (items side by side); by default the
+        inputs are taken to arrive in dataset order, a new one at each row of chunk -1 or 0."""
         if not self.enabled:
             return
         for row, input_id in enumerate(ids):
-            keep_values = self.keep is None or self.inputs_seen < self.keep
+            at = self.inputs_seen if place is None else place + row
+            keep_values = self.keep is None or at < self.keep
             for name, value in outputs.items():
                 array = np.asarray(value)
                 axis = self.axes.get(name, 0)
                 one = np.take(array, row, axis=axis) if array.ndim > axis and array.shape[axis] == len(ids) else array
                 self.rows.append(_row(self.framework, input_id, chunk, name, one, keep_values))
+                self.places.append((at, chunk))
             if chunk <= 0:
-                self.inputs_seen += 1
+                self.inputs_seen = max(self.inputs_seen, at + 1)
 
     def frame(self) -> pd.DataFrame:
         """The rows so far, typed as :data:`~mlms_nb.schema.evaluation.OUTPUTS` says."""
         if not self.rows:
             return pd.DataFrame()
+        places = self.places
+        if any(a > b for a, b in zip(places, places[1:])):  # made out of order: back to dataset order
+            return OUTPUTS.frame([self.rows[i] for i in sorted(range(len(places)), key=places.__getitem__)])
         return OUTPUTS.frame(self.rows)
 
 
@@ -128,9 +139,9 @@ def record_batch(predict: Callable, feed_name: str, ids: list[str], data: Any, r
 
 def outputs_pass(predict: Callable, manifest: Manifest, inputs, recorder: OutputRecorder, batch_size: int) -> None:
     """Every input through ``predict`` (a mapping in, every output out), recorded (dense, ragged or sequences:
-    :mod:`mlms_nb.evaluation.inputs`)."""
+    :mod:`mlms_nb.evaluation.inputs`; sequences ``batch_size`` items side by side)."""
     if inputs.kind == "sequences":
-        run_sequences(predict, manifest, inputs.ids, inputs.data, recorder, inputs.to_model)
+        run_sequences(predict, manifest, inputs.ids, inputs.data, recorder, inputs.to_model, batch_size=batch_size)
         return
     name = fed_name(manifest)
     for ids, batch in inputs.calls(batch_size):
@@ -138,22 +149,9 @@ def outputs_pass(predict: Callable, manifest: Manifest, inputs, recorder: Output
 
 
 def run_sequences(predict: Callable, manifest: Manifest, ids: list[str], items: list[Any],
-                  recorder: OutputRecorder | None = None,
-                  to_model: Callable = lambda batch: batch) -> list[list[dict[str, np.ndarray]]]:
-    """Each item's chunks in order, state carried from call to call and reset per item; returns per item the
-    outputs of each chunk (batch 1). ``to_model`` moves a chunk's batch axis where the model wants it."""
-    name = fed_name(manifest)
-    results = []
-    for input_id, item in zip(ids, items):
-        state: dict[str, np.ndarray] = {}
-        per_chunk = []
-        chunks = len(next(iter(item.values()))) if isinstance(item, dict) else len(item)
-        for c in range(chunks):
-            one = {k: v[c:c + 1] for k, v in item.items()} if isinstance(item, dict) else {name: item[c:c + 1]}
-            outputs = predict({**to_model(one), **state})
-            state = {into: outputs[out] for out, into in manifest.state.items()}
-            per_chunk.append(outputs)
-            if recorder is not None:
-                recorder.add([input_id], outputs, chunk=c)
-        results.append(per_chunk)
-    return results
+                  recorder: OutputRecorder | None = None, to_model: Callable | None = None,
+                  batch_size: int = 1) -> list[list[dict[str, np.ndarray]]]:
+    """Each item's chunks in order, state carried from call to call and reset per item; ``batch_size`` items side
+    by side (:func:`~mlms_nb.evaluation.lockstep.run_lockstep`); returns per item the outputs of each chunk
+    (batch 1). ``to_model`` moves a chunk's batch axis where the model wants it (default: the manifest's)."""
+    return run_lockstep(predict, manifest, zip(ids, items), batch_size, recorder=recorder, to_model=to_model)

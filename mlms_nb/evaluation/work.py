@@ -105,7 +105,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     try:
         emit(Opened(fw, predictor.info().to_dict()))
         watch.phase = "the first inference"
-        first_batch = make_batch(inputs, opts.batch_sizes[0])
+        first_batch = make_batch(inputs, opts.batch_sizes[0], manifest)
         t0 = time.perf_counter_ns()
         predict(first_batch)
         emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t0))
@@ -114,13 +114,15 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         for batch_size in opts.batch_sizes:
             watch.phase = f"timing batch size {batch_size}"
             log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
-            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter)
+            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter,
+                                                       manifest)
 
         watch.phase = "the full pass"
         t_full = time.perf_counter_ns()
         recorder = OutputRecorder(manifest, fw, opts.capture_outputs)
+        # inputs of their own sizes run one at a time; ordered chunks run the largest batch of items in lockstep
         full, accuracy = run_full_pass(predict, manifest, dataset, preprocess,
-                                       1 if one_by_one else max(opts.batch_sizes), limit=opts.limit,
+                                       1 if preprocess.input.dynamic else max(opts.batch_sizes), limit=opts.limit,
                                        keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
                                        recorder=recorder if recorder.enabled else None, targets=targets,
                                        reader=opts.reader, note=lambda text: emit(Note(fw, f"{fw}: {text}")))
@@ -143,11 +145,12 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         predictor.close()
 
 
-def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, emit: Callable, reporter=None) -> float:
+def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, emit: Callable, reporter=None,
+              manifest: Manifest | None = None) -> float:
     """One timed loop, emitted; returns its median (ns). Cut short, what it measured is emitted (marked
-    incomplete, with why) before the stop goes on."""
+    incomplete, with why) before the stop goes on. ``manifest``: inputs get their batch on their own batch axis."""
     try:
-        batch = make_batch(inputs, batch_size)
+        batch = make_batch(inputs, batch_size, manifest)
         result = run_scenario(opts.scenario, predict, batch, opts.timing,
                               reporter.loop(batch_size, opts.timing) if reporter else None)
     except BaseException as stop:
@@ -176,7 +179,7 @@ def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
     """The traced pass after the untraced sweep; its overhead is measured against that sweep's medians."""
     fw = manifest.framework.name
     log.info("tracing %s at level %s", fw, traced.tracer.level.name)
-    batches = {b: make_batch(inputs, b) for b in opts.batch_sizes}
+    batches = {b: make_batch(inputs, b, manifest) for b in opts.batch_sizes}
     post = Postprocessor(manifest, trust=opts.trust)
     trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns,
                   repeats=opts.tracing.trace_repeats)
