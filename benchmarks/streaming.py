@@ -12,8 +12,15 @@ the run also scores top-1/top-5. Then, interleaved for ``--rounds`` rounds in th
   preprocessed beforehand (by the same preprocessing) into an on-disk ``.npy`` read through a memory map.
 
 The ratio is full-pass inputs/s over bare-loop inputs/s (target >= 0.9; the bare loop does no decoding at all).
-Both use ONNX Runtime's default thread count. Run: ``.venv/bin/python benchmarks/streaming.py [--count 10000]
-[--rounds 2] [--keep DIR]``; MLMS_HOME is used as it is (the ONNX copy of the model is built first, untimed).
+Both use ONNX Runtime's default thread count.
+
+``--reader threads,processes`` runs ``mlms eval`` once per reader in each round (``--reader`` of ``mlms eval``), and
+adds, in this process, the same ONNX Runtime loop fed by the pipeline itself (``Stream`` over the folder, decoding
+overlapped with inference) with threads, with processes returning batches through shared memory, and with
+processes returning them through the pipe: the cost of each reader and transport without the rest of ``mlms eval``.
+
+Run: ``.venv/bin/python benchmarks/streaming.py [--count 10000] [--rounds 2] [--keep DIR] [--reader
+threads,processes]``; MLMS_HOME is used as it is (the ONNX copy of the model is built first, untimed).
 """
 from __future__ import annotations
 
@@ -97,11 +104,31 @@ def bare_loop(session, arrays: np.ndarray) -> float:
     return len(arrays) / (time.perf_counter() - t0)
 
 
-def mlms_eval(folder: Path) -> dict:
+def streamed_loop(session, folder: Path, reader: str, transport: str = "shm") -> dict:
+    """Inputs/s of ``session.run`` at batch 32 fed by the pipeline over ``folder`` (``reader`` workers, the default
+    count), from opening the stream (readers started) to the last batch; with the stream's stats."""
+    from mlms_nb.data.datasets import ImageFolder
+    from mlms_nb.data.pipeline import Stream
+    from mlms_nb.data.transforms import Preprocessor
+    from mlms_nb.manifest import find_manifest
+
+    name = session.get_inputs()[0].name
+    preprocess = Preprocessor(find_manifest(MODEL, framework=FRAMEWORK))
+    t0 = time.perf_counter()
+    with Stream(ImageFolder(folder), preprocess, BATCH, reader=reader, transport=transport) as stream:
+        for batch in stream:
+            session.run(None, {name: batch.data})
+    wall = time.perf_counter() - t0
+    stats = stream.stats
+    return {"inputs_per_s": stats.inputs / wall, "wait_s": stats.wait_ns / 1e9, "read_s": stats.read_ns / 1e9,
+            "transfer_ms_per_batch": stats.transfer_ns / 1e6 / max(1, stats.batches), "workers": stats.workers}
+
+
+def mlms_eval(folder: Path, reader: str = "threads") -> dict:
     """One ``mlms eval`` under ``/usr/bin/time -v``: its full pass, accuracy and peak RSS."""
     cmd = ["/usr/bin/time", "-v", MLMS, "eval", MODEL, "--framework", FRAMEWORK, "--batch-sizes", str(BATCH),
            "--dataset", str(folder), "--warmup", "2", "--min-repeats", "3", "--min-time", "0", "--no-history",
-           "--json"]
+           "--reader", reader, "--json"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"mlms eval failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -117,7 +144,13 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=10_000, help="images to generate (default 10000)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of eval + bare loop (default 2)")
     parser.add_argument("--keep", type=Path, default=None, help="generate into (or reuse) this folder")
+    parser.add_argument("--reader", default="threads",
+                        help="mlms eval's reader(s), comma-separated: threads, processes (default threads); with "
+                             "processes, also the in-process streamed loops of each reader and transport")
     args = parser.parse_args()
+    readers = [r.strip() for r in args.reader.split(",") if r.strip()]
+    if not readers or set(readers) - {"threads", "processes"}:
+        parser.error(f"--reader {args.reader}: expected threads, processes or threads,processes")
 
     import onnxruntime as ort
 
@@ -133,21 +166,51 @@ def main() -> None:
         arrays = preprocess_to_disk(folder, Path(tmp) / "preprocessed.npy")
         print(f"preprocessed for the bare loop in {time.perf_counter() - t0:.0f} s "
               f"({arrays.nbytes / 2**30:.2f} GiB on disk)", flush=True)
-        evals, bares = [], []
+        loops = [("threads", "shm"), ("processes", "shm"), ("processes", "pipe")] if "processes" in readers else []
+        evals: dict[str, list] = {reader: [] for reader in readers}
+        streamed: dict[tuple, list] = {loop: [] for loop in loops}
+        bares = []
         for r in range(args.rounds):
-            e = mlms_eval(folder)
-            evals.append(e)
-            print(f"round {r + 1}: mlms eval full pass {e['inputs']} inputs in {e['wall_s']:.1f} s = "
-                  f"{e['inputs_per_s']:.1f} inputs/s (preprocess {e['preprocess_s']:.1f} s in {e['workers']} workers, "
-                  f"inference {e['inference_s']:.1f} s, waited {e['wait_s']:.1f} s); peak RSS {e['rss_gib']:.2f} GiB; "
-                  f"top-1 {e['top1']}", flush=True)
+            order = readers if r % 2 == 0 else readers[::-1]  # alternate who goes first: drift on a shared machine
+            for reader in order:
+                e = mlms_eval(folder, reader)
+                evals[reader].append(e)
+                print(f"round {r + 1}: mlms eval --reader {reader}: full pass {e['inputs']} inputs in "
+                      f"{e['wall_s']:.1f} s = {e['inputs_per_s']:.1f} inputs/s (preprocess {e['preprocess_s']:.1f} s "
+                      f"in {e['workers']} workers, inference {e['inference_s']:.1f} s, waited {e['wait_s']:.1f} s); "
+                      f"peak RSS {e['rss_gib']:.2f} GiB; top-1 {e['top1']}", flush=True)
             bares.append(bare_loop(session, arrays))
             print(f"round {r + 1}: bare onnxruntime loop {bares[-1]:.1f} inputs/s", flush=True)
-        full, bare = statistics.median(e["inputs_per_s"] for e in evals), statistics.median(bares)
-        peak = max(e["rss_gib"] for e in evals)
-        print(f"\nN={n}, batch {BATCH}, {os.cpu_count()} CPUs: full pass {full:.1f} inputs/s, bare loop {bare:.1f} "
-              f"inputs/s, ratio {full / bare:.2f} (target >= 0.9); peak RSS of mlms eval {peak:.2f} GiB "
-              f"(limit 2 GiB: {'met' if peak < 2 else 'MISSED'}); medians of {args.rounds} interleaved rounds")
+            for loop in (loops if r % 2 == 0 else loops[::-1]):
+                s = streamed_loop(session, folder, *loop)
+                streamed[loop].append(s)
+                print(f"round {r + 1}: onnxruntime fed by Stream(reader={loop[0]}"
+                      f"{', transport=' + loop[1] if loop[0] == 'processes' else ''}): {s['inputs_per_s']:.1f} inputs/s "
+                      f"(waited {s['wait_s']:.1f} s, read {s['read_s']:.1f} s in {s['workers']} workers, taking "
+                      f"batches in {s['transfer_ms_per_batch']:.1f} ms/batch)", flush=True)
+        bare = statistics.median(bares)
+        print(f"\nN={n}, batch {BATCH}, {os.cpu_count()} CPUs; medians of {args.rounds} interleaved rounds; "
+              f"bare loop {bare:.1f} inputs/s")
+        for reader, runs in evals.items():
+            full = statistics.median(e["inputs_per_s"] for e in runs)
+            peak = max(e["rss_gib"] for e in runs)
+            against_threads = ""
+            if reader != "threads" and "threads" in evals:
+                ratios = [e["inputs_per_s"] / t["inputs_per_s"] for e, t in zip(runs, evals["threads"])]
+                against_threads = f", {statistics.median(ratios):.2f} of threads (median of per-round ratios)"
+            print(f"mlms eval --reader {reader}: full pass {full:.1f} inputs/s, ratio to the bare loop "
+                  f"{full / bare:.2f} (target >= 0.9){against_threads}; peak RSS {peak:.2f} GiB "
+                  f"(limit 2 GiB: {'met' if peak < 2 else 'MISSED'}; the largest single process, readers apart)")
+        if loops:
+            for loop, runs in streamed.items():
+                rate = statistics.median(s["inputs_per_s"] for s in runs)
+                copy = statistics.median(s["transfer_ms_per_batch"] for s in runs)
+                vs_bare = statistics.median(s["inputs_per_s"] / b for s, b in zip(runs, bares))
+                vs_threads = statistics.median(s["inputs_per_s"] / t["inputs_per_s"]
+                                               for s, t in zip(runs, streamed[loops[0]]))
+                print(f"Stream-fed loop, reader={loop[0]}{'/' + loop[1] if loop[0] == 'processes' else ''}: "
+                      f"{rate:.1f} inputs/s; {vs_bare:.2f} of the bare loop, {vs_threads:.2f} of threads (medians of "
+                      f"per-round ratios); {copy:.1f} ms/batch taking batches in")
 
 
 if __name__ == "__main__":

@@ -263,7 +263,8 @@ def _full_pass_text(r: dict) -> str:
         text += f" at batch size {fmt_int(r.get('batch_size'))}"
     parts = []
     if not is_missing(r.get("preprocess_s")):
-        workers = "" if is_missing(r.get("workers")) else f" in {fmt_int(r.get('workers'))} worker threads"
+        reader = r.get("reader") if isinstance(r.get("reader"), str) else "threads"
+        workers = "" if is_missing(r.get("workers")) else f" in {fmt_int(r.get('workers'))} worker {reader}"
         parts.append(f"preprocessing {fmt_num(r.get('preprocess_s'))} s{workers}")
     if not is_missing(r.get("inference_s")):
         parts.append(f"inference {fmt_num(r.get('inference_s'))} s")

@@ -210,6 +210,9 @@ class EvaluateOptions(Options):
     isolation: Isolation = Field(default_factory=Isolation)
     remote: Remote = Field(default_factory=Remote)
     limit: int | None = _opt(None, "use at most this many dataset inputs", "--limit", "inputs", ge=1)
+    reader: Literal["threads", "processes"] = _opt(
+        "threads", "what decodes and preprocesses the dataset during the full pass: threads (default) or processes "
+        "(for preprocessing that holds the GIL; a Python iterable is read by threads)", "--reader")
     keep_probabilities: bool = _opt(False, "keep every input's class probabilities (Evaluation.probabilities)")
     capture_outputs: str = _opt("summary", "what Evaluation.outputs keeps of every output: none, summary (shape, min, "
                                 "max, mean, std per input), all (also the values) or first:N (values of the first N "

@@ -1,10 +1,13 @@
-"""The streaming pipeline: a dataset's inputs read, decoded and preprocessed by worker threads a few batches ahead
-of the consumer, delivered in dataset order; memory is bounded by ``prefetch`` batches whatever the dataset's size.
+"""The streaming pipeline: a dataset's inputs read, decoded and preprocessed by worker threads (or processes) a few
+batches ahead of the consumer, delivered in dataset order; memory is bounded by ``prefetch`` batches whatever the
+dataset's size.
 
 A dataset cuts its inputs into chunks (``dataset.chunks(size)``: cheap descriptors such as file paths or index
 ranges, iterated in one feeder thread, so a Python generator is only ever pulled from one thread) and reads one
 chunk into a `Batch` (``dataset.read(chunk, preprocess)``: decode + preprocess + stack, in a worker thread; PIL and
-numpy release the GIL for the heavy parts). :class:`Stream` runs the feeder and the workers; the consumer gets
+numpy release the GIL for the heavy parts). With ``reader="processes"`` the workers are processes
+(:mod:`mlms_nb.data.processes`: for preprocessing that holds the GIL); the feeder, the ordering, the prefetch bound
+and the consumer below are the same. :class:`Stream` runs the feeder and the workers; the consumer gets
 batches of exactly ``batch_size`` inputs (the last one smaller unless ``drop_last``) and :class:`StreamStats` says
 where the time went: ``read_ns`` (summed over the workers), ``wait_ns`` (the consumer waiting for data).
 
@@ -19,7 +22,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -78,8 +81,12 @@ def concat_batches(batches: Sequence[Batch]) -> Batch:
 
 
 def default_workers() -> int:
-    """Reader threads: one per core, at most 4 (decoding more images at once than that only adds memory)."""
+    """Readers (threads or processes): one per core, at most 4 (decoding more images at once only adds memory)."""
     return max(1, min(4, os.cpu_count() or 1))
+
+
+READERS = ("threads", "processes")
+"""What reads the chunks: worker threads of this process (the default) or worker processes."""
 
 
 @dataclass
@@ -87,15 +94,18 @@ class StreamStats:
     """What one stream did. ``read_ns``: time the workers spent reading and preprocessing, summed over them (it can
     exceed the wall time with several workers); ``wait_ns``: time the consumer waited for the next batch;
     ``peak_in_flight``: the most chunks alive at once (submitted, read, or held by the consumer: never above
-    ``prefetch``)."""
+    ``prefetch``); ``reader``: what read the chunks (``threads`` or ``processes``); ``transfer_ns``: with processes,
+    time this process spent taking batches in (copying them out of shared memory, or unpickling them)."""
     workers: int
     prefetch: int
+    reader: str = "threads"
     inputs: int = 0
     batches: int = 0
     skipped: int = 0
     read_ns: int = 0
     wait_ns: int = 0
     peak_in_flight: int = 0
+    transfer_ns: int = 0
 
 
 _END = object()
@@ -103,10 +113,15 @@ _END = object()
 
 class Stream:
     """Batches of ``dataset`` preprocessed in the background (see the module). Iterate it once; ``close()`` (or
-    leaving the loop early and dropping it) stops the workers."""
+    leaving the loop early and dropping it) stops the workers.
+
+    ``reader``: ``"threads"`` or ``"processes"``; a dataset or preprocessing that cannot go to processes (a Python
+    iterator) is read by threads, ``stats.reader`` says so and ``note`` says why. ``transport`` (processes only):
+    ``"shm"`` (shared memory) or ``"pipe"``."""
 
     def __init__(self, dataset, preprocess, batch_size: int, limit: int | None = None, drop_last: bool = False,
-                 workers: int | None = None, prefetch: int | None = None):
+                 workers: int | None = None, prefetch: int | None = None, reader: str | None = None,
+                 transport: str = "shm"):
         self.dataset = dataset
         self.preprocess = preprocess
         self.batch_size = batch_size
@@ -117,7 +132,18 @@ class Stream:
         if workers < 1 or prefetch < 1:
             raise DatasetError(f"a stream needs at least one worker and one batch of prefetch, got workers={workers}, "
                                f"prefetch={prefetch}")
-        self.stats = StreamStats(workers=workers, prefetch=prefetch)
+        reader = "threads" if reader is None else reader
+        if reader not in READERS:
+            raise DatasetError(f"reader must be 'threads' or 'processes', got {reader!r}")
+        self.note: str | None = None
+        self.payload: bytes | None = None
+        if reader == "processes":
+            from mlms_nb.data.processes import why_not
+
+            self.note, self.payload = why_not(dataset, preprocess)
+            reader = "threads" if self.payload is None else reader
+        self.transport = transport
+        self.stats = StreamStats(workers=workers, prefetch=prefetch, reader=reader)
         self._batches = self._run()
 
     def __iter__(self) -> "Stream":
@@ -143,14 +169,13 @@ class Stream:
         if want == 0:
             return
         shared = _Shared(stats.prefetch)
-        pool = ThreadPoolExecutor(max_workers=stats.workers, thread_name_prefix="mlms-read",
-                                  initializer=lower_priority)
+        pool = self._readers(shared)
         feeder = threading.Thread(target=_feed, name="mlms-feed", daemon=True,
-                                  args=(self.dataset, self.preprocess, self.batch_size, want, pool, shared, stats))
+                                  args=(self.dataset, self.batch_size, want, pool.submit, shared, stats))
         try:
             feeder.start()
         except RuntimeError as err:  # no memory for a thread's stack (a worker process's memory limit)
-            pool.shutdown(wait=False)
+            pool.shutdown()
             raise _thread_memory(err) from None
         delivered = 0
         pending: list[Batch] = []  # read but not yet delivered: less than one batch (after skipped inputs)
@@ -208,7 +233,18 @@ class Stream:
         finally:
             shared.stop.set()
             shared.release()  # wake the feeder if it waits for a slot
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown()  # processes: joins the workers and unlinks the shared memory
+            stats.transfer_ns = getattr(pool, "transfer_ns", 0)
+
+    def _readers(self, shared: "_Shared"):
+        """The readers: ``submit(chunk) -> Future`` of its `Batch`, ``shutdown()``; threads or `ProcessReaders`."""
+        stats = self.stats
+        if stats.reader == "threads":
+            return _ThreadReaders(self.dataset, self.preprocess, shared, stats)
+        from mlms_nb.data.processes import ProcessReaders
+
+        return ProcessReaders(self.payload, stats.workers, stats.prefetch, self.batch_size,
+                              lambda read_ns, skipped: _account(shared, stats, read_ns, skipped), self.transport)
 
 
 class _Shared:
@@ -232,7 +268,23 @@ class _Shared:
         self.slots.release()
 
 
-def _feed(dataset, preprocess, batch_size: int, want: int | None, pool: ThreadPoolExecutor, shared: _Shared,
+class _ThreadReaders:
+    """``workers`` reader threads: ``dataset.read(chunk, preprocess)`` in a thread pool."""
+
+    def __init__(self, dataset, preprocess, shared: _Shared, stats: StreamStats):
+        self.pool = ThreadPoolExecutor(max_workers=stats.workers, thread_name_prefix="mlms-read",
+                                       initializer=lower_priority)
+        self.args = dataset, preprocess, shared, stats
+
+    def submit(self, chunk: Any):
+        dataset, preprocess, shared, stats = self.args
+        return self.pool.submit(_read, dataset, chunk, preprocess, shared, stats)
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _feed(dataset, batch_size: int, want: int | None, submit: Callable[[Any], Any], shared: _Shared,
           stats: StreamStats) -> None:
     """The feeder thread: one chunk of ``batch_size`` inputs per free prefetch slot, submitted in order. With a
     ``limit`` it submits no more than the limit still needs once skipped inputs are counted."""
@@ -254,7 +306,7 @@ def _feed(dataset, preprocess, batch_size: int, want: int | None, pool: ThreadPo
                 shared.reading += 1
                 shared.submitted += len(chunk)
                 stats.peak_in_flight = max(stats.peak_in_flight, shared.in_flight)
-            shared.ready.put(pool.submit(_read, dataset, chunk, preprocess, shared, stats))
+            shared.ready.put(submit(chunk))
     except RuntimeError as err:  # the pool could not start a reader thread
         shared.ready.put(_thread_memory(err) if "thread" in str(err) else err)
     except BaseException as err:  # noqa: BLE001 - a generator's or a listing's error reaches the consumer
@@ -292,12 +344,18 @@ def _read(dataset, chunk, preprocess, shared: _Shared, stats: StreamStats) -> Ba
         skipped = len(batch.skipped)
         return batch
     finally:
-        with shared.done:
-            stats.read_ns += time.perf_counter_ns() - t0
-            shared.reading -= 1
-            shared.skipped += skipped
-            shared.done.notify_all()
+        _account(shared, stats, time.perf_counter_ns() - t0, skipped)
 
 
-__all__ = ["Batch", "Stream", "StreamStats", "concat_batches", "default_workers", "map_inputs",
+def _account(shared: _Shared, stats: StreamStats, read_ns: int, skipped: int) -> None:
+    """One chunk read (``read_ns`` in its worker, ``skipped`` inputs unreadable): the counters the feeder's limit
+    and the stats use."""
+    with shared.done:
+        stats.read_ns += read_ns
+        shared.reading -= 1
+        shared.skipped += skipped
+        shared.done.notify_all()
+
+
+__all__ = ["Batch", "READERS", "Stream", "StreamStats", "concat_batches", "default_workers", "map_inputs",
            "stack_inputs"]

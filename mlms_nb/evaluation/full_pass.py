@@ -1,10 +1,11 @@
 """The full pass: every input of the dataset through the model once, streamed, with its wall time and where the
 time went; and, for a classifier on labeled data, top-1/top-5 and one prediction row per input.
 
-Inputs arrive from :class:`mlms_nb.data.pipeline.Stream` (decoded and preprocessed by worker threads a few batches
-ahead), so memory does not grow with the dataset: only the per-input results are kept (the top-5 classes and
-their probabilities; all probabilities only when asked). The timed loops and the traced pass use a small sample
-instead, the dataset's head (:func:`head_sample`), cycled by :func:`make_batch`.
+Inputs arrive from :class:`mlms_nb.data.pipeline.Stream` (decoded and preprocessed by worker threads, or processes
+with ``reader="processes"``, a few batches ahead), so memory does not grow with the dataset: only the per-input
+results are kept (the top-5 classes and their probabilities; all probabilities only when asked). The timed loops
+and the traced pass use a small sample instead, the dataset's head (:func:`head_sample`), cycled by
+:func:`make_batch`.
 """
 from __future__ import annotations
 
@@ -42,14 +43,16 @@ def make_batch(inputs: Any, batch_size: int, manifest: Manifest | None = None) -
 
 def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
                   keep_probabilities: bool, trust: bool, reporter=None, workers: int | None = None,
-                  prefetch: int | None = None, recorder=None, targets=None) -> tuple[FullPass, AccuracyPass | None]:
+                  prefetch: int | None = None, recorder=None, targets=None, reader: str | None = None,
+                  note: Callable[[str], None] | None = None) -> tuple[FullPass, AccuracyPass | None]:
     """Stream the dataset through ``predict`` at ``batch_size``; returns the pass's record and, for a classifier
     on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`).
     ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
     (the model is then called by name, and returns every output). ``targets``
     (:class:`~mlms_nb.evaluation.targets.TargetScores`): every output with a target in the batch is scored against
     it. Datasets stack inputs on axis 0; an input whose ``batch_axis`` is another gets its batch moved there before
-    each call.
+    each call. ``reader``: threads or processes (:class:`~mlms_nb.data.pipeline.Stream`); ``note`` gets the
+    sentence saying why a dataset asked to be read by processes was read by threads.
 
     Items cut into ordered chunks (a ``chunk`` step) run ``batch_size`` side by side, each row with its own state
     (:func:`~mlms_nb.evaluation.lockstep.run_lockstep`); the stream then reads one item at a time (items differ in
@@ -74,7 +77,9 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
     clock = time.perf_counter_ns
     start = clock()
     with dataset.iter_batches(1 if sequences else batch_size, preprocess, limit=limit,
-                              workers=workers or default_workers(), prefetch=prefetch) as stream:
+                              workers=workers or default_workers(), prefetch=prefetch, reader=reader) as stream:
+        if stream.note and note is not None:
+            note(stream.note)
         if sequences:
             timed = _TimedCalls(predict)
             t0 = clock()
@@ -111,7 +116,8 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
            "batches": int(batches), "skipped": int(stats.skipped), "wall_s": wall_ns / 1e9,
            "inputs_per_s": stats.inputs / (wall_ns / 1e9) if wall_ns else float("nan"),
            "preprocess_s": stats.read_ns / 1e9, "inference_s": inference_ns / 1e9, "postprocess_s": post_ns / 1e9,
-           "wait_s": stats.wait_ns / 1e9, "workers": int(stats.workers), "prefetch": int(stats.prefetch)}
+           "wait_s": stats.wait_ns / 1e9, "workers": int(stats.workers), "reader": stats.reader,
+           "prefetch": int(stats.prefetch)}
     accuracy = None
     if scorer is not None and scorer.count:
         acc, preds, probs = scorer.result()

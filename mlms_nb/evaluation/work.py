@@ -63,6 +63,10 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         raise DatasetError(
             f"{manifest.key} has random weights: only performance runs accept it; use dataset 'synthetic'")
     preprocess = Preprocessor(manifest, trust=opts.trust)
+    if opts.reader == "processes":  # the readers' fork server starts while the model loads and is timed
+        from mlms_nb.data.processes import start_server
+
+        start_server()
     level = TraceLevel.parse(opts.tracing.trace_level)
     traced = start_traced_pass(level, job.trace_id, fw) if level > TraceLevel.NONE else None
     reporter = Reporter(emit, fw) if opts.progress else None
@@ -120,7 +124,8 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         full, accuracy = run_full_pass(predict, manifest, dataset, preprocess,
                                        1 if preprocess.input.dynamic else max(opts.batch_sizes), limit=opts.limit,
                                        keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
-                                       recorder=recorder if recorder.enabled else None, targets=targets)
+                                       recorder=recorder if recorder.enabled else None, targets=targets,
+                                       reader=opts.reader, note=lambda text: emit(Note(fw, f"{fw}: {text}")))
         if dataset.skipped:
             emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
                           + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))

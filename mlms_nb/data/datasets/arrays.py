@@ -151,6 +151,18 @@ class NpzDataset(Dataset):
     def __len__(self) -> int:
         return int(self.shape[0])
 
+    def __getstate__(self) -> dict:
+        """Pickled for a reader process without its memory maps (the worker maps the file again), so what travels
+        does not grow with the dataset."""
+        targets = {key: ("memmap", t.filename, t.dtype, t.offset, t.shape) if isinstance(t, np.memmap) else t
+                   for key, t in self.targets.items()}
+        return {**self.__dict__, "_map": None, "targets": targets}
+
+    def __setstate__(self, state: dict) -> None:
+        state["targets"] = {key: np.memmap(t[1], dtype=t[2], mode="r", offset=t[3], shape=t[4])
+                            if isinstance(t, tuple) else t for key, t in state["targets"].items()}
+        self.__dict__.update(state)
+
     @property
     def x(self) -> np.ndarray:
         """``x`` memory-mapped (read-only), or loaded whole when the archive compresses it."""
@@ -254,6 +266,7 @@ class IterableDataset(Dataset):
     name -> array; the first item says which (``labeled``, ``targeted``)."""
 
     kind = "input"
+    process_readable = False  # its items come from an iterator in this process
 
     def __init__(self, source: Iterable | Callable[[], Iterable], name: str | None = None):
         super().__init__()

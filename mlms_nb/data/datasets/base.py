@@ -39,6 +39,8 @@ class Dataset:
 
     name: str = "dataset"
     labeled: bool = False
+    process_readable: bool = True
+    """Whether worker processes can read it (it pickles, and its chunks say what to read)."""
 
     def __init__(self) -> None:
         self.skipped: list[tuple[str, str]] = []
@@ -61,16 +63,17 @@ class Dataset:
             yield range(start, min(start + size, n))
 
     def read(self, chunk: Any, preprocess) -> Batch:
-        """One chunk as a `Batch` (unreadable inputs in ``Batch.skipped``); called from a worker thread."""
+        """One chunk as a `Batch` (unreadable inputs in ``Batch.skipped``); called from a worker thread or process."""
         raise NotImplementedError
 
     def iter_batches(self, batch_size: int, preprocess, limit: int | None = None, drop_last: bool = False,
-                     workers: int | None = None, prefetch: int | None = None) -> Stream:
+                     workers: int | None = None, prefetch: int | None = None, reader: str | None = None) -> Stream:
         """Batches of ``batch_size`` inputs (the last one smaller unless ``drop_last``), at most ``limit`` inputs
-        in all, preprocessed by ``workers`` threads ``prefetch`` batches ahead. ``skipped`` is reset at the start
-        of each iteration. The returned `Stream` is an iterator; its ``stats`` say where the time went."""
+        in all, preprocessed by ``workers`` threads (``reader="processes"``: processes) ``prefetch`` batches ahead.
+        ``skipped`` is reset at the start of each iteration. The returned `Stream` is an iterator; its ``stats``
+        say where the time went."""
         return Stream(self, preprocess, check_batch_size(batch_size), check_limit(limit), bool(drop_last),
-                      workers, prefetch)
+                      workers, prefetch, reader)
 
     def head(self, count: int, preprocess) -> Batch:
         """The first ``count`` readable inputs (fewer when the dataset is smaller), in one batch."""
