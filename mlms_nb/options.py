@@ -213,6 +213,9 @@ class EvaluateOptions(Options):
     reader: Literal["threads", "processes"] = _opt(
         "threads", "what decodes and preprocesses the dataset during the full pass: threads (default) or processes "
         "(for preprocessing that holds the GIL; a Python iterable is read by threads)", "--reader")
+    reader_niceness: int = _opt(
+        19, "how many nice steps below the model's threads the readers run (0 to 19): 19 lets them use only CPU the "
+        "model leaves idle; 0 on a machine busy with other work", "--reader-niceness", "nice steps", ge=0, le=19)
     keep_probabilities: bool = _opt(False, "keep every input's class probabilities (Evaluation.probabilities)")
     capture_outputs: str = _opt("summary", "what Evaluation.outputs keeps of every output: none, summary (shape, min, "
                                 "max, mean, std per input), all (also the values) or first:N (values of the first N "

@@ -20,7 +20,7 @@ def test_evaluate_keeps_its_python_signature():
         "trace_level", "trace_repeats", "warmup", "min_repeats", "min_time_s", "max_time_s", "target_qps",
         "latency_bound_ms", "isolate", "call_timeout_s", "run_timeout_s", "memory_limit_bytes",
         "on", "where", "all_agents", "tls_ca_file", "tls_cert", "tls_key",
-        "limit", "reader", "keep_probabilities", "capture_outputs", "trust", "progress", "history",
+        "limit", "reader", "reader_niceness", "keep_probabilities", "capture_outputs", "trust", "progress", "history",
         "inputs", "outputs", "preprocess", "postprocess",  # keyword-only: a live model's description
         "metrics"]  # keyword-only: output metrics (names or callables), applied where the evaluation is assembled
     defaults = {name: p.default for name, p in params.items()
@@ -32,7 +32,7 @@ def test_evaluate_keeps_its_python_signature():
         "min_time_s": 1.0, "max_time_s": 120.0, "target_qps": None, "latency_bound_ms": None, "isolate": False,
         "call_timeout_s": None, "run_timeout_s": None, "memory_limit_bytes": None, "on": None, "where": None,
         "all_agents": False, "tls_ca_file": None, "tls_cert": None, "tls_key": None, "limit": None, "reader": "threads",
-        "keep_probabilities": False, "capture_outputs": "summary", "trust": False, "progress": True,
+        "reader_niceness": 19, "keep_probabilities": False, "capture_outputs": "summary", "trust": False, "progress": True,
         "history": True}
     assert "``min_time_s`` (default 1.0, s) [--min-time]" in mlms_nb.evaluate.__doc__
 

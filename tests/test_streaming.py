@@ -92,6 +92,12 @@ def test_readers_run_below_the_model_threads_priority():
         assert sum(len(b) for b in stream) == 16
     assert seen == {min(19, mine + READER_NICENESS)}
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the consumer (the model's caller) keeps its priority
+    seen.clear()
+    with Stream(IterableDataset(iter(Counting(8))), preprocess, 4, workers=1, niceness=0) as stream:
+        assert sum(len(b) for b in stream) == 8 and stream.stats.niceness == 0
+    assert seen == {mine}  # on a busy machine: readers at the model's own priority
+    with pytest.raises(DatasetError, match="niceness must be 0"):
+        Stream(IterableDataset(iter(Counting(8))), preprocess, 4, niceness=20)
 
 
 def test_python_iterables_lists_functions_and_generators():

@@ -94,11 +94,13 @@ class StreamStats:
     """What one stream did. ``read_ns``: time the workers spent reading and preprocessing, summed over them (it can
     exceed the wall time with several workers); ``wait_ns``: time the consumer waited for the next batch;
     ``peak_in_flight``: the most chunks alive at once (submitted, read, or held by the consumer: never above
-    ``prefetch``); ``reader``: what read the chunks (``threads`` or ``processes``); ``transfer_ns``: with processes,
-    time this process spent taking batches in (copying them out of shared memory, or unpickling them)."""
+    ``prefetch``); ``reader``: what read the chunks (``threads`` or ``processes``); ``niceness``: how many nice steps
+    below the consumer they ran (`lower_priority`); ``transfer_ns``: with processes, time this process spent taking
+    batches in (copying them out of shared memory, or unpickling them)."""
     workers: int
     prefetch: int
     reader: str = "threads"
+    niceness: int = 0
     inputs: int = 0
     batches: int = 0
     skipped: int = 0
@@ -117,11 +119,12 @@ class Stream:
 
     ``reader``: ``"threads"`` or ``"processes"``; a dataset or preprocessing that cannot go to processes (a Python
     iterator) is read by threads, ``stats.reader`` says so and ``note`` says why. ``transport`` (processes only):
-    ``"shm"`` (shared memory) or ``"pipe"``."""
+    ``"shm"`` (shared memory) or ``"pipe"``. ``niceness``: the readers' priority below the consumer's, 0 to 19
+    (default `READER_NICENESS`; see `lower_priority`)."""
 
     def __init__(self, dataset, preprocess, batch_size: int, limit: int | None = None, drop_last: bool = False,
                  workers: int | None = None, prefetch: int | None = None, reader: str | None = None,
-                 transport: str = "shm"):
+                 transport: str = "shm", niceness: int | None = None):
         self.dataset = dataset
         self.preprocess = preprocess
         self.batch_size = batch_size
@@ -143,7 +146,10 @@ class Stream:
             self.note, self.payload = why_not(dataset, preprocess)
             reader = "threads" if self.payload is None else reader
         self.transport = transport
-        self.stats = StreamStats(workers=workers, prefetch=prefetch, reader=reader)
+        niceness = READER_NICENESS if niceness is None else int(niceness)
+        if not 0 <= niceness <= 19:
+            raise DatasetError(f"the readers' niceness must be 0 (the model's priority) to 19, got {niceness}")
+        self.stats = StreamStats(workers=workers, prefetch=prefetch, reader=reader, niceness=niceness)
         self._batches = self._run()
 
     def __iter__(self) -> "Stream":
@@ -244,7 +250,8 @@ class Stream:
         from mlms_nb.data.processes import ProcessReaders
 
         return ProcessReaders(self.payload, stats.workers, stats.prefetch, self.batch_size,
-                              lambda read_ns, skipped: _account(shared, stats, read_ns, skipped), self.transport)
+                              lambda read_ns, skipped: _account(shared, stats, read_ns, skipped), self.transport,
+                              stats.niceness)
 
 
 class _Shared:
@@ -273,7 +280,7 @@ class _ThreadReaders:
 
     def __init__(self, dataset, preprocess, shared: _Shared, stats: StreamStats):
         self.pool = ThreadPoolExecutor(max_workers=stats.workers, thread_name_prefix="mlms-read",
-                                       initializer=lower_priority)
+                                       initializer=lower_priority, initargs=(stats.niceness,))
         self.args = dataset, preprocess, shared, stats
 
     def submit(self, chunk: Any):
@@ -315,16 +322,21 @@ def _feed(dataset, batch_size: int, want: int | None, submit: Callable[[Any], An
         shared.ready.put(_END)
 
 
-#: How much lower the readers' scheduling priority is than the model's threads (Linux nice steps).
-READER_NICENESS = 10
+#: How much lower the readers' scheduling priority is than the model's threads (Linux nice steps; 19 is the lowest).
+READER_NICENESS = 19
 
 
 def lower_priority(niceness: int = READER_NICENESS) -> None:
     """Run the calling reader thread ``niceness`` steps below the rest of the process (Linux schedules each thread
     on its own). Readers then take CPU the model leaves idle instead of pre-empting the model's threads, whose
-    parallel operators wait for their slowest thread: on 2 cores, equal priority made ONNX Runtime a quarter slower
-    (efficientnet_lite0, batch 32). Where priorities cannot be changed (not Linux, a sandbox) the readers keep the
-    process's."""
+    parallel operators wait for their slowest thread. On 2 cores (efficientnet_lite0 in ONNX Runtime, batch 32,
+    medians of interleaved rounds) the full pass ran at 0.74 of a bare loop over preprocessed arrays with readers at
+    the model's priority, 0.70 at 5 steps below and 0.80 at 19, where inference ran as fast as bare and the readers
+    filled its gaps. The cost: on a machine busy with other work, readers this low get little CPU; give 0 (the
+    model's priority, ``reader_niceness``) there. Where priorities cannot be changed (not Linux, a sandbox) the
+    readers keep the process's."""
+    if niceness <= 0:
+        return
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + niceness)
     except (AttributeError, OSError):

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mlms_nb.data.pipeline import Batch, lower_priority
+from mlms_nb.data.pipeline import READER_NICENESS, Batch, lower_priority
 from mlms_nb.errors import DatasetError
 
 START_METHOD = "forkserver"
@@ -96,7 +96,7 @@ class ProcessReaders:
     (every batch pickled through the worker's pipe; for comparison)."""
 
     def __init__(self, payload: bytes, workers: int, prefetch: int, chunk_size: int,
-                 account: Callable[[int, int], None], transport: str = "shm"):
+                 account: Callable[[int, int], None], transport: str = "shm", niceness: int = READER_NICENESS):
         if transport not in ("shm", "pipe"):
             raise DatasetError(f"transport must be 'shm' or 'pipe', got {transport!r}")
         self.prefetch, self.chunk_size, self.account, self.transport = prefetch, chunk_size, account, transport
@@ -114,7 +114,7 @@ class ProcessReaders:
         try:
             for i in range(workers):
                 mine, theirs = ctx.Pipe(duplex=True)
-                proc = ctx.Process(target=_worker, args=(theirs, payload, env), name=f"mlms-read-{i}", daemon=True)
+                proc = ctx.Process(target=_worker, args=(theirs, payload, env, niceness), name=f"mlms-read-{i}", daemon=True)
                 proc.start()
                 theirs.close()
                 self.conns.append(mine)
@@ -288,10 +288,10 @@ def _arrays(batch: Batch) -> dict | None:
 
 # ---------------------------------------------------------------------------------------------- the worker
 
-def _worker(conn, payload: bytes, env: dict) -> None:
+def _worker(conn, payload: bytes, env: dict, niceness: int = READER_NICENESS) -> None:
     """One reader process: reads the chunks it is sent until its pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    lower_priority()  # below the model's threads, as reader threads are (see lower_priority)
+    lower_priority(niceness)  # below the model's threads, as reader threads are (see lower_priority)
     os.environ.clear()  # the fork server's environment is the one it started with: take this run's
     os.environ.update(env)
     attached: dict[str, shared_memory.SharedMemory] = {}

@@ -44,14 +44,15 @@ def make_batch(inputs: Any, batch_size: int, manifest: Manifest | None = None) -
 def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
                   keep_probabilities: bool, trust: bool, reporter=None, workers: int | None = None,
                   prefetch: int | None = None, recorder=None, targets=None, reader: str | None = None,
-                  note: Callable[[str], None] | None = None) -> tuple[FullPass, AccuracyPass | None]:
+                  niceness: int | None = None, note: Callable[[str], None] | None = None) -> tuple[FullPass, AccuracyPass | None]:
     """Stream the dataset through ``predict`` at ``batch_size``; returns the pass's record and, for a classifier
     on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`).
     ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
     (the model is then called by name, and returns every output). ``targets``
     (:class:`~mlms_nb.evaluation.targets.TargetScores`): every output with a target in the batch is scored against
     it. Datasets stack inputs on axis 0; an input whose ``batch_axis`` is another gets its batch moved there before
-    each call. ``reader``: threads or processes (:class:`~mlms_nb.data.pipeline.Stream`); ``note`` gets the
+    each call. ``reader``: threads or processes, ``niceness`` steps below the model's priority
+    (:class:`~mlms_nb.data.pipeline.Stream`); ``note`` gets the
     sentence saying why a dataset asked to be read by processes was read by threads.
 
     Items cut into ordered chunks (a ``chunk`` step) run ``batch_size`` side by side, each row with its own state
@@ -77,7 +78,8 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
     clock = time.perf_counter_ns
     start = clock()
     with dataset.iter_batches(1 if sequences else batch_size, preprocess, limit=limit,
-                              workers=workers or default_workers(), prefetch=prefetch, reader=reader) as stream:
+                              workers=workers or default_workers(), prefetch=prefetch, reader=reader,
+                              niceness=niceness) as stream:
         if stream.note and note is not None:
             note(stream.note)
         if sequences:

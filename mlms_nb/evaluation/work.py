@@ -125,7 +125,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
                                        1 if preprocess.input.dynamic else max(opts.batch_sizes), limit=opts.limit,
                                        keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
                                        recorder=recorder if recorder.enabled else None, targets=targets,
-                                       reader=opts.reader, note=lambda text: emit(Note(fw, f"{fw}: {text}")))
+                                       reader=opts.reader, niceness=opts.reader_niceness, note=lambda text: emit(Note(fw, f"{fw}: {text}")))
         if dataset.skipped:
             emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
                           + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))

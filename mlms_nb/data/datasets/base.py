@@ -67,13 +67,15 @@ class Dataset:
         raise NotImplementedError
 
     def iter_batches(self, batch_size: int, preprocess, limit: int | None = None, drop_last: bool = False,
-                     workers: int | None = None, prefetch: int | None = None, reader: str | None = None) -> Stream:
+                     workers: int | None = None, prefetch: int | None = None, reader: str | None = None,
+                     niceness: int | None = None) -> Stream:
         """Batches of ``batch_size`` inputs (the last one smaller unless ``drop_last``), at most ``limit`` inputs
-        in all, preprocessed by ``workers`` threads (``reader="processes"``: processes) ``prefetch`` batches ahead.
+        in all, preprocessed by ``workers`` threads (``reader="processes"``: processes) ``prefetch`` batches ahead,
+        ``niceness`` steps below this thread's priority (`~mlms_nb.data.pipeline.lower_priority`).
         ``skipped`` is reset at the start of each iteration. The returned `Stream` is an iterator; its ``stats``
         say where the time went."""
         return Stream(self, preprocess, check_batch_size(batch_size), check_limit(limit), bool(drop_last),
-                      workers, prefetch, reader)
+                      workers, prefetch, reader, niceness=niceness)
 
     def head(self, count: int, preprocess) -> Batch:
         """The first ``count`` readable inputs (fewer when the dataset is smaller), in one batch."""
