@@ -49,10 +49,8 @@ def _manifest(framework: str, model: dict, preprocess=None, input_type: str = "t
             "state": {"new_state": "state"}, "preprocess": preprocess or [], "model": model}
 
 
-@pytest.fixture(scope="module")
-def streamer_models(tmp_path_factory):
-    """The module's weights, its ONNX export and one manifest per framework in a folder of their own."""
-    folder = tmp_path_factory.mktemp("streamer")
+def write_streamer(folder) -> "Streamer":
+    """A seeded `Streamer`, its weights (``streamer.pth``) and its ONNX export (``streamer.onnx``) in ``folder``."""
     torch.manual_seed(0)
     module = Streamer().eval()
     torch.save(module.state_dict(), folder / "streamer.pth")
@@ -60,6 +58,14 @@ def streamer_models(tmp_path_factory):
     torch.onnx.export(module, example, str(folder / "streamer.onnx"), input_names=["x", "state", "sr"],
                       output_names=["out", "new_state"], dynamic_axes={"x": {0: "n"}, "state": {0: "n"}},
                       dynamo=False)
+    return module
+
+
+@pytest.fixture(scope="module")
+def streamer_models(tmp_path_factory):
+    """The module's weights, its ONNX export and one manifest per framework in a folder of their own."""
+    folder = tmp_path_factory.mktemp("streamer")
+    module = write_streamer(folder)
     manifests = folder  # the model files sit beside the manifests: assets stay inside a manifest's own root
     torch_model = {"entrypoint": "tests.test_io_stateful:build_streamer", "weights_path": "streamer.pth"}
     (manifests / "torch.yaml").write_text(yaml.safe_dump(_manifest("torch", torch_model)))

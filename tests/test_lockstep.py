@@ -16,7 +16,7 @@ from mlms_nb.data.transforms import Preprocessor  # noqa: E402
 from mlms_nb.evaluation.outputs import OutputRecorder, run_sequences  # noqa: E402
 from mlms_nb.frameworks import PredictorOptions, open_predictor  # noqa: E402
 from mlms_nb.manifest import parse_manifest  # noqa: E402
-from tests.test_io_stateful import SIGNAL, STATE, Streamer, _manifest  # noqa: E402
+from tests.test_io_stateful import SIGNAL, STATE, _manifest, write_streamer  # noqa: E402
 
 CHUNKS = [3, 7, 1, 10, 5]  # chunks per audio file: items of different lengths
 #: rows per call at B = 3, a row refilled as its item ends: clip2 after call 1, clip0 after 3; then the tail
@@ -32,13 +32,7 @@ def audio_streamer(tmp_path_factory):
     soundfile = pytest.importorskip("soundfile")
     pytest.importorskip("scipy")
     folder = tmp_path_factory.mktemp("lockstep")
-    torch.manual_seed(0)
-    module = Streamer().eval()
-    torch.save(module.state_dict(), folder / "streamer.pth")
-    example = (torch.zeros(1, SIGNAL), torch.zeros(1, STATE), torch.tensor(16000, dtype=torch.int64))
-    torch.onnx.export(module, example, str(folder / "streamer.onnx"), input_names=["x", "state", "sr"],
-                      output_names=["out", "new_state"], dynamic_axes={"x": {0: "n"}, "state": {0: "n"}},
-                      dynamo=False)
+    module = write_streamer(folder)
     rng = np.random.default_rng(3)
     (folder / "audio").mkdir()
     for i, chunks in enumerate(CHUNKS):
