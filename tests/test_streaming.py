@@ -231,7 +231,7 @@ def _one_framework_run(display: ProgressDisplay) -> None:
     display.finish("onnxruntime")
 
 
-SUMMARY = ("m onnxruntime: full pass 64 inputs in 2 s = 32 inputs/s (batch 32; preprocessing 1.5 s in 2 workers, "
+SUMMARY = ("m onnxruntime: full pass 64 inputs in 2 s = 32 inputs/s (batch 32; preprocessing 1.5 s in 2 worker threads, "
            "inference 1.8 s, waited 0.1 s)")
 
 

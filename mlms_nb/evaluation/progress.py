@@ -162,8 +162,8 @@ class ProgressDisplay:
         if row:
             summary = (f"{self.model} {framework}: full pass {int(row['inputs']):,} inputs in {row['wall_s']:.3g} s = "
                        f"{row['inputs_per_s']:.4g} inputs/s (batch {int(row['batch_size'])}; preprocessing "
-                       f"{row['preprocess_s']:.3g} s in {int(row['workers'])} workers, inference "
-                       f"{row['inference_s']:.3g} s, waited {row['wait_s']:.3g} s)")
+                       f"{row['preprocess_s']:.3g} s in {int(row['workers'])} worker {row.get('reader') or 'threads'}, "
+                       f"inference {row['inference_s']:.3g} s, waited {row['wait_s']:.3g} s)")
             loops = self.loops.get(framework, 0)
             if loops:
                 summary += f"; {loops} timed loop{'s' if loops > 1 else ''}"
