@@ -230,9 +230,11 @@ def _outputs_lines(ev) -> list[tuple[str, str]]:
     parts = []
     for fw, rows in outputs.groupby("framework", sort=False):
         kept = int(rows.loc[rows["values"].notna(), "input_id"].nunique())
+        values = f"values of {fmt_int(kept)} inputs kept" if kept else "summaries only: shape, min, max, mean, std"
         parts.append(f"{fw}: {fmt_int(rows['input_id'].nunique())} inputs x {rows['output'].nunique()} output(s), "
-                     f"values of {fmt_int(kept)}")
-    lines = [("Outputs", "; ".join(parts) + " (Evaluation.outputs)")]
+                     f"{values}")
+    hint = "" if outputs["values"].notna().any() else "; --capture-outputs all or first:N keeps the values"
+    lines = [("Outputs", "; ".join(parts) + f" (Evaluation.outputs{hint})")]
     agreement = getattr(ev, "output_agreement", None)
     if agreement is not None and not agreement.empty:
         shown = agreement[agreement["metric"].isin(["max_abs_error", "max_rel_error", "cosine"])]

@@ -30,4 +30,4 @@ def test_keras_inputs_and_outputs_by_name(mlms_home):
     assert scaled.shape == (6,) and total == pytest.approx(scaled.sum(), rel=1e-5)
     x = np.random.default_rng([0, 0]).standard_normal(6, dtype=np.float32)  # SyntheticDataset's input 0
     np.testing.assert_allclose(scaled, 2.0 * x, rtol=1e-6)
-    assert "Outputs: tensorflow: 3 inputs x 2 output(s), values of 3" in ev.to_text()
+    assert "Outputs: tensorflow: 3 inputs x 2 output(s), values of 3 inputs kept" in ev.to_text()
