@@ -8,7 +8,7 @@ evaluation id or a saved ``.json``): :func:`layers`, :func:`roofline`, :func:`ba
 The data objects know no analysis; this module lends ``Evaluation`` and ``Trace`` their convenience methods
 (``ev.layers()`` is ``layers(ev)``) when it is imported, which ``import mlms_nb`` always does.
 
-One module on purpose (~470 lines): issue 9 asks for one facade that every verb goes through; each function here is
+One module on purpose (~510 lines): issue 9 asks for one facade that every verb goes through; each function here is
 a few lines that validate options and call the layer below.
 """
 from __future__ import annotations
