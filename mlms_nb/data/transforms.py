@@ -189,10 +189,9 @@ class Preprocessor:
             elif op == "center_crop":
                 x = self._center_crop(x, layout, args)
             elif op == "normalize":
-                if i in self._channels_first_early and layout == "HWC":
-                    x, bgr = self._to_array(x, bgr), False
-                    x, layout = self._to_layout(x, layout, "NCHW", i)
                 x, bgr = self._to_array(x, bgr), False
+                if i in self._channels_first_early and layout == "HWC":
+                    x, layout = self._to_layout(x, layout, "NCHW", i)
                 x = self._normalize(x, layout, args, i)
             elif op == "to_layout":
                 x, bgr = self._to_array(x, bgr), False

@@ -13,7 +13,6 @@ the mean (Student's t) and the count.
 """
 from __future__ import annotations
 
-import math
 import pickle
 from typing import Any, Callable, Mapping
 
@@ -23,37 +22,12 @@ import pandas as pd
 from mlms_nb.data.feeds import output_names
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.agreement import manifest_metrics, metric_unit, resolve_metrics
+from mlms_nb.evaluation.stats import summarize
 from mlms_nb.manifest import Manifest
 from mlms_nb.schema.evaluation import TARGET_METRICS
 
 DEFAULT_METRICS = ("mse", "mae")
 """What an output with a target gets when neither the manifest nor ``metrics=`` names a metric."""
-
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-"""Student's t 0.975 quantile for 1..30 degrees of freedom."""
-
-
-def t975(df: int) -> float:
-    """Student's t 0.975 quantile (two-sided 95%): the table to 30 degrees of freedom, then the Cornish-Fisher
-    expansion around the normal's 1.95996 (error below 1e-3)."""
-    if df < 1:
-        return float("nan")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
-
-
-def summarize(values: list[float]) -> dict[str, float]:
-    """Mean, sample standard deviation and the 95% CI of the mean of per-input values (NaN spread for one)."""
-    x = np.asarray(values, dtype=np.float64)
-    n = int(x.size)
-    mean = float(x.mean()) if n else float("nan")
-    std = float(x.std(ddof=1)) if n > 1 else float("nan")
-    half = t975(n - 1) * std / math.sqrt(n) if n > 1 else float("nan")
-    return {"value": mean, "std": std, "ci95_low": mean - half, "ci95_high": mean + half, "inputs": n}
-
 
 def shippable(metrics: Any) -> tuple[Any, list[str]]:
     """``metrics`` as a worker process can receive them (pickled): names, and the callables that pickle; and the
