@@ -35,6 +35,10 @@ MAX_VALUES = 100_000
 MAX_INT_BITS = 128
 
 _PARSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The event walk uses PyYAML's pure-Python parser: it is iterative with no depth limit of its own, so the depth
+# check below always answers first with the node's path. libyaml (PyYAML >= 6.0.3's C parser) has a nesting limit
+# of its own that it checks while scanning ahead, before any event reaches us.
+_EVENT_PARSER = yaml.SafeLoader
 
 
 class _Loader(_PARSER):
@@ -115,7 +119,7 @@ def check_events(text: str, where: str = "<manifest>") -> None:
     sizes: dict[str, int] = {}  # anchor -> values it expands to
     total = 0
     last_alias: tuple[str, Any] | None = None
-    for event in yaml.parse(text, Loader=_PARSER):
+    for event in yaml.parse(text, Loader=_EVENT_PARSER):
         kind = type(event)
         if kind in (yaml.MappingStartEvent, yaml.SequenceStartEvent):
             if len(stack) >= MAX_DEPTH:
