@@ -214,10 +214,23 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
             f"{fmt_num(r.get('first_inference_ms'))} ms"
             + (f" (batch {fmt_int(r.get('batch_size'))})" if not is_missing(r.get("batch_size")) else "")
             for r in ev.cold_start.to_dict("records"))))
+    lines += _energy_lines(ev.latency)
     lines += _outputs_lines(ev)
     if not ev.complete:
         lines.append(("Incomplete", "; ".join(ev.missing())))
     return lines
+
+
+def _energy_lines(latency) -> list[tuple[str, str]]:
+    """Energy per input over each timed loop, with how it was measured; or, once, why it could not be."""
+    if latency is None or latency.empty or "energy_method" not in latency.columns:
+        return []
+    measured = latency[latency["energy_j_per_input"].notna()]
+    if measured.empty:
+        return [("Energy", str(latency["energy_method"].iloc[0]))]
+    return [("Energy", "; ".join(
+        f"{r['framework']}, batch {fmt_int(r['batch_size'])}: {fmt_num(r['energy_j_per_input'])} J per input"
+        for r in measured.to_dict("records")) + f" (timed loops only; {measured['energy_method'].iloc[0]})")]
 
 
 def _outputs_lines(ev) -> list[tuple[str, str]]:

@@ -35,6 +35,7 @@ from mlms_nb.frameworks import PredictorOptions, open_predictor
 from mlms_nb.launchers import CallTimeout, StopRequested
 from mlms_nb.manifest import Manifest
 from mlms_nb.options import EvaluateOptions
+from mlms_nb.profilers.energy import energy_meter
 from mlms_nb.schema.levels import TraceLevel
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,8 @@ def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, 
     try:
         batch = make_batch(inputs, batch_size, manifest)
         result = run_scenario(opts.scenario, predict, batch, opts.timing,
-                              reporter.loop(batch_size, opts.timing) if reporter else None)
+                              reporter.loop(batch_size, opts.timing) if reporter else None,
+                              energy=energy_meter(opts.device))
     except BaseException as stop:
         partial = getattr(stop, "partial", None)
         if partial is not None and len(partial.samples_ns):

@@ -159,6 +159,10 @@ LATENCY = FrameSchema("latency", (
     Column("latency_bound_ms", "float64", "ms", "p99 bound asked for", "server scenario with a bound"),
     Column("meets_bound", "bool", "", "p99_ms <= latency_bound_ms", "server scenario with a bound"),
     Column("complete", "bool", "", "False when the loop was cut short before its stopping rule held (indicative only)"),
+    Column("energy_j", "float64", "J", "energy spent during the timed loop (RAPL for CPUs, NVML for GPUs); NaN "
+           "where it cannot be read, with why in energy_method"),
+    Column("energy_j_per_input", "float64", "J/input", "energy_j / inputs processed in the timed loop"),
+    Column("energy_method", "str", "", "how the energy was measured, or 'unavailable: <why>'"),
 ), key=("framework", "batch_size", "scenario"))
 
 COLD_START = FrameSchema("cold_start", (
