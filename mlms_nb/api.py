@@ -5,8 +5,8 @@ Trace: :func:`trace`, :func:`load_trace`. Analyse a run (an `Evaluation`, a `Tra
 evaluation id or a saved ``.json``): :func:`layers`, :func:`roofline`, :func:`batch_scaling`, :func:`compare`,
 :func:`kernels`, :func:`timeline`. Across frameworks: :func:`diverge`.
 
-The data objects know no analysis; this module lends ``Evaluation`` and ``Trace`` their convenience methods
-(``ev.layers()`` is ``layers(ev)``) when it is imported, which ``import mlms_nb`` always does.
+The data objects know no analysis: ``Evaluation`` and ``Trace`` declare their convenience methods as
+:class:`mlms_nb._facade.FacadeMethod` (``ev.layers()`` is ``layers(ev)``), which import this module when called.
 
 One module on purpose (~510 lines): issue 9 asks for one facade that every verb goes through; each function here is
 a few lines that validate options and call the layer below.
@@ -413,25 +413,6 @@ def _diverge_by_outputs(model: Any, options: DivergeOptions) -> OutputDivergence
     limit = options.limit if "limit" in options.model_fields_set else 16  # the whole of a dataset only when asked
     return _diverge_outputs(manifests, dataset=options.dataset, tolerance=options.tolerance, limit=limit,
                             batch_size=options.batch_size, trust=options.trust, metrics=options.metrics)
-
-
-# ---------------------------------------------------------------------------------------------- object methods
-
-def _lend(cls: type, name: str, function, doc_prefix: str) -> None:
-    def method(self, *args, **kwargs):
-        return function(self, *args, **kwargs)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"{doc_prefix}: ``mlms_nb.{name}(self, ...)``.\n\n{function.__doc__ or ''}"
-    setattr(cls, name, method)
-
-
-for _name, _function in (("layers", layers), ("roofline", roofline), ("batch_scaling", batch_scaling),
-                         ("compare", compare), ("timeline", timeline), ("kernels", kernels)):
-    _lend(Evaluation, _name, _function, "Lent by the facade")
-for _name, _function in (("layers", layers), ("timeline", timeline), ("kernels", kernels)):
-    _lend(Trace, _name, _function, "Lent by the facade")
-del _name, _function
 
 
 # ---------------------------------------------------------------------------------------------- agents

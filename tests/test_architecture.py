@@ -54,3 +54,30 @@ def _env() -> dict:
     import os
 
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def test_importing_the_package_loads_no_framework_and_no_store(tmp_path):
+    """``import mlms_nb`` is lazy (PEP 562): workers, reader processes and ``mlms --help`` pay only for what they
+    use; the first use of a facade name imports the facade."""
+    code = ("import sys, mlms_nb\n"
+            "heavy = {'sqlalchemy', 'torch', 'onnxruntime', 'tensorflow', 'pandas', 'mlms_nb.api'}\n"
+            "print(sorted(m for m in sys.modules if m in heavy or m.split('.')[0] in heavy))\n"
+            "mlms_nb.evaluate\n"
+            "print('mlms_nb.api' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env=_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["[]", "True"], result.stdout
+
+
+def test_data_objects_declare_their_analysis_methods():
+    """``ev.layers()`` is ``mlms_nb.layers(ev)``, declared in the class body (no method lent at run time)."""
+    from mlms_nb._facade import FacadeMethod
+    from mlms_nb.evaluation.result import Evaluation
+    from mlms_nb.tracing.trace import Trace
+
+    for cls, names in ((Evaluation, ("layers", "roofline", "batch_scaling", "compare", "timeline", "kernels")),
+                       (Trace, ("layers", "timeline", "kernels"))):
+        for name in names:
+            assert isinstance(cls.__dict__[name], FacadeMethod) and f"mlms_nb.{name}(" in cls.__dict__[name].__doc__
+            assert callable(getattr(mlms_nb, name))
