@@ -159,12 +159,17 @@ LATENCY = FrameSchema("latency", (
     Column("latency_bound_ms", "float64", "ms", "p99 bound asked for", "server scenario with a bound"),
     Column("meets_bound", "bool", "", "p99_ms <= latency_bound_ms", "server scenario with a bound"),
     Column("complete", "bool", "", "False when the loop was cut short before its stopping rule held (indicative only)"),
+    Column("carries_state", "bool", "", "True: the model keeps hidden state between calls (model.reset called before "
+           "the loop, not between its calls): each timed call ran from the state the one before left",
+           "models that carry hidden state"),
 ), key=("framework", "batch_size", "scenario"))
 
 COLD_START = FrameSchema("cold_start", (
     _FRAMEWORK, _BATCH,
     Column("load_ms", "float64", "ms", "opening the predictor (assets already fetched and converted)"),
     Column("first_inference_ms", "float64", "ms", "the first predict call, at the first batch size"),
+    Column("state_check", "str", "", "hidden state: whether a second call on the first input repeated the first "
+           "call's outputs (the model keeps no state between calls), and the extra calls the check cost"),
 ), key=("framework",))
 
 FULL_PASS = FrameSchema("full_pass", (
