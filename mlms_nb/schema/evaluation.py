@@ -252,11 +252,16 @@ OUTPUT_AGREEMENT = FrameSchema("output_agreement", (
     _FRAMEWORK,
     Column("reference", "str", "", "the framework compared against"),
     Column("output", "str", "", "the output's name"),
-    Column("metric", "str", "", "max_abs_error, mean_abs_error, max_rel_error, mean_rel_error, cosine, or a "
-                                "built-in (mse, mae, iou, exact_match) or user metric"),
-    Column("value", "float64", "", "the metric: errors in the output's unit (rel: fraction), cosine -1..1; built-in "
-                                   "and user metrics averaged over the inputs compared"),
-    Column("inputs", "int64", "inputs", "inputs (x chunks) compared: those whose values both frameworks captured"),
+    Column("metric", "str", "", "max_abs_error, mean_abs_error, max_rel_error, mean_rel_error, cosine (outputs of "
+                                "2 or more elements), flipped_decisions (argmax or a 0.5 threshold), not_compared, "
+                                "or a built-in (mse, mae, iou, exact_match) or user metric"),
+    Column("value", "float64", "", "the metric: errors in the output's unit (rel: fraction), cosine -1..1, "
+                                   "flipped_decisions a count of inputs; built-in and user metrics averaged over the "
+                                   "inputs compared; NaN for not_compared"),
+    Column("inputs", "int64", "inputs", "inputs (x chunks) the metric covers: those whose values both frameworks "
+                                        "captured (cosine: of 2 or more elements; flipped_decisions: a rule applied)"),
+    Column("detail", "str", "", "flipped_decisions: the rule that made the decisions; not_compared: why; cosine: "
+                                "which inputs, when not all; else empty"),
 ), key=("framework", "reference", "output", "metric"))
 
 TARGET_METRICS = FrameSchema("target_metrics", (
