@@ -213,7 +213,7 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
             f"{r.get('framework')}: load {fmt_num(r.get('load_ms'))} ms, first inference "
             f"{fmt_num(r.get('first_inference_ms'))} ms"
             + (f" (batch {fmt_int(r.get('batch_size'))})" if not is_missing(r.get("batch_size")) else "")
-            + (f", hidden state {r['state_check']}" if isinstance(r.get("state_check"), str) and r["state_check"]
+            + (f", hidden state: {r['state_check']}" if isinstance(r.get("state_check"), str) and r["state_check"]
                else "")
             for r in ev.cold_start.to_dict("records"))))
     lines += _outputs_lines(ev)

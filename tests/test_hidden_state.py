@@ -102,7 +102,7 @@ def test_declared_reset_gives_each_item_the_fresh_module_outputs(models, mlms_ho
     assert bool(ev.latency["carries_state"].iloc[0]) is True
     assert "carried" in ev.cold_start["state_check"].iloc[0]
     assert any("hidden state" in w and "reset_states" in w for w in ev.warnings)
-    assert "hidden state carried" in mlms_nb.display.render_text(ev)
+    assert "hidden state: carried" in mlms_nb.display.render_text(ev)
 
 
 def test_hidden_state_without_a_reset_is_refused_and_nothing_is_measured(models, mlms_home):

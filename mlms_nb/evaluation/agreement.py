@@ -193,7 +193,7 @@ def flipped_decisions(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float
         parts.append(f"argmax of each input's {count} values")
     if singles:
         flips += sum(int((float(x.reshape(-1)[0]) > 0.5) != (float(y.reshape(-1)[0]) > 0.5)) for x, y in singles)
-        parts.append("value > 0.5 of each input's one value (every value in [0, 1])")
+        parts.append("each input's one value > 0.5, all values in [0, 1]")
     if not parts:
         return None
     return float(flips), len(vectors) + len(singles), "; ".join(parts)
