@@ -156,3 +156,34 @@ def test_reset_is_for_torch_only():
         parse_manifest({"name": "m", "framework": {"name": "torch"},
                         "inputs": [{"type": "tensor", "dimensions": [FEATURES]}], "outputs": [{"type": "tensor"}],
                         "model": {"graph_path": "m.pt", "reset": "reset states()"}})
+
+
+def test_ordered_chunks_of_audio_files_reset_per_file_and_carry_state_within(models, mlms_home):
+    """The streaming case: each WAV file cut into ordered chunks, the hidden state carried from chunk to chunk of a
+    file and cleared (model.reset) before the next file, as a fresh module per file would run it."""
+    soundfile = pytest.importorskip("soundfile")
+    pytest.importorskip("scipy")
+    from mlms_nb.data.transforms import Preprocessor
+
+    folder = models["folder"]
+    (folder / "audio").mkdir()
+    for i, samples in enumerate((12, 20, 8)):  # 3, 5 and 2 chunks of 4 samples at 16 kHz
+        t = np.arange(samples) / 16000
+        soundfile.write(folder / "audio" / f"clip{i}.wav", (0.5 * np.sin(2 * np.pi * 900 * (i + 1) * t)).astype(
+            np.float32), 16000)
+    data = yaml.safe_load((folder / "running.yaml").read_text())
+    data["inputs"][0]["type"] = "audio"
+    data["preprocess"] = [{"decode_audio": {"sample_rate": 16000}}, {"chunk": {"size": FEATURES}}]
+    (folder / "running_audio.yaml").write_text(yaml.safe_dump(data))
+    ev = mlms_nb.evaluate(str(folder / "running_audio.yaml"), dataset=str(folder / "audio"), **RUN)
+    assert ev.complete, ev.missing()
+    manifest = parse_manifest(data, source=str(folder / "running_audio.yaml"))
+    for i in range(3):
+        chunks = Preprocessor(manifest)(folder / "audio" / f"clip{i}.wav")
+        module = torch.jit.load(str(folder / "running.pt"))  # fresh per file, state carried over its chunks
+        with torch.no_grad():
+            expected = np.concatenate([module(torch.from_numpy(c[None])).numpy() for c in chunks])
+        rows = ev.outputs[ev.outputs["input_id"].str.endswith(f"clip{i}.wav")]
+        assert list(rows["chunk"]) == list(range(len(chunks)))
+        np.testing.assert_allclose(np.concatenate(rows["values"].map(np.asarray).tolist()), expected, atol=1e-6,
+                                   rtol=0)
