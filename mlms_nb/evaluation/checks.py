@@ -137,10 +137,12 @@ def check_hidden_state(manifest: Manifest, predict: Callable, reset: Callable | 
     seen = (f"two calls on the same input gave outputs that differ by up to {diff:.3g} (output {output!r}, "
             f"beyond {tolerance})")
     if reset is None:
-        raise MlmsError(
-            f"{fw}: {manifest.key} carries state between calls (or is random): {seen}, so its numbers would depend on "
-            "the calls before them; declare the method that clears the state (model.reset: reset_states in the "
-            "manifest) or describe the state as explicit state: inputs and outputs")
+        ways = ("declare the method that clears the state (model.reset: reset_states in the manifest) or describe "
+                "the state as explicit state: inputs and outputs") if fw == "torch" else (
+                "describe the state as explicit state: inputs and outputs (model.reset, a method that clears it, is "
+                "for torch models)")
+        raise MlmsError(f"{fw}: {manifest.key} carries state between calls (or is random): {seen}, so its numbers "
+                        f"would depend on the calls before them; {ways}")
     reset()
     again = _largest_gap(first, predict(batch), output_names(manifest)[0])
     if again is not None:
