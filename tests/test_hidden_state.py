@@ -51,12 +51,12 @@ class Stateless(torch.nn.Module):
         return torch.sigmoid(torch.tanh(self.read(x)).sum(-1))
 
 
-def _manifest(folder, name: str, graph: str, reset: str | None = None) -> str:
+def _manifest(folder, name: str, graph: str, reset: str | None = None, file: str | None = None) -> str:
     model = {"graph_path": graph, **({"reset": reset} if reset else {})}
     data = {"name": name, "framework": {"name": "torch"},
             "inputs": [{"name": "x", "type": "tensor", "dimensions": [FEATURES]}],
             "outputs": [{"name": "p", "type": "tensor"}], "model": model}
-    path = folder / f"{name}.yaml"
+    path = folder / f"{file or name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
 
@@ -187,3 +187,23 @@ def test_ordered_chunks_of_audio_files_reset_per_file_and_carry_state_within(mod
         assert list(rows["chunk"]) == list(range(len(chunks)))
         np.testing.assert_allclose(np.concatenate(rows["values"].map(np.asarray).tolist()), expected, atol=1e-6,
                                    rtol=0)
+
+
+def test_a_refused_framework_costs_the_others_nothing(models, mlms_home, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    folder = models["folder"] / "two"
+    folder.mkdir()
+    torch.manual_seed(0)
+    torch.onnx.export(Running().eval(), (torch.zeros(1, FEATURES),), str(folder / "running.onnx"), input_names=["x"],
+                      output_names=["p"], dynamic_axes={"x": {0: "n"}}, dynamo=False)  # the state frozen at zeros
+    (folder / "running.pt").write_bytes((models["folder"] / "running.pt").read_bytes())
+    _manifest(folder, "running", "running.pt", file="torch")
+    data = yaml.safe_load((folder / "torch.yaml").read_text())
+    (folder / "onnxruntime.yaml").write_text(yaml.safe_dump({**data, "framework": {"name": "onnxruntime"},
+                                                             "model": {"graph_path": "running.onnx"}}))
+    monkeypatch.setenv("MLMS_MANIFEST_PATH", str(folder))
+    ev = mlms_nb.evaluate("running", **{**RUN, "framework": "torch,onnxruntime"})
+    assert ev.outcomes["torch"]["status"] == "failed" and "model.reset" in ev.outcomes["torch"]["message"]
+    assert ev.outcomes["onnxruntime"]["status"] == "complete"
+    assert set(ev.latency["framework"]) == {"onnxruntime"} and set(ev.cold_start["framework"]) == {"onnxruntime"}
+    assert "none seen" in ev.cold_start["state_check"].iloc[0]
