@@ -169,7 +169,8 @@ COLD_START = FrameSchema("cold_start", (
     Column("load_ms", "float64", "ms", "opening the predictor (assets already fetched and converted)"),
     Column("first_inference_ms", "float64", "ms", "the first predict call, at the first batch size"),
     Column("state_check", "str", "", "hidden state: whether a second call on the first input repeated the first "
-           "call's outputs (the model keeps no state between calls), and the extra calls the check cost"),
+           "call's outputs (the model keeps no state between calls), and the extra calls the check cost",
+           "evaluations made since the check (issue 20)"),
 ), key=("framework",))
 
 FULL_PASS = FrameSchema("full_pass", (
@@ -261,7 +262,7 @@ OUTPUT_AGREEMENT = FrameSchema("output_agreement", (
     Column("inputs", "int64", "inputs", "inputs (x chunks) the metric covers: those whose values both frameworks "
                                         "captured (cosine: of 2 or more elements; flipped_decisions: a rule applied)"),
     Column("detail", "str", "", "flipped_decisions: the rule that made the decisions; not_compared: why; cosine: "
-                                "which inputs, when not all; else empty"),
+                                "which inputs, when not all; else empty", "evaluations made since issue 20"),
 ), key=("framework", "reference", "output", "metric"))
 
 TARGET_METRICS = FrameSchema("target_metrics", (
