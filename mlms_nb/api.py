@@ -117,7 +117,8 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 
     Outputs: ``capture_outputs`` says what ``evaluation.outputs`` keeps of every output (none, summary, all,
     first:N); the kept values of each framework are compared with the first framework's in
-    ``evaluation.output_agreement`` (max/mean abs and rel error, cosine), plus ``metrics``: built-in names (mse,
+    ``evaluation.output_agreement`` (max/mean abs and rel error, cosine of vectors, flipped argmax or 0.5-threshold
+    decisions, outputs not compared with why), plus ``metrics``: built-in names (mse,
     mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``. A dataset with targets per output (``.npz``
     ``target`` / ``target:<output>``, Parquet columns of those names, Python ``(input, targets)`` pairs) also scores
     each framework's outputs against them: ``evaluation.target_metrics`` (mean, std, 95% CI, count, unit).

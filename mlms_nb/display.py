@@ -213,6 +213,8 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
             f"{r.get('framework')}: load {fmt_num(r.get('load_ms'))} ms, first inference "
             f"{fmt_num(r.get('first_inference_ms'))} ms"
             + (f" (batch {fmt_int(r.get('batch_size'))})" if not is_missing(r.get("batch_size")) else "")
+            + (f", hidden state: {r['state_check']}" if isinstance(r.get("state_check"), str) and r["state_check"]
+               else "")
             for r in ev.cold_start.to_dict("records"))))
     lines += _energy_lines(ev.latency)
     lines += _outputs_lines(ev)
@@ -250,11 +252,23 @@ def _outputs_lines(ev) -> list[tuple[str, str]]:
     lines = [("Outputs", "; ".join(parts) + f" (Evaluation.outputs{hint})")]
     agreement = getattr(ev, "output_agreement", None)
     if agreement is not None and not agreement.empty:
-        shown = agreement[agreement["metric"].isin(["max_abs_error", "max_rel_error", "cosine"])]
-        text = "; ".join(f"{fw} vs {ref}, {out}: " + ", ".join(f"{m} {fmt_num(v)}" for m, v in zip(g["metric"], g["value"]))
+        shown = agreement[agreement["metric"].isin(["max_abs_error", "max_rel_error", "cosine", "flipped_decisions",
+                                                    "not_compared"])]
+        text = "; ".join(f"{fw} vs {ref}, {out}: " + ", ".join(_agreement_part(r) for r in g.to_dict("records"))
                          for (fw, ref, out), g in shown.groupby(["framework", "reference", "output"], sort=False))
         lines.append(("Output agreement", text + " (rel: of the reference's max |value|; Evaluation.output_agreement)"))
     return lines + target_lines
+
+
+def _agreement_part(r: dict) -> str:
+    """One metric of the output agreement line: decisions as a count of the inputs with their rule, an output not
+    compared with why."""
+    detail = r.get("detail") if isinstance(r.get("detail"), str) else ""
+    if r["metric"] == "not_compared":
+        return f"not compared: {detail}"
+    if r["metric"] == "flipped_decisions":
+        return f"{fmt_int(r['value'])} of {fmt_int(r.get('inputs'))} decisions flipped ({detail})"
+    return f"{r['metric']} {fmt_num(r['value'])}"
 
 
 def target_text(targets: pd.DataFrame) -> str:

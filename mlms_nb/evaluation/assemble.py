@@ -79,7 +79,8 @@ class Assembler:
             ev.warnings.append(record.text)
         elif isinstance(record, ColdStart):
             self._cold.append({"framework": fw, "batch_size": int(record.batch_size), "load_ms": record.load_ns / 1e6,
-                               "first_inference_ms": record.first_inference_ns / 1e6})
+                               "first_inference_ms": record.first_inference_ns / 1e6,
+                               "state_check": record.state_check})
             ev.cold_start = pd.DataFrame(self._cold)
         elif isinstance(record, FullPass):
             self._full.append({name: record.row.get(name) for name in FULL_PASS.names})
@@ -125,6 +126,10 @@ class Assembler:
         row = {"framework": fw, "batch_size": batch_size, "scenario": scenario, **stats,
                "warmup_calls": int(loop.warmup_calls), **loop.extra, "complete": bool(loop.complete)}
         self.ev.samples[SampleKey(fw, batch_size, scenario)] = np.asarray(loop.samples_ns, dtype=np.int64)
+        stateful = (f"{fw}: the timed loops timed a model carrying hidden state (model.reset was called before each "
+                    "loop, not between its calls): each call ran from the state the one before left")
+        if loop.extra.get("carries_state") and stateful not in self.ev.warnings:
+            self.ev.warnings.append(stateful)
         if loop.complete:
             warning = stability_warning(row)
             if warning:

@@ -44,7 +44,8 @@ def make_batch(inputs: Any, batch_size: int, manifest: Manifest | None = None) -
 def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
                   keep_probabilities: bool, trust: bool, reporter=None, workers: int | None = None,
                   prefetch: int | None = None, recorder=None, targets=None, reader: str | None = None,
-                  niceness: int | None = None, note: Callable[[str], None] | None = None) -> tuple[FullPass, AccuracyPass | None]:
+                  niceness: int | None = None, note: Callable[[str], None] | None = None,
+                  reset: Callable[[], None] | None = None) -> tuple[FullPass, AccuracyPass | None]:
     """Stream the dataset through ``predict`` at ``batch_size``; returns the pass's record and, for a classifier
     on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`).
     ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
@@ -53,7 +54,9 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
     it. Datasets stack inputs on axis 0; an input whose ``batch_axis`` is another gets its batch moved there before
     each call. ``reader``: threads or processes, ``niceness`` steps below the model's priority
     (:class:`~mlms_nb.data.pipeline.Stream`); ``note`` gets the
-    sentence saying why a dataset asked to be read by processes was read by threads.
+    sentence saying why a dataset asked to be read by processes was read by threads. ``reset``: the model keeps
+    hidden state (its declared ``model.reset``): called before every item, outside the timed calls, items then
+    going one per call (``batch_size`` 1).
 
     Items cut into ordered chunks (a ``chunk`` step) run ``batch_size`` side by side, each row with its own state
     (:func:`~mlms_nb.evaluation.lockstep.run_lockstep`); the stream then reads one item at a time (items differ in
@@ -65,6 +68,8 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
 
     fw = manifest.framework.name
     sequences = bool(getattr(preprocess, "chunked", False))
+    if reset is not None and batch_size != 1:
+        raise ValueError(f"a model reset before each item runs one item per call, not {batch_size}")
     fed = fed_name(manifest)
     axes = moved_axes(manifest)
     scorer = _Scorer(manifest, trust, keep_probabilities) if (
@@ -85,11 +90,15 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
         if sequences:
             timed = _TimedCalls(predict)
             t0 = clock()
+            if reset is not None:
+                reset()
             run_lockstep(timed, manifest, _items(stream), batch_size, recorder=recorder, keep=False,
-                         on_item=(lambda _id: reporter.advance(1)) if reporter is not None else None)
+                         on_item=_after_item(reporter, reset))
             inference_ns, batches = timed.ns, timed.calls
             post_ns = max(0, clock() - t0 - inference_ns - stream.stats.wait_ns)
         for batch in () if sequences else stream:
+            if reset is not None:  # outside the timed call: inference_s is the model's calls alone
+                reset()
             t0 = clock()
             named = None
             data = to_model_layout(batch.data, axes, fed)
@@ -127,6 +136,20 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
         preds.insert(0, "framework", fw)
         accuracy = AccuracyPass(fw, acc, preds, probs)
     return FullPass(fw, row), accuracy
+
+
+def _after_item(reporter, reset: Callable[[], None] | None) -> Callable[[str], None] | None:
+    """What runs when an item's last chunk is done: progress, and the model's reset before the next item."""
+    if reporter is None and reset is None:
+        return None
+
+    def done(_id: str) -> None:
+        if reporter is not None:
+            reporter.advance(1)
+        if reset is not None:
+            reset()
+
+    return done
 
 
 def _items(stream) -> Iterator[tuple[str, Any]]:

@@ -24,6 +24,7 @@ from mlms_nb.data.datasets import open_dataset
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError
 from mlms_nb.data.feeds import take
+from mlms_nb.evaluation.checks import check_hidden_state
 from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
 from mlms_nb.evaluation.outputs import OutputRecorder
 from mlms_nb.evaluation.progress import Reporter
@@ -108,22 +109,36 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         watch.phase = "the first inference"
         first_batch = make_batch(inputs, opts.batch_sizes[0], manifest)
         t0 = time.perf_counter_ns()
-        predict(first_batch)
-        emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t0))
+        first = predict(first_batch)
+        first_ns = time.perf_counter_ns() - t0
+        # the model's declared reset, called before every item and timed loop; hidden state without one is refused
+        reset = watch.guard(predictor.reset) if manifest.model.reset else None
+        carries_state, state_check = False, "not checked (explicit state: inputs)"
+        if not manifest.state:  # explicit state is fed by the evaluation itself: nothing hidden to look for
+            watch.phase = "the hidden-state check"
+            check = check_hidden_state(manifest, predict, reset, first_batch, first)
+            if check.note:
+                emit(Note(fw, check.note))
+            carries_state, state_check = check.carries_state, check.summary
+        emit(ColdStart(fw, opts.batch_sizes[0], load_ns, first_ns, state_check))
 
         untraced_median_ns: dict[int, float] = {}
         for batch_size in opts.batch_sizes:
             watch.phase = f"timing batch size {batch_size}"
             log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
+            if reset is not None:
+                reset()
             untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter,
-                                                       manifest)
+                                                       manifest, {"carries_state": True} if carries_state else {})
 
         watch.phase = "the full pass"
         t_full = time.perf_counter_ns()
         recorder = OutputRecorder(manifest, fw, opts.capture_outputs)
-        # inputs of their own sizes run one at a time; ordered chunks run the largest batch of items in lockstep
+        # inputs of their own sizes, or a model reset before each item, run one at a time; ordered chunks run the
+        # largest batch of items in lockstep
+        one_at_a_time = preprocess.input.dynamic or reset is not None
         full, accuracy = run_full_pass(predict, manifest, dataset, preprocess,
-                                       1 if preprocess.input.dynamic else max(opts.batch_sizes), limit=opts.limit,
+                                       1 if one_at_a_time else max(opts.batch_sizes), limit=opts.limit, reset=reset,
                                        keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
                                        recorder=recorder if recorder.enabled else None, targets=targets,
                                        reader=opts.reader, niceness=opts.reader_niceness, note=lambda text: emit(Note(fw, f"{fw}: {text}")))
@@ -141,15 +156,18 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
             traced.tracer.add_span("full pass", TraceLevel.APPLICATION, "application", t_full, time.perf_counter_ns(),
                                    inputs=full.row["inputs"], dataset=dataset.name)
             watch.phase = "the traced pass"
+            if reset is not None:
+                reset()
             _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit)
     finally:
         predictor.close()
 
 
 def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, emit: Callable, reporter=None,
-              manifest: Manifest | None = None) -> float:
+              manifest: Manifest | None = None, extra: dict | None = None) -> float:
     """One timed loop, emitted; returns its median (ns). Cut short, what it measured is emitted (marked
-    incomplete, with why) before the stop goes on. ``manifest``: inputs get their batch on their own batch axis."""
+    incomplete, with why) before the stop goes on. ``manifest``: inputs get their batch on their own batch axis;
+    ``extra``: columns of the loop's latency row (``carries_state``)."""
     try:
         batch = make_batch(inputs, batch_size, manifest)
         result = run_scenario(opts.scenario, predict, batch, opts.timing,
@@ -159,12 +177,12 @@ def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, 
         partial = getattr(stop, "partial", None)
         if partial is not None and len(partial.samples_ns):
             emit(TimedLoop(fw, batch_size, opts.scenario, partial.samples_ns, partial.wall_ns, partial.warmup_calls,
-                           {}, complete=False, reason=_reason(stop)))
+                           dict(extra or {}), complete=False, reason=_reason(stop)))
         if isinstance(stop, MemoryError):
             raise MemoryError(f"at batch size {batch_size}: {stop or 'an allocation failed'}") from None
         raise
     emit(TimedLoop(fw, batch_size, opts.scenario, result.samples_ns, result.wall_ns, result.warmup_calls,
-                   result.extra))
+                   {**result.extra, **(extra or {})}))
     return float(np.median(result.samples_ns)) if len(result.samples_ns) else float("nan")
 
 
