@@ -59,7 +59,7 @@ def _opt(default: Any, description: str, cli: str | None = None, unit: str = "",
 
 class Options(BaseModel):
     """Base of the option models: unknown keywords are errors, and a failed validation is one `OptionsError`."""
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)  # validated once; below the facade, never changed
 
     def __init__(self, **data: Any) -> None:
         try:

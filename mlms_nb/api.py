@@ -132,6 +132,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 
         resolve_metrics(metrics)  # an unknown name is refused before anything runs
     manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess)
+    frameworks = [m.framework.name for m in manifests]
+    if options.framework != frameworks:  # the options record what runs (a manifest file names its framework)
+        options = options.model_copy(update={"framework": frameworks})
     for manifest in manifests:
         check_trust(manifest, options.trust)
     if options.remote.on:
@@ -174,8 +177,6 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
             check_trust(model, options.trust)
             copies = converted_copies(model, others, options.trust)
             return [model if fw == model.framework.name else copies[fw] for fw in options.framework]
-        if not live:
-            options.framework = [model.framework.name]
         return [model]
     return resolve_manifests(model, options.framework)
 

@@ -16,7 +16,7 @@ from mlms_nb.evaluation.records import (
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.stats import latency_stats, stability_warning
 from mlms_nb.launchers import Outcome
-from mlms_nb.schema.evaluation import FULL_PASS, SampleKey
+from mlms_nb.schema.evaluation import FULL_PASS, LATENCY, SampleKey
 
 STATUSES = ("complete", "partial", "failed", "not run", "running")
 """A framework's status in ``Evaluation.outcomes``: all measured; some measured, then stopped; stopped before
@@ -125,6 +125,7 @@ class Assembler:
         stats = latency_stats(loop.samples_ns, batch_size, wall_ns=None if scenario == "single-stream" else loop.wall_ns)
         row = {"framework": fw, "batch_size": batch_size, "scenario": scenario, **stats,
                "warmup_calls": int(loop.warmup_calls), **loop.extra, "complete": bool(loop.complete)}
+        row = {**{k: row[k] for k in LATENCY.names if k in row}, **row}  # the schema's column order
         self.ev.samples[SampleKey(fw, batch_size, scenario)] = np.asarray(loop.samples_ns, dtype=np.int64)
         stateful = (f"{fw}: the timed loops timed a model carrying hidden state (model.reset was called before each "
                     "loop, not between its calls): each call ran from the state the one before left")

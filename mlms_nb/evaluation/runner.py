@@ -73,10 +73,10 @@ class EvaluationRunner:
                                                                       iso.memory_limit_bytes))
 
     def run(self) -> Evaluation:
-        opts = self.options
         first = self.manifests[0]
-        if opts.dataset is None:
-            opts.dataset = default_dataset(first)
+        if self.options.dataset is None:
+            self.options = self.options.model_copy(update={"dataset": default_dataset(first)})
+        opts = self.options
         check_before_loading(self.manifests, opts, self.launcher.name)
         _sweep_orphans()
         frameworks = [m.framework.name for m in self.manifests]
