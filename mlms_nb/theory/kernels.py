@@ -4,16 +4,18 @@ A roofline's ceilings must hold for the framework whose layers are plotted under
 (NCHWc) convolutions outrun a torch GEMM on the same machine, so one framework's GEMM is no ceiling for another's
 layers. Per framework, with the evaluation's intra-op thread count, fp32:
 
-- ``gemm``: an n x n MatMul (2 n^3 FLOPs), n calibrated so one call takes ~``TARGET_S``;
+- ``gemm``: an n x n MatMul (2 n^3 FLOPs), n >= 1024 (smaller GEMMs run far below peak) calibrated so one call
+  takes ~``TARGET_S``;
 - ``conv``: a 3x3 convolution, stride 1, same padding, ``CONV_CHANNELS`` channels in and out, batch 1, H = W
   calibrated likewise (2 x 9 x C_in x C_out x H x W FLOPs);
 - ``copy``: STREAM's add, ``c = a + b`` on float32 arrays of ``array_bytes`` each (12 bytes per element: reads a
-  and b, writes c; write-allocate not counted).
+  and b, writes c; write-allocate not counted); TensorFlow adds in place (``a += b``, the same 12 bytes), since a
+  fresh output per call would time its allocation.
 
 torch: ``torch.matmul`` / ``torch.nn.functional.conv2d`` / ``torch.add(out=)``; ONNX Runtime: a one-node graph
 per kernel in a session at ORT_ENABLE_ALL (so Conv runs as the NCHWc kernel the model's convolutions use), the
 copy's output bound once through IOBinding; TensorFlow: ``tf.function`` of ``tf.linalg.matmul`` /
-``tf.nn.conv2d`` (NHWC) / ``tf.add``. Each kernel: a warm-up, then repetitions until ``repetitions`` or
+``tf.nn.conv2d`` (NHWC) / ``Variable.assign_add``. Each kernel: a warm-up, then repetitions until ``repetitions`` or
 ``budget_s`` (at least ``MIN_REPETITIONS``). The frameworks are imported on first use.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from mlms_nb._optional import require
 from mlms_nb.errors import MlmsError
 
 FRAMEWORKS = ("torch", "onnxruntime", "tensorflow")
-TARGET_S = 0.04
+TARGET_S = 0.08
 CONV_CHANNELS = 128
 REPETITIONS = 5
 MIN_REPETITIONS = 3
@@ -72,13 +74,13 @@ def _fastest(probe: Runner) -> float:
 
 def _gemm_size(make: Callable[[int], Runner]) -> int:
     rate = 2 * 512**3 / _fastest(make(512))
-    return int(min(max(round((TARGET_S * rate / 2) ** (1 / 3) / 128) * 128, 512), 4096))
+    return int(min(max(round((TARGET_S * rate / 2) ** (1 / 3) / 256) * 256, 1024), 4096))
 
 
 def _conv_side(make: Callable[[int], Runner]) -> int:
     per_pixel = 2 * 9 * CONV_CHANNELS**2
-    rate = per_pixel * 28 * 28 / _fastest(make(28))
-    return int(min(max(round((TARGET_S * rate / per_pixel) ** 0.5 / 8) * 8, 28), 224))
+    rate = per_pixel * 56 * 56 / _fastest(make(56))
+    return int(min(max(round((TARGET_S * rate / per_pixel) ** 0.5 / 8) * 8, 56), 112))
 
 
 # ------------------------------------------------------------------------------------------ each framework
@@ -170,13 +172,16 @@ def _tf_kernels(threads: int | None):
         return lambda: f(x, w).numpy()
 
     def copy(n):
-        a, b = tf.fill((n,), 1.0), tf.fill((n,), 2.0)
-        f = tf.function(tf.add)
-        return lambda: f(a, b).numpy()
+        a, b = tf.Variable(tf.fill((n,), 1.0)), tf.fill((n,), 2.0)
+        @tf.function
+        def f(b):
+            a.assign_add(b, read_value=False)  # in place: no 4n-byte output allocated per call
+
+        return lambda: f(b)
 
     where = f"tensorflow {tf.__version__}, {pool or 'default'} intra-op threads"
     names = ("tf.function(tf.linalg.matmul)", "tf.function(tf.nn.conv2d) (NHWC)",
-             "tf.function(tf.add) (output allocated by TensorFlow per call)")
+             "tf.function(a.assign_add(b)) on a tf.Variable a, in place")
     return (gemm, conv, copy), names, where, None
 
 
