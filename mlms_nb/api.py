@@ -330,8 +330,8 @@ def roofline(run, options: RooflineOptions) -> Analysis:
     table.attrs = dict(parts[0].attrs)
     if len(parts) > 1:
         table.attrs["note"] = "\n".join(f"{fw}: {p.attrs.get('note', '')}" for fw, p in zip(frameworks, parts))
-    roofs = "; ".join(f"{c.framework} {c.peak_flops_per_s / 1e9:.1f} GFLOP/s, {c.bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
-                      f"ridge {c.ridge_flop_per_byte:.2f} FLOP/byte" for c in ceilings)
+    roofs = "; ".join(f"{c.framework} {c.peak_flops_per_s / 1e9:.1f} GFLOP/s, {c.bandwidth_bytes_per_s / 1e9:.1f} "
+                      f"GB/s, ridge {c.ridge_flop_per_byte:.2f} FLOP/byte" for c in ceilings)
     title = f"Roofline of {evaluation.model} per {per} on {device} (each framework's own ceilings: {roofs})"
     return Analysis("roofline", title, table, _roofline.plot,
                     extra={"ceilings": pd.concat([c.to_frame() for c in ceilings], ignore_index=True)})
