@@ -21,7 +21,8 @@ from mlms_nb.analyses import roofline as _roofline
 from mlms_nb.errors import MlmsError
 from mlms_nb.frameworks.costs import manifest_costs
 from mlms_nb.manifest import Manifest, parse_manifest
-from mlms_nb.theory.ceilings import Ceilings, CeilingsCache, last_level_cache_bytes, machine_ceilings
+from mlms_nb.theory.ceilings import (NOISY_SPREAD, Ceilings, CeilingsCache, last_level_cache_bytes,
+                                     machine_ceilings)
 
 
 def _attrs(text) -> dict:
@@ -154,7 +155,7 @@ def span_hints(spans: pd.DataFrame) -> dict[str, str]:
 
 
 def _noisy(c: Ceilings) -> bool:
-    return any(k.get("iqr", 0) > 0.2 * k.get("median", k.get("best", 0)) for k in c.kernels)
+    return any(k.get("iqr", 0) > NOISY_SPREAD * k.get("median", k.get("best", 0)) for k in c.kernels)
 
 
 def framework_roofline(evaluation, framework: str, per: str, device: str,

@@ -157,9 +157,15 @@ def _ort_kernels(threads: int | None):
 def _tf_kernels(threads: int | None):
     tf = require("tensorflow", "measuring TensorFlow's ceilings")
     pool = tf.config.threading.get_intra_op_parallelism_threads() or None
-    if threads and pool and int(threads) != pool:
-        raise MlmsError(f"TensorFlow's intra-op pool already has {pool} threads, not the {threads} asked for: "
-                        "its ceilings can only be measured with the threads it runs with")
+    if threads and pool is None:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+            pool = int(threads)
+        except RuntimeError:  # TensorFlow's runtime already started with its default pool
+            pool = None
+    if threads and int(threads) != pool:
+        raise MlmsError(f"TensorFlow's intra-op pool already runs with {pool or 'its default number of'} threads, not "
+                        f"the {threads} asked for: its ceilings can only be measured with the threads it runs with")
 
     def gemm(n):
         a, b = tf.random.uniform((n, n)), tf.random.uniform((n, n))
