@@ -163,6 +163,7 @@ def framework_roofline(evaluation, framework: str, per: str, device: str,
     """One framework's roofline table (per layer or per model) under its own ceilings, and those ceilings."""
     threads = run_threads(evaluation, framework)
     ceilings = machine_ceilings(device, cache=cache, framework=framework, threads=threads)
+    # a noisy measurement stays cached (once per stack): the check names it as a cause, and refresh=True re-measures
     batch_sizes = sorted(int(b) for b in evaluation.latency["batch_size"].unique())
     costs = {bs: run_costs(evaluation, framework, bs) for bs in batch_sizes}
     trace = (evaluation.traces or {}).get(framework)
