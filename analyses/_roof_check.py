@@ -57,7 +57,8 @@ def causes(row: Mapping, framework: str, ridge: float, ctx: RoofContext) -> list
         out.append(f"the ceilings were measured with {ctx.ceiling_threads or 'the default'} threads, the run used "
                    f"{ctx.run_threads or 'the default'}")
     if ctx.ceilings_noisy:
-        out.append("the ceilings' repetitions spread widely: other work ran while they were measured")
+        out.append("the ceilings' repetitions spread widely: other work ran while they were measured (measure "
+                   "them again on a quiet machine: machine_ceilings(..., refresh=True))")
     if not out:
         out.append(f"faster than {framework}'s best measured kernel: the FLOPs or bytes counted for it may not be "
                    "what its kernel does, or part of its work is timed under another span")
