@@ -36,6 +36,7 @@ from mlms_nb.fleet.registry import agents_frame, list_agents
 from mlms_nb.fleet.run import evaluate_on_agents, tls_of
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
+from mlms_nb.evaluation.roofline_run import framework_roofline
 from mlms_nb.evaluation.runner import EvaluationRunner, resolve_manifests
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
@@ -298,50 +299,44 @@ def layer_costs(model: str, framework: str, batch_size: int) -> pd.DataFrame:
     return costs
 
 
-def machine_ceilings(device: str = "cpu", refresh: bool = False, url: str | None = None) -> Ceilings:
-    """This machine's measured peak fp32 FLOP/s and memory bandwidth for ``device``, cached per stack in the
-    history store (``url``; default store); ``refresh=True`` measures anew (~3 s on a CPU)."""
-    return _machine_ceilings(device, refresh=refresh, cache=HistoryStore(url))
+def machine_ceilings(device: str = "cpu", refresh: bool = False, url: str | None = None, *, framework: str = "torch",
+                     threads: int | None = None, dtype: str = "float32") -> Ceilings:
+    """This machine's measured peak FLOP/s and memory bandwidth for ``framework``'s own kernels on ``device``, with
+    ``threads`` intra-op threads (None: the framework's default) in ``dtype``, cached per stack in the history store
+    (``url``; default store); ``refresh=True`` measures anew (about a second per framework on a CPU)."""
+    return _machine_ceilings(device, refresh=refresh, cache=HistoryStore(url), framework=framework, threads=threads,
+                             dtype=dtype)
 
 
 @takes(RooflineOptions, "run")
 def roofline(run, options: RooflineOptions) -> Analysis:
-    """The roofline: theoretical FLOPs and bytes against measured time, under this machine's measured
-    ceilings (cached in the history store). ``per="layer"``: each traced layer (self time, median over the
-    traced calls); ``per="model"``: the whole model per framework and batch size (the untraced median latency)."""
+    """The roofline: theoretical FLOPs and bytes against measured time, each framework under its own measured
+    ceilings (its best GEMM/convolution and a copy, at the run's threads; cached in the history store); points
+    above their roof are flagged with their likely cause. ``per="layer"``: each traced layer (self time, median
+    over the traced calls); ``per="model"``: the whole model per framework and batch size (the untraced median
+    latency). Costs come from the run's own manifest and artifact, at its traced shapes where sizes are dynamic."""
     evaluation = resolve_run(run)
     if not isinstance(evaluation, Evaluation):
         raise MlmsError("roofline needs an Evaluation (its model and latency), not a bare Trace")
     per, framework, device = options.per, options.framework, options.device
     frameworks = [framework] if framework else list(evaluation.frameworks)
     device = device or str(evaluation.options.get("device") or "cpu")
-    ceilings = machine_ceilings(device)
-    source = f"{ceilings.method}"
-    batch_sizes = sorted(int(b) for b in evaluation.latency["batch_size"].unique())
-    parts = []
-    for fw in frameworks:
-        costs = {bs: layer_costs(evaluation.model, fw, bs) for bs in batch_sizes}
-        if per == "model":
-            lat = evaluation.latency[evaluation.latency["framework"] == fw]
-            parts.append(_roofline.compute_model(costs, lat, ceilings.peak_flops_per_s,
-                                                 ceilings.bandwidth_bytes_per_s, ceilings_source=source))
-        else:
-            trace_of_fw = evaluation.traces.get(fw)
-            if trace_of_fw is None:
-                raise MlmsError(f"roofline per layer needs a trace of {fw}: evaluate with {spell('trace_level', 'FRAMEWORK')}")
-            latency = _layers.latency(_traced_layers(trace_of_fw), by="layer")
-            if fw == "onnxruntime":  # costs of the original graph's nodes summed onto the optimised nodes that ran
-                from mlms_nb.frameworks.onnxruntime.graph_map import fold_costs_onto_trace
-
-                costs = {bs: fold_costs_onto_trace(c, trace_of_fw.spans, bs) for bs, c in costs.items()}
-            parts.append(_roofline.compute(costs, latency, ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s,
-                                           ceilings_source=source))
+    store = HistoryStore()
+    if per == "layer":
+        for fw in frameworks:
+            if evaluation.traces.get(fw) is None:
+                raise MlmsError(f"roofline per layer needs a trace of {fw}: evaluate with "
+                                f"{spell('trace_level', 'FRAMEWORK')}")
+    parts, ceilings = zip(*(framework_roofline(evaluation, fw, per, device, store) for fw in frameworks))
     table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     table.attrs = dict(parts[0].attrs)
-    title = (f"Roofline of {evaluation.model} per {per} on {device} (peak {ceilings.peak_flops_per_s / 1e9:.1f} "
-             f"GFLOP/s, bandwidth {ceilings.bandwidth_bytes_per_s / 1e9:.1f} GB/s, ridge "
-             f"{ceilings.ridge_flop_per_byte:.2f} FLOP/byte)")
-    return Analysis("roofline", title, table, _roofline.plot, extra={"ceilings": ceilings.to_frame()})
+    if len(parts) > 1:
+        table.attrs["note"] = "\n".join(f"{fw}: {p.attrs.get('note', '')}" for fw, p in zip(frameworks, parts))
+    roofs = "; ".join(f"{c.framework} {c.peak_flops_per_s / 1e9:.1f} GFLOP/s, {c.bandwidth_bytes_per_s / 1e9:.1f} "
+                      f"GB/s, ridge {c.ridge_flop_per_byte:.2f} FLOP/byte" for c in ceilings)
+    title = f"Roofline of {evaluation.model} per {per} on {device} (each framework's own ceilings: {roofs})"
+    return Analysis("roofline", title, table, _roofline.plot,
+                    extra={"ceilings": pd.concat([c.to_frame() for c in ceilings], ignore_index=True)})
 
 
 def batch_scaling(run) -> Analysis:
