@@ -154,10 +154,10 @@ def step_roofline(ctx: dict) -> dict:
     frame = ev.roofline().table
     pct = frame["pct_of_attainable"].astype(float)
     above = pct > 100.0
-    flag_columns = [c for c in frame.columns if c in ("flag", "flagged", "above_roof", "problem")]
-    flagged = frame[flag_columns[0]].notna() & frame[flag_columns[0]].astype(bool) if flag_columns else above & False
-    return {"figures": {"ceilings": ceilings.to_dict(), "layers": int(len(frame)),
-                        "above_100pct": int(above.sum()), "above_100pct_unflagged": int((above & ~flagged).sum()),
+    unflagged = above & ~frame["roof_check"].isin(["above roof", "at roof, within spread"])
+    causes = frame.loc[frame["roof_check"] == "above roof", "roof_check_why"].value_counts().head(5).to_dict()
+    return {"figures": {"ceilings": ceilings.to_dict(), "layers": int(len(frame)), "above_100pct": int(above.sum()),
+                        "above_100pct_unflagged": int(unflagged.sum()), "flagged_causes": causes,
                         "max_pct_of_attainable": float(pct.max()) if len(pct) else float("nan")}}
 
 

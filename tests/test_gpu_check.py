@@ -30,7 +30,8 @@ def test_the_dry_run_runs_what_the_cpu_can_and_says_why_for_the_rest(tmp_path):
     assert {(r["model"], r["batch_size"]) for r in rows} == {(m, b) for m in ("efficientnet_lite0", "resnet50")
                                                                for b in (1, 2)}
     assert all(r["median_ms"] > 0 and r["energy_method"] for r in rows)
-    assert steps["roofline"]["figures"]["layers"] > 0 and steps["timeline"]["figures"]["spans"] == 20_000
+    assert steps["roofline"]["figures"]["layers"] > 0 and steps["roofline"]["figures"]["above_100pct_unflagged"] == 0
+    assert steps["timeline"]["figures"]["spans"] == 20_000
     text = (out / "gpu_check.md").read_text()
     assert "| resnet50 | 2 |" in text and "Energy:" in text and (out / "timeline.html").stat().st_size > 0
 
