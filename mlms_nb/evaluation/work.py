@@ -24,6 +24,7 @@ from mlms_nb.data.datasets import open_dataset
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError
 from mlms_nb.data.feeds import take
+from mlms_nb.data.labels import label_space_problem, model_classes
 from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
 from mlms_nb.evaluation.outputs import OutputRecorder
 from mlms_nb.evaluation.progress import Reporter
@@ -62,6 +63,11 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     if dataset.labeled and not manifest.pretrained:
         raise DatasetError(
             f"{manifest.key} has random weights: only performance runs accept it; use dataset 'synthetic'")
+    label_problem = None
+    if dataset.labeled and manifest.outputs[0].type == "classification":  # the label spaces, before the model loads
+        label_problem = label_space_problem(dataset.label_ids(), *model_classes(manifest))
+        if label_problem:
+            emit(Note(fw, f"{fw}: {label_problem}"))
     preprocess = Preprocessor(manifest, trust=opts.trust)
     if opts.reader == "processes":  # the readers' fork server starts while the model loads and is timed
         from mlms_nb.data.processes import start_server
@@ -125,12 +131,17 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
                                        1 if preprocess.input.dynamic else max(opts.batch_sizes), limit=opts.limit,
                                        keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
                                        recorder=recorder if recorder.enabled else None, targets=targets,
-                                       reader=opts.reader, niceness=opts.reader_niceness, note=lambda text: emit(Note(fw, f"{fw}: {text}")))
+                                       reader=opts.reader, niceness=opts.reader_niceness,
+                                       note=lambda text: emit(Note(fw, text if text.startswith(f"{fw}: ") else f"{fw}: {text}")),
+                                       label_problem=label_problem)
         if dataset.skipped:
             emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
                           + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
         emit(full)
         if accuracy is not None:
+            reason = accuracy.row.get("reason")
+            if reason and reason != label_problem:  # found in the pass (labels past the output's width, all NaN)
+                emit(Note(fw, f"{fw}: top-1/top-5 n/a: {reason}"))
             emit(accuracy)
         if recorder.rows:
             emit(OutputsPass(fw, recorder.frame()))

@@ -115,6 +115,7 @@ class NpzDataset(Dataset):
                 self._data_offset = None if self.compressed else _member_offset(self.path, info) + header_len
                 self.targets = {key: _member_array(self.path, archive, name) for name in names
                                 if (key := target_key(name)) is not None}
+            self.names = names
             y = None
             if "y" in names:
                 with np.load(self.path, allow_pickle=False) as npz:
@@ -147,6 +148,8 @@ class NpzDataset(Dataset):
         self.manifest = manifest
         if manifest is not None:
             self.check(manifest)
+        else:
+            check_label_keys(self, None)
 
     def __len__(self) -> int:
         return int(self.shape[0])
@@ -173,8 +176,13 @@ class NpzDataset(Dataset):
         with np.load(self.path, allow_pickle=False) as npz:
             return npz["x"]
 
+    def label_ids(self) -> np.ndarray | None:
+        return self.y
+
     def check(self, manifest: Manifest) -> None:
-        """Raise `DatasetError` unless ``x`` is shaped ``(N, *inputs[0].dimensions)``."""
+        """Raise `DatasetError` unless ``x`` is shaped ``(N, *inputs[0].dimensions)`` and every label-like array is
+        one mlms-nb reads (`check_label_keys`)."""
+        check_label_keys(self, manifest)
         dims = list(manifest.fed_input.dimensions)
         actual = list(self.shape[1:])
         if not shape_fits(tuple(actual), dims):
@@ -210,6 +218,27 @@ class NpzDataset(Dataset):
         labels = None if self.y is None else self.y[chunk.start:chunk.stop]
         targets = {key: np.array(t[chunk.start:chunk.stop]) for key, t in self.targets.items()} or None
         return Batch(cast_to(manifest, rows), labels, [f"{self.path.name}[{i}]" for i in chunk], targets=targets)
+
+
+LABEL_LIKE = ("label", "labels", "targets", "class", "classes", "class_ids", "Y", "y_true", "gt", "ground_truth")
+"""Array names that look like labels or targets but that mlms-nb does not read: refused with the name to use."""
+
+
+def check_label_keys(npz: NpzDataset, manifest: Manifest | None) -> None:
+    """Refuse an array that looks like labels but would be ignored (``labels``, ``targets``...), and, for a
+    classifier, a ``target`` of one integer per input (class ids are ``y``; ``target`` is compared value by value
+    with the output), each with the name to use (docs/datasets.md)."""
+    classifier = manifest is not None and manifest.outputs[0].type == "classification"
+    ids_name = "'y' (integer class ids, for top-1/top-5 accuracy)"
+    truth_name = "'target' or 'target:<output>' (ground truth compared with the output's values)"
+    for name in getattr(npz, "names", ()):
+        if name in LABEL_LIKE:
+            use = ids_name if classifier else truth_name if manifest is not None else f"{ids_name} or {truth_name}"
+            raise DatasetError(f"{npz.path}: an array named {name!r} is not read by mlms-nb; rename it {use}")
+    target = npz.targets.get("")
+    if classifier and target is not None and target.ndim == 1 and target.dtype.kind in "iu":
+        raise DatasetError(f"{npz.path}: 'target' holds one integer per input, class ids, but 'target' is compared "
+                           f"value by value with the output; rename it {ids_name}")
 
 
 def _member_array(path: Path, archive: zipfile.ZipFile, name: str) -> np.ndarray:

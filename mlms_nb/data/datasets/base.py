@@ -56,6 +56,11 @@ class Dataset:
         size = self.size()
         return f"{type(self).__name__}({self.name!r}, {'?' if size is None else size} inputs, labeled={self.labeled})"
 
+    def label_ids(self) -> np.ndarray | None:
+        """Every input's class id (-1: unknown) when known without reading the inputs; None otherwise (unlabeled,
+        or a Python iterator whose labels come as it is read). Checked against the model's classes before it loads."""
+        return None
+
     def chunks(self, size: int) -> Iterator[Any]:
         """Descriptors of ``size`` consecutive inputs each (the last may hold fewer), in order."""
         n = len(self)
