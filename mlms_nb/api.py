@@ -139,7 +139,8 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics).run()
     if keeper is not None:
         keeper.finish(evaluation)
-        evaluation.saved = keeper.saved
+        # saved: every framework's row is in the store (a failed row when nothing was measured), never just "no error"
+        evaluation.saved = keeper.saved and all(fw in keeper.ids for fw in evaluation.frameworks)
     return evaluation
 
 

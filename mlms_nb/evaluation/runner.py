@@ -6,7 +6,8 @@ per batch size, the traced pass) runs where the launcher puts it: in this proces
 from them (:class:`~mlms_nb.evaluation.assemble.Assembler`) and hands it to ``sink(evaluation, framework)`` after
 every measurement, so the caller can store it at once (the facade appends it to the history store).
 
-Nothing measured is lost: an error, a timeout or a crash in one framework is that framework's outcome (the others
+Every framework asked for leaves a row in the history, a `failed` one with its reason when nothing was measured
+(an error, a stop before its first measurement, not run at all). Nothing measured is lost: an error, a timeout or a crash in one framework is that framework's outcome (the others
 go on); Ctrl-C, SIGTERM or SIGHUP stop the evaluation in order, keeping every record that arrived, the cut-short
 loop included, and the frameworks not run are listed with why. When nothing at all was measured because every
 framework failed with an error, that error is raised as it came (bad input gets its own sentence).
@@ -116,6 +117,7 @@ class EvaluationRunner:
                 with deferred():
                     why = outcome_of(stop, fw)
                     assembler.not_run(fw, why.status, f"not run: the evaluation was {why.message} before it")
+                    self._store(evaluation, fw)  # a failed row with its reason: the history shows it was asked for
                 return stop
             with deferred():
                 assembler.started(fw)
@@ -149,8 +151,7 @@ class EvaluationRunner:
         _warn_missing(evaluation, fw)
         if not outcome.ok:
             log.debug("%s ended: %s\n%s", fw, outcome.message, outcome.detail)
-        if fw in assembler.measured:
-            self._store(evaluation, fw)
+        self._store(evaluation, fw)  # with nothing measured, a failed row with its reason
         if result["status"] != "complete" and outcome.message:
             log.warning("%s", outcome.message if outcome.message.startswith(fw) else f"{fw}: {outcome.message}")
 
