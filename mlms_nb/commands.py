@@ -200,7 +200,8 @@ def run_eval(args: argparse.Namespace) -> Output:
 def _one_eval(evaluation) -> Output:
     parts = [evaluation]
     if not evaluation.trace_overhead.empty:
-        parts.append(display.Table(evaluation.trace_overhead, "Tracing overhead (traced ÷ untraced median)"))
+        parts.append(display.Table(display.overhead_frame(evaluation.trace_overhead),
+                                   "Tracing overhead (traced ÷ untraced median, ± the two medians' 95% CIs)"))
         parts += [display.Section(fw, trace) for fw, trace in evaluation.traces.items()]
     return Output(evaluation, display.Page(parts), display.render_json(evaluation), exit_code=eval_exit_code(evaluation))
 

@@ -64,6 +64,31 @@ def fmt_int(value: Any) -> str:
     return str(int(value))
 
 
+def fmt_overhead(pct: Any, noise: Any = None) -> str:
+    """A tracing overhead (%) against its noise (%): "within noise (±x%)" when it lies inside it (a negative one
+    always: tracing cannot speed a call up), else the percentage with its noise."""
+    if is_missing(pct):
+        return "-"
+    pct = float(pct)
+    if is_missing(noise):
+        return "within noise (spread not recorded)" if pct <= 0 else f"{pct:+.1f}% (spread not recorded)"
+    noise = float(noise)
+    if abs(pct) <= noise or pct < 0:
+        return f"within noise (±{noise:.1f}%)"
+    return f"+{pct:.1f}% (±{noise:.1f}%)"
+
+
+def overhead_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A trace_overhead frame for reading: ``overhead_pct`` and ``noise_pct`` as one text column, "overhead"."""
+    if frame.empty or "overhead_pct" not in frame:
+        return frame
+    out = frame.drop(columns=[c for c in ("overhead_pct", "noise_pct") if c in frame])
+    noise = frame["noise_pct"] if "noise_pct" in frame else [None] * len(frame)
+    out["overhead"] = [fmt_overhead(p, n) for p, n in zip(frame["overhead_pct"], noise)]
+    out.attrs.update(frame.attrs)
+    return out
+
+
 def fmt_pct(fraction: Any) -> str:
     """A fraction 0..1 as a percentage with one decimal."""
     return "-" if is_missing(fraction) else f"{100 * float(fraction):.1f}"

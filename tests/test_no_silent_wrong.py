@@ -275,3 +275,46 @@ def test_a_run_that_fails_with_nothing_measured_leaves_a_failed_row(tmp_path, ml
     rows = mlms_nb.history()
     assert [(r["status"], r["reason"]) for r in rows.to_dict("records")] == [("failed", "timeout")]
     assert ev.saved and ev.history_ids == [int(rows["id"].iloc[0])]
+
+
+# ---------------------------------------------------------------------------------------------- statements
+
+
+def _latency(throughputs: list[float]) -> "pd.DataFrame":
+    import pandas as pd
+
+    bs = [1, 2, 4, 8, 16, 32][:len(throughputs)]
+    return pd.DataFrame({"framework": "onnxruntime", "batch_size": bs, "throughput_per_s": throughputs,
+                         "median_ms": [b * 1e3 / t for b, t in zip(bs, throughputs)]})
+
+
+@pytest.mark.parametrize("throughputs, said", [
+    ([100, 190, 300, 340, 350, 352], "onnxruntime: saturates at 8"),
+    ([100, 200, 400], "onnxruntime: saturation not reached up to batch size 4"),
+])
+def test_the_plot_legend_and_the_note_state_the_same_saturation(throughputs, said):
+    from mlms_nb.analyses import batch_scaling
+
+    table = batch_scaling.compute(_latency(throughputs))
+    fig = batch_scaling.plot(table, backend="matplotlib")
+    legend = [text for ax in fig.axes for text in ax.get_legend_handles_labels()[1]]
+    sentences = [t for t in legend if "saturat" in t]
+    assert sentences == [said] and said in table.attrs["note"]
+    assert ("saturates at" in said) == ("saturates at" in table.attrs["note"])
+
+
+def test_an_overhead_inside_its_noise_is_never_a_negative_percentage(net):
+    import mlms_nb
+    from mlms_nb import display
+
+    assert display.fmt_overhead(-33.0, 5.0) == "within noise (±5.0%)"
+    assert display.fmt_overhead(3.0, 5.0) == "within noise (±5.0%)"
+    assert display.fmt_overhead(40.0, 5.0) == "+40.0% (±5.0%)"
+    assert display.fmt_overhead(-33.0, float("nan")).startswith("within noise")
+    folder, _ = net
+    ev = mlms_nb.evaluate(str(write_manifest(folder)), dataset="synthetic:2", history=False, trace_level="MODEL",
+                          trace_repeats=9, **FAST)
+    [row] = ev.trace_overhead.to_dict("records")
+    assert np.isfinite(row["noise_pct"]) and row["noise_pct"] >= 0
+    [text] = display.overhead_frame(ev.trace_overhead)["overhead"]
+    assert text.startswith("within noise (±") or (text.startswith("+") and row["overhead_pct"] > row["noise_pct"])

@@ -30,6 +30,7 @@ from mlms_nb.evaluation.outputs import OutputRecorder
 from mlms_nb.evaluation.progress import Reporter
 from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TargetsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
+from mlms_nb.evaluation.stats import bootstrap_median_ci
 from mlms_nb.evaluation.targets import TargetScores
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
@@ -117,11 +118,12 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t0))
 
         untraced_median_ns: dict[int, float] = {}
+        untraced_ci_ns: dict[int, tuple[float, float]] = {}  # the 95% CI of each median: the overhead's noise
         for batch_size in opts.batch_sizes:
             watch.phase = f"timing batch size {batch_size}"
             log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
-            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter,
-                                                       manifest)
+            untraced_median_ns[batch_size], untraced_ci_ns[batch_size] = _time_one(
+                fw, batch_size, predict, inputs, opts, emit, reporter, manifest)
 
         watch.phase = "the full pass"
         t_full = time.perf_counter_ns()
@@ -151,14 +153,14 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
             traced.tracer.add_span("full pass", TraceLevel.APPLICATION, "application", t_full, time.perf_counter_ns(),
                                    inputs=full.row["inputs"], dataset=dataset.name)
             watch.phase = "the traced pass"
-            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit)
+            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit, untraced_ci_ns)
     finally:
         predictor.close()
 
 
 def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, emit: Callable, reporter=None,
-              manifest: Manifest | None = None) -> float:
-    """One timed loop, emitted; returns its median (ns). Cut short, what it measured is emitted (marked
+              manifest: Manifest | None = None) -> tuple[float, tuple[float, float]]:
+    """One timed loop, emitted; returns its median (ns) and the median's 95% bootstrap CI (ns). Cut short, what it measured is emitted (marked
     incomplete, with why) before the stop goes on. ``manifest``: inputs get their batch on their own batch axis."""
     try:
         batch = make_batch(inputs, batch_size, manifest)
@@ -174,7 +176,9 @@ def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, 
         raise
     emit(TimedLoop(fw, batch_size, opts.scenario, result.samples_ns, result.wall_ns, result.warmup_calls,
                    result.extra))
-    return float(np.median(result.samples_ns)) if len(result.samples_ns) else float("nan")
+    if not len(result.samples_ns):
+        return float("nan"), (float("nan"), float("nan"))
+    return float(np.median(result.samples_ns)), bootstrap_median_ci(np.asarray(result.samples_ns, dtype=float))
 
 
 def _reason(stop: BaseException) -> str:
@@ -186,13 +190,14 @@ def _reason(stop: BaseException) -> str:
 
 
 def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
-           untraced_median_ns: dict[int, float], emit: Callable) -> None:
+           untraced_median_ns: dict[int, float], emit: Callable,
+           untraced_ci_ns: dict[int, tuple[float, float]] | None = None) -> None:
     """The traced pass after the untraced sweep; its overhead is measured against that sweep's medians."""
     fw = manifest.framework.name
     log.info("tracing %s at level %s", fw, traced.tracer.level.name)
     batches = {b: make_batch(inputs, b, manifest) for b in opts.batch_sizes}
     post = Postprocessor(manifest, trust=opts.trust)
-    trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns,
+    trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns, untraced_ci_ns=untraced_ci_ns,
                   repeats=opts.tracing.trace_repeats)
     emit(TracedPass(fw, traced.tracer.trace(), traced.tracer.trace_id, list(traced.overhead)))
 

@@ -233,6 +233,9 @@ TRACE_OVERHEAD = FrameSchema("trace_overhead", (
     Column("traced_median_ms", "float64", "ms", "median of the traced calls"),
     Column("traced_calls", "int64", "calls", "traced calls per batch size"),
     Column("overhead_pct", "float64", "%", "100 * (traced / untraced - 1)"),
+    Column("noise_pct", "float64", "%", "the overhead's noise: the 95% CI half-widths of the untraced and traced "
+           "medians over each median, summed; an overhead within it is shown as 'within noise (±x%)'",
+           when="in runs recorded since issue 20"),
 ), key=("framework", "batch_size"))
 
 OUTPUTS = FrameSchema("outputs", (
