@@ -22,8 +22,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from mlms_nb._options_base import (  # noqa: F401  (the machinery, re-exported: import it from here)
-    Options, OptionsError, _opt, current_spelling, doc, fields, python_default, register_flags, spell, spell_on, spelling,
-    takes)
+    Options, OptionsError, _opt, cli_words, current_spelling, doc, fields, python_default, register_flags, spell,
+    spell_on, spelling, takes)
 from mlms_nb.errors import MlmsError
 from mlms_nb.manifest import FRAMEWORKS, canonical_framework
 from mlms_nb.schema.levels import TraceLevel

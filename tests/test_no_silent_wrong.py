@@ -318,3 +318,47 @@ def test_an_overhead_inside_its_noise_is_never_a_negative_percentage(net):
     assert np.isfinite(row["noise_pct"]) and row["noise_pct"] >= 0
     [text] = display.overhead_frame(ev.trace_overhead)["overhead"]
     assert text.startswith("within noise (±") or (text.startswith("+") and row["overhead_pct"] > row["noise_pct"])
+
+
+@pytest.mark.slow
+def test_the_reproduce_command_is_generated_from_the_options_and_reproduces_them(tmp_path):
+    """A CLI run with many options; the report's command, run as printed, stores the same options."""
+    import shlex
+
+    from mlms_nb import load_evaluation
+    from mlms_nb.reporting import describe
+    from tests.faults.models import run_mlms
+
+    conv_net(tmp_path / "convnet.onnx")
+    manifest = write_manifest(tmp_path)
+    env = fault_env(tmp_path / "home")
+    first = ["eval", str(manifest), "--framework", "onnxruntime", "--batch-sizes", "1,2", "--dataset", "synthetic:3",
+             "--limit", "3", "--warmup", "1", "--min-repeats", "2", "--min-time", "0.01", "--max-time", "2",
+             "--reader-niceness", "5", "--capture-outputs", "first:2", "--graph-optimization-level", "basic",
+             "--threads", "1", "--trace-level", "MODEL", "--trace-repeats", "2", "--json"]
+    rc, out, err = run_mlms(first, env)
+    assert rc == 0, err
+    original = load_evaluation(json.loads(out)["evaluation_id"], url=f"sqlite:///{env['MLMS_HOME']}/history.sqlite")
+    command = describe.reproduce_command(original)
+    words = shlex.split(command)
+    assert words[:2] == ["mlms", "eval"] and "--graph-optimization-level" in words and "--reader-niceness" in words
+    rc, out, err = run_mlms([*words[1:], "--json"], env)
+    assert rc == 0, err
+    again = load_evaluation(json.loads(out)["evaluation_id"], url=f"sqlite:///{env['MLMS_HOME']}/history.sqlite")
+    drop = ("predictors",)
+    assert {k: v for k, v in again.options.items() if k not in drop} == \
+        {k: v for k, v in original.options.items() if k not in drop}
+
+
+@pytest.mark.slow
+def test_a_converted_models_sha256_is_recorded_and_shown(models_home):
+    import mlms_nb
+    from mlms_nb._fs import sha256_file
+    from mlms_nb.reporting import describe
+
+    ev = mlms_nb.evaluate("efficientnet_lite0", framework="onnxruntime", dataset="synthetic:1", history=False,
+                          **{**FAST, "batch_sizes": [1]})
+    artifact = ev.options["predictors"]["onnxruntime"]["artifact"]
+    table = describe.manifests_table([ev], [""])
+    [row] = table[table["asset"] == "graph"].to_dict("records")
+    assert row["sha256"] == sha256_file(artifact, memo=False)

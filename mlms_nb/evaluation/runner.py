@@ -84,7 +84,8 @@ class EvaluationRunner:
         evaluation = Evaluation(
             model=first.name, model_version=first.version, frameworks=frameworks,
             manifests={m.framework.name: m.to_dict() for m in self.manifests},
-            stack=self.launcher.stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe()})
+            stack=self.launcher.stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe(),
+                                                            **_manifest_file(first)})
         assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario, metrics=self.metrics)
         progress = ProgressDisplay(first.name, opts.progress)
         stop: BaseException | None = None
@@ -158,6 +159,19 @@ class EvaluationRunner:
     def _store(self, evaluation: Evaluation, fw: str) -> None:
         if self.sink is not None:
             self.sink(evaluation, fw)
+
+
+def _manifest_file(manifest: Manifest) -> dict:
+    """``{"manifest": absolute path}`` for a manifest read from the user's file (the reproduce command names it);
+    empty for a built-in one (its name finds it) or one built in memory."""
+    from pathlib import Path
+
+    from mlms_nb.paths import builtin_manifest_dir
+
+    if not manifest.source:
+        return {}
+    path = Path(manifest.source).resolve()
+    return {} if path.is_relative_to(builtin_manifest_dir().resolve()) else {"manifest": str(path)}
 
 
 def _warn_missing(evaluation: Evaluation, fw: str) -> None:

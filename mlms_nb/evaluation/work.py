@@ -98,7 +98,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         traced.tracer.add_span("preprocess sample", TraceLevel.APPLICATION, "application", t_pre,
                                time.perf_counter_ns(), inputs=len(head), dataset=dataset.name)
 
-    _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
+    asset_sha256 = _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
     watch.phase = "loading the model"
     t0 = time.perf_counter_ns()
     predictor = open_predictor(manifest, device=opts.device, options=PredictorOptions(
@@ -110,7 +110,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     watch.on_timeout(predictor.cancel if getattr(predictor, "cancellable", False) else None)
     predict = watch.guard(predictor.predict)
     try:
-        emit(Opened(fw, predictor.info().to_dict()))
+        emit(Opened(fw, {**predictor.info().to_dict(), "asset_sha256": asset_sha256}))
         watch.phase = "the first inference"
         first_batch = make_batch(inputs, opts.batch_sizes[0], manifest)
         t0 = time.perf_counter_ns()
@@ -202,12 +202,22 @@ def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
     emit(TracedPass(fw, traced.tracer.trace(), traced.tracer.trace_id, list(traced.overhead)))
 
 
-def _prepare_assets(manifest: Manifest) -> None:
-    """Fetch, convert and verify the model's assets before its load is timed."""
+def _prepare_assets(manifest: Manifest) -> dict[str, str]:
+    """Fetch, convert and verify the model's assets before its load is timed; returns the sha256 of each asset
+    that ran (declared in the manifest, or read from the file for a conversion mlms-nb built, ``artifact://``),
+    so the run pins exactly what it measured."""
+    from mlms_nb._fs import sha256_file
     from mlms_nb.data.assets import resolve_asset
 
     base = Path(manifest.source).parent if manifest.source else None
+    digests: dict[str, str] = {}
     for field_name in ("graph_path", "weights_path"):
         uri = getattr(manifest.model, field_name)
         if uri:
-            resolve_asset(uri, manifest.model.sha256.get(field_name), base)
+            declared = manifest.model.sha256.get(field_name)
+            path = resolve_asset(uri, declared, base)
+            if declared:
+                digests[field_name] = declared
+            elif str(uri).startswith("artifact://") and Path(path).is_file():
+                digests[field_name] = sha256_file(path)
+    return digests
