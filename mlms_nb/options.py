@@ -195,7 +195,10 @@ class EvaluateOptions(Options):
                                          "metavar": "SIZES"})
     dataset: Any = _opt(None, "imagenet-samples | synthetic[:N] | a folder of images, audio or .npy | a .npz, "
                         "Parquet or Arrow file; from Python also a Dataset or any iterable of inputs (default: "
-                        "labeled photos for pretrained classifiers, else synthetic)", "--dataset",
+                        "labeled photos for pretrained classifiers, else synthetic). Class labels (integer ids of "
+                        "the manifest's labels file, for top-1/top-5): a folder's subfolder names, a .npz array "
+                        "'y', a Parquet/Arrow column 'label', Python (input, label) pairs; ground truth per output: "
+                        "'target' or 'target:<output>' (docs/datasets.md)", "--dataset",
                         extra={"python_type": "str | os.PathLike | Dataset | Iterable | None", "metavar": "DATASET"})
     scenario: Literal["single-stream", "offline", "server"] = _opt(
         "single-stream", "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99)", "--scenario")

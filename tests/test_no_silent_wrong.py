@@ -178,6 +178,20 @@ def test_integer_class_ids_under_target_are_refused_for_a_classifier_with_the_na
     assert set(NpzDataset(folder / "t.npz", manifest=find_manifest(str(write_manifest(folder)))).targets) == {""}
 
 
+def test_the_label_convention_is_in_eval_help_and_the_docs():
+    from mlms_nb.commands import cli_parser
+
+    parser = cli_parser()
+    eval_parser = parser._subparsers._group_actions[0].choices["eval"]
+    help_text = " ".join(eval_parser.format_help().split())
+    for said in ("subfolder names", "'y'", "'label'", "(input, label) pairs", "docs/datasets.md"):
+        assert said in help_text, said
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "datasets.md").read_text(encoding="utf-8")
+    assert all(fmt in page for fmt in ("subfolder name", "array **`y`**", "column **`label`**", "**`(input, label)` pairs**"))
+    assert "docs/datasets.md" in (root / "README.md").read_text(encoding="utf-8")
+
+
 # ---------------------------------------------------------------------------------------------- NaN and Inf
 
 
