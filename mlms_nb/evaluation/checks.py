@@ -166,6 +166,9 @@ def bad_rows(data, n: int) -> np.ndarray | None:
             array = np.asarray(array) if hasattr(array, "__array__") else None
         if array is None or array.dtype.kind not in "fc" or not array.size:
             continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(array.sum()):
+                continue  # one pass, no mask: a NaN or Inf anywhere makes the sum NaN or Inf
         finite = np.isfinite(array)
         if finite.all():
             continue
