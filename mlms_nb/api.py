@@ -139,8 +139,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics).run()
     if keeper is not None:
         keeper.finish(evaluation)
-        # saved: every framework's row is in the store (a failed row when nothing was measured), never just "no error"
-        evaluation.saved = keeper.saved and all(fw in keeper.ids for fw in evaluation.frameworks)
+        evaluation.saved = keeper.kept(evaluation)
+    else:
+        evaluation.saved = False  # history=False: nothing is in the store, and "saved" says so
     return evaluation
 
 

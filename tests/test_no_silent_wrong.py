@@ -106,6 +106,7 @@ def test_a_label_space_mismatch_gives_accuracy_na_with_the_reason_not_zero(net):
     text = display.render_text(ev)
     assert "n/a" in text and "0.0" not in text.split("top-1 (%)")[1].split("\n")[2]
     assert any("label spaces differ" in w for w in ev.warnings)
+    assert not ev.saved  # history=False: no row, so not "saved"
 
     # the same data labeled with the model's own ids is scored, and agrees with a bare ONNX Runtime loop
     own = reference_logits(folder / "convnet.onnx", x).argmax(axis=1)
