@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from mlms_nb.data.datasets.base import Dataset, cast_to, read_items, target_key
+from mlms_nb.data.datasets.base import Dataset, cast_to, check_label_keys, read_items, target_key
 from mlms_nb.data.datasets.files import _LabeledFolder
 from mlms_nb.data.pipeline import Batch
 from mlms_nb.errors import DatasetError
@@ -218,27 +218,6 @@ class NpzDataset(Dataset):
         labels = None if self.y is None else self.y[chunk.start:chunk.stop]
         targets = {key: np.array(t[chunk.start:chunk.stop]) for key, t in self.targets.items()} or None
         return Batch(cast_to(manifest, rows), labels, [f"{self.path.name}[{i}]" for i in chunk], targets=targets)
-
-
-LABEL_LIKE = ("label", "labels", "targets", "class", "classes", "class_ids", "Y", "y_true", "gt", "ground_truth")
-"""Array names that look like labels or targets but that mlms-nb does not read: refused with the name to use."""
-
-
-def check_label_keys(npz: NpzDataset, manifest: Manifest | None) -> None:
-    """Refuse an array that looks like labels but would be ignored (``labels``, ``targets``...), and, for a
-    classifier, a ``target`` of one integer per input (class ids are ``y``; ``target`` is compared value by value
-    with the output), each with the name to use (docs/datasets.md)."""
-    classifier = manifest is not None and manifest.outputs[0].type == "classification"
-    ids_name = "'y' (integer class ids, for top-1/top-5 accuracy)"
-    truth_name = "'target' or 'target:<output>' (ground truth compared with the output's values)"
-    for name in getattr(npz, "names", ()):
-        if name in LABEL_LIKE:
-            use = ids_name if classifier else truth_name if manifest is not None else f"{ids_name} or {truth_name}"
-            raise DatasetError(f"{npz.path}: an array named {name!r} is not read by mlms-nb; rename it {use}")
-    target = npz.targets.get("")
-    if classifier and target is not None and target.ndim == 1 and target.dtype.kind in "iu":
-        raise DatasetError(f"{npz.path}: 'target' holds one integer per input, class ids, but 'target' is compared "
-                           f"value by value with the output; rename it {ids_name}")
 
 
 def _member_array(path: Path, archive: zipfile.ZipFile, name: str) -> np.ndarray:

@@ -120,6 +120,27 @@ def target_key(name: str) -> str | None:
     return None
 
 
+LABEL_LIKE = ("label", "labels", "targets", "class", "classes", "class_ids", "Y", "y_true", "gt", "ground_truth")
+"""Array names that look like labels or targets but that mlms-nb does not read: refused with the name to use."""
+
+
+def check_label_keys(npz, manifest) -> None:
+    """Refuse an array that looks like labels but would be ignored (``labels``, ``targets``...), and, for a
+    classifier, a ``target`` of one integer per input (class ids are ``y``; ``target`` is compared value by value
+    with the output), each with the name to use (docs/datasets.md)."""
+    classifier = manifest is not None and manifest.outputs[0].type == "classification"
+    ids_name = "'y' (integer class ids, for top-1/top-5 accuracy)"
+    truth_name = "'target' or 'target:<output>' (ground truth compared with the output's values)"
+    for name in getattr(npz, "names", ()):
+        if name in LABEL_LIKE:
+            use = ids_name if classifier else truth_name if manifest is not None else f"{ids_name} or {truth_name}"
+            raise DatasetError(f"{npz.path}: an array named {name!r} is not read by mlms-nb; rename it {use}")
+    target = npz.targets.get("")
+    if classifier and target is not None and target.ndim == 1 and target.dtype.kind in "iu":
+        raise DatasetError(f"{npz.path}: 'target' holds one integer per input, class ids, but 'target' is compared "
+                           f"value by value with the output; rename it {ids_name}")
+
+
 def short_reason(reason: str) -> str:
     """The reason without a leading ``cannot decode <path>: `` (the input's id already names it)."""
     if reason.startswith("cannot decode ") and ": " in reason:
