@@ -144,7 +144,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics).run()
     if keeper is not None:
         keeper.finish(evaluation)
-        evaluation.saved = keeper.saved
+        evaluation.saved = keeper.kept(evaluation)
+    else:
+        evaluation.saved = False  # history=False: nothing is in the store, and "saved" says so
     return evaluation
 
 

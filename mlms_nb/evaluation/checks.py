@@ -1,8 +1,13 @@
 """What the runner checks before it measures, so a run that cannot succeed (or would measure the wrong thing) fails
-in a second, not minutes. Before loading: the input batch of every batch size must fit in the memory there is, and
-a per-call timeout without a worker process needs predictors that can cancel a call (ONNX Runtime). After the
-first call: a model that keeps hidden state between calls (:func:`check_hidden_state`) runs only with its declared
-reset (``model.reset``), else it is refused."""
+in a second, not minutes. Before loading: the input batch of every batch size must fit in the memory there is, a
+per-call timeout without a worker process needs predictors that can cancel a call (ONNX Runtime), and a manifest's
+labels file must exist and have one line per class (any dataset, synthetic included). After the first call: a model
+that keeps hidden state between calls (:func:`check_hidden_state`) runs only with its declared reset
+(``model.reset``), else it is refused.
+
+And what the full pass checks on every batch (:class:`NonFinite`): inputs and outputs holding NaN or Inf, counted
+per input with the first one's id, with numpy over whole batches (no Python loop per input), so those inputs are
+reported and kept out of every metric."""
 from __future__ import annotations
 
 import math
@@ -27,6 +32,8 @@ def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, la
     if launcher != "dask":  # an agent's memory is not this machine's
         check_batch_memory(manifests, options)
     check_python_dataset(manifests, options, launcher)
+    if launcher != "dask":  # an agent resolves the manifest's assets itself
+        check_labels_file(manifests)
     if options.isolation.call_timeout_s is not None and launcher in ("inline", "dask"):
         check_cancellable(manifests, options, on_agent=launcher == "dask")
 
@@ -97,6 +104,82 @@ def check_python_dataset(manifests: list[Manifest], options: EvaluateOptions, la
         if launcher != "inline":
             raise MlmsError(f"the dataset is an iterator, which cannot be sent to a worker process "
                             f"({spell_on('isolate')}): pass a list, or save it as a .npz file")
+
+
+def check_labels_file(manifests: list[Manifest]) -> None:
+    """Refuse a manifest whose ``outputs[0].labels`` cannot be read, or whose line count differs from
+    ``outputs[0].classes``, before any model loads (whatever the dataset: a synthetic run would otherwise never
+    notice, and a folder dataset would fall back to numeric folder names)."""
+    from mlms_nb.data.labels import load_labels
+    from mlms_nb.errors import ManifestError
+
+    for manifest in manifests:
+        if manifest.outputs[0].labels:
+            try:
+                load_labels(manifest)
+            except MlmsError as err:
+                where = manifest.source or manifest.key
+                raise ManifestError(f"{where}: outputs[0].labels: {err}") from None
+
+
+class NonFinite:
+    """Inputs whose data or outputs hold NaN or Inf, found batch by batch (numpy on whole arrays): how many, and
+    the id of the first; ``mask`` says which rows of a batch are finite (the only ones scored)."""
+
+    def __init__(self) -> None:
+        self.inputs = 0
+        self.outputs = 0
+        self.first_input: str | None = None
+        self.first_output: str | None = None
+        self.seen = 0
+
+    def check(self, ids: list[str], data, outputs) -> np.ndarray | None:
+        """The finite rows of this batch (a boolean per input), or None when every row is finite."""
+        n = len(ids)
+        self.seen += n
+        bad_in, bad_out = bad_rows(data, n), bad_rows(outputs, n)
+        if bad_in is None and bad_out is None:
+            return None
+        if bad_in is not None:
+            self.inputs += int(bad_in.sum())
+            self.first_input = self.first_input or ids[int(np.argmax(bad_in))]
+        if bad_out is not None:
+            self.outputs += int(bad_out.sum())
+            self.first_output = self.first_output or ids[int(np.argmax(bad_out))]
+        bad = bad_in if bad_out is None else bad_out if bad_in is None else bad_in | bad_out
+        return ~bad
+
+    def sentences(self, fw: str) -> list[str]:
+        """What was found, one sentence per side (inputs, outputs); empty when everything was finite."""
+        out = []
+        for side, count, first in (("data", self.inputs, self.first_input),
+                                   ("outputs", self.outputs, self.first_output)):
+            if count:
+                some = f"all {count:,}" if count == self.seen else f"{count:,} of {self.seen:,}"
+                out.append(f"{fw}: {some} inputs held NaN or Inf in their {side} (first: {first}); they are left "
+                           "out of accuracy, output agreement and target metrics")
+        return out
+
+
+def bad_rows(data, n: int) -> np.ndarray | None:
+    """Rows (axis 0, ``n`` of them) of an array, or of any array in a mapping, holding NaN or Inf; None when none
+    does. Integer arrays are finite by construction; an array whose first axis is not the batch counts for all."""
+    arrays = data.values() if isinstance(data, dict) else (data,)
+    bad = None
+    for array in arrays:
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array) if hasattr(array, "__array__") else None
+        if array is None or array.dtype.kind not in "fc" or not array.size:
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(array.sum()):
+                continue  # one pass, no mask: a NaN or Inf anywhere makes the sum NaN or Inf
+        finite = np.isfinite(array)
+        if finite.all():
+            continue
+        rows = (~finite.reshape(n, -1)).any(axis=1) if array.ndim and array.shape[0] == n else np.ones(n, bool)
+        bad = rows if bad is None else bad | rows
+    return bad if bad is not None and bad.any() else None
 
 
 def _gib(n: int) -> str:

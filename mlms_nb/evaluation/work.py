@@ -25,11 +25,13 @@ from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError
 from mlms_nb.data.feeds import take
 from mlms_nb.evaluation.checks import check_hidden_state
+from mlms_nb.data.labels import label_space_problem, model_classes
 from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
 from mlms_nb.evaluation.outputs import OutputRecorder
 from mlms_nb.evaluation.progress import Reporter
 from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TargetsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
+from mlms_nb.evaluation.stats import bootstrap_median_ci
 from mlms_nb.evaluation.targets import TargetScores
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
@@ -64,6 +66,11 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     if dataset.labeled and not manifest.pretrained:
         raise DatasetError(
             f"{manifest.key} has random weights: only performance runs accept it; use dataset 'synthetic'")
+    label_problem = None
+    if dataset.labeled and manifest.outputs[0].type == "classification":  # the label spaces, before the model loads
+        label_problem = label_space_problem(dataset.label_ids(), *model_classes(manifest))
+        if label_problem:
+            emit(Note(fw, f"{fw}: {label_problem}"))
     preprocess = Preprocessor(manifest, trust=opts.trust)
     if opts.reader == "processes":  # the readers' fork server starts while the model loads and is timed
         from mlms_nb.data.processes import start_server
@@ -93,7 +100,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         traced.tracer.add_span("preprocess sample", TraceLevel.APPLICATION, "application", t_pre,
                                time.perf_counter_ns(), inputs=len(head), dataset=dataset.name)
 
-    _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
+    asset_sha256 = _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
     watch.phase = "loading the model"
     t0 = time.perf_counter_ns()
     predictor = open_predictor(manifest, device=opts.device, options=PredictorOptions(
@@ -105,7 +112,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     watch.on_timeout(predictor.cancel if getattr(predictor, "cancellable", False) else None)
     predict = watch.guard(predictor.predict)
     try:
-        emit(Opened(fw, predictor.info().to_dict()))
+        emit(Opened(fw, {**predictor.info().to_dict(), "asset_sha256": asset_sha256}))
         watch.phase = "the first inference"
         first_batch = make_batch(inputs, opts.batch_sizes[0], manifest)
         t0 = time.perf_counter_ns()
@@ -123,13 +130,15 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         emit(ColdStart(fw, opts.batch_sizes[0], load_ns, first_ns, state_check))
 
         untraced_median_ns: dict[int, float] = {}
+        untraced_ci_ns: dict[int, tuple[float, float]] = {}  # the 95% CI of each median: the overhead's noise
         for batch_size in opts.batch_sizes:
             watch.phase = f"timing batch size {batch_size}"
             log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
             if reset is not None:
                 reset()
-            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter,
-                                                       manifest, {"carries_state": True} if carries_state else {})
+            untraced_median_ns[batch_size], untraced_ci_ns[batch_size] = _time_one(
+                fw, batch_size, predict, inputs, opts, emit, reporter, manifest,
+                {"carries_state": True} if carries_state else {})
 
         watch.phase = "the full pass"
         t_full = time.perf_counter_ns()
@@ -141,12 +150,17 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
                                        1 if one_at_a_time else max(opts.batch_sizes), limit=opts.limit, reset=reset,
                                        keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
                                        recorder=recorder if recorder.enabled else None, targets=targets,
-                                       reader=opts.reader, niceness=opts.reader_niceness, note=lambda text: emit(Note(fw, f"{fw}: {text}")))
+                                       reader=opts.reader, niceness=opts.reader_niceness,
+                                       note=lambda text: emit(Note(fw, text if text.startswith(f"{fw}: ") else f"{fw}: {text}")),
+                                       label_problem=label_problem)
         if dataset.skipped:
             emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
                           + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
         emit(full)
         if accuracy is not None:
+            reason = accuracy.row.get("reason")
+            if reason and reason != label_problem:  # found in the pass (labels past the output's width, all NaN)
+                emit(Note(fw, f"{fw}: top-1/top-5 n/a: {reason}"))
             emit(accuracy)
         if recorder.rows:
             emit(OutputsPass(fw, recorder.frame()))
@@ -158,16 +172,16 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
             watch.phase = "the traced pass"
             if reset is not None:
                 reset()
-            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit)
+            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit, untraced_ci_ns)
     finally:
         predictor.close()
 
 
 def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, emit: Callable, reporter=None,
-              manifest: Manifest | None = None, extra: dict | None = None) -> float:
-    """One timed loop, emitted; returns its median (ns). Cut short, what it measured is emitted (marked
-    incomplete, with why) before the stop goes on. ``manifest``: inputs get their batch on their own batch axis;
-    ``extra``: columns of the loop's latency row (``carries_state``)."""
+              manifest: Manifest | None = None, extra: dict | None = None) -> tuple[float, tuple[float, float]]:
+    """One timed loop, emitted; returns its median (ns) and the median's 95% bootstrap CI (ns). Cut short, what it
+    measured is emitted (marked incomplete, with why) before the stop goes on. ``manifest``: inputs get their batch
+    on their own batch axis; ``extra``: columns of the loop's latency row (``carries_state``)."""
     try:
         batch = make_batch(inputs, batch_size, manifest)
         result = run_scenario(opts.scenario, predict, batch, opts.timing,
@@ -183,7 +197,9 @@ def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, 
         raise
     emit(TimedLoop(fw, batch_size, opts.scenario, result.samples_ns, result.wall_ns, result.warmup_calls,
                    {**result.extra, **(extra or {})}))
-    return float(np.median(result.samples_ns)) if len(result.samples_ns) else float("nan")
+    if not len(result.samples_ns):
+        return float("nan"), (float("nan"), float("nan"))
+    return float(np.median(result.samples_ns)), bootstrap_median_ci(np.asarray(result.samples_ns, dtype=float))
 
 
 def _reason(stop: BaseException) -> str:
@@ -195,23 +211,34 @@ def _reason(stop: BaseException) -> str:
 
 
 def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
-           untraced_median_ns: dict[int, float], emit: Callable) -> None:
+           untraced_median_ns: dict[int, float], emit: Callable,
+           untraced_ci_ns: dict[int, tuple[float, float]] | None = None) -> None:
     """The traced pass after the untraced sweep; its overhead is measured against that sweep's medians."""
     fw = manifest.framework.name
     log.info("tracing %s at level %s", fw, traced.tracer.level.name)
     batches = {b: make_batch(inputs, b, manifest) for b in opts.batch_sizes}
     post = Postprocessor(manifest, trust=opts.trust)
-    trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns,
+    trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns, untraced_ci_ns=untraced_ci_ns,
                   repeats=opts.tracing.trace_repeats)
     emit(TracedPass(fw, traced.tracer.trace(), traced.tracer.trace_id, list(traced.overhead)))
 
 
-def _prepare_assets(manifest: Manifest) -> None:
-    """Fetch, convert and verify the model's assets before its load is timed."""
+def _prepare_assets(manifest: Manifest) -> dict[str, str]:
+    """Fetch, convert and verify the model's assets before its load is timed; returns the sha256 of each asset
+    that ran (declared in the manifest, or read from the file for a conversion mlms-nb built, ``artifact://``),
+    so the run pins exactly what it measured."""
+    from mlms_nb._fs import sha256_file
     from mlms_nb.data.assets import resolve_asset
 
     base = Path(manifest.source).parent if manifest.source else None
+    digests: dict[str, str] = {}
     for field_name in ("graph_path", "weights_path"):
         uri = getattr(manifest.model, field_name)
         if uri:
-            resolve_asset(uri, manifest.model.sha256.get(field_name), base)
+            declared = manifest.model.sha256.get(field_name)
+            path = resolve_asset(uri, declared, base)
+            if declared:
+                digests[field_name] = declared
+            elif str(uri).startswith("artifact://") and Path(path).is_file():
+                digests[field_name] = sha256_file(path)
+    return digests

@@ -96,5 +96,7 @@ def _run_on(client, agent: dict, manifests: list[Manifest], options: EvaluateOpt
     evaluation = EvaluationRunner(manifests, opts, sink=keeper, launcher=launcher, metrics=metrics).run()
     if keeper is not None:
         keeper.finish(evaluation)
-        evaluation.saved = keeper.saved
+        evaluation.saved = keeper.kept(evaluation)
+    else:
+        evaluation.saved = False  # history=False: nothing is in the store
     return evaluation, launcher

@@ -10,6 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from mlms_nb.display import overhead_frame
 from mlms_nb.reporting import _api, describe
 from mlms_nb.reporting._show import Block, detail, figure, heading, left_out, note, section
 from mlms_nb.reporting.tables import show_table
@@ -314,9 +315,11 @@ def trace_overhead(runs, labels) -> None:
     if frame.empty:
         left_out(f"no traced pass, so no tracing overhead: {TRACE_HINT}")
         return
+    frame = overhead_frame(frame)
     frame.attrs["note"] = ("traced median of the traced pass over the untraced median of the timed loop, per "
-                           "framework and batch size; the per-layer numbers above include this overhead; a "
-                           "negative overhead means the traced calls ran faster (noise on a busy machine)")
+                           "framework and batch size, ± its noise (the two medians' 95% CI half-widths, summed); "
+                           "the per-layer numbers above include this overhead; one inside its noise, or negative, "
+                           "is shown as within noise")
     show_table(frame, "Tracing overhead (traced vs untraced median)")
 
 

@@ -198,6 +198,10 @@ FULL_PASS = FrameSchema("full_pass", (
     Column("reader", "str", "", "what read the dataset: threads, or processes (the reader option)",
            when="in runs recorded since the reader option"),
     Column("prefetch", "int64", "batches", "batches read ahead at most"),
+    Column("nonfinite_inputs", "int64", "inputs", "inputs whose data held NaN or Inf (left out of every metric); -1: "
+           "not checked (inputs cut into ordered chunks)", when="in runs recorded since issue 20"),
+    Column("nonfinite_outputs", "int64", "inputs", "inputs whose outputs held NaN or Inf (left out of every metric); "
+           "-1: not checked", when="in runs recorded since issue 20"),
 ), key=("framework",))
 
 ACCURACY = FrameSchema("accuracy", (
@@ -207,6 +211,9 @@ ACCURACY = FrameSchema("accuracy", (
     _FRAMEWORK,
     Column("dataset", "str", "", "the dataset's name"),
     Column("skipped", "int64", "inputs", "unreadable inputs left out"),
+    Column("reason", "str", "", "why top1/top5 are n/a (NaN): the dataset's label space differs from the model's "
+           "classes, or every labeled input held NaN/Inf; empty when they were measured",
+           when="in runs recorded since issue 20"),
 ), key=("framework",))
 
 PREDICTIONS = FrameSchema("predictions", (
@@ -238,6 +245,9 @@ TRACE_OVERHEAD = FrameSchema("trace_overhead", (
     Column("traced_median_ms", "float64", "ms", "median of the traced calls"),
     Column("traced_calls", "int64", "calls", "traced calls per batch size"),
     Column("overhead_pct", "float64", "%", "100 * (traced / untraced - 1)"),
+    Column("noise_pct", "float64", "%", "the overhead's noise: the 95% CI half-widths of the untraced and traced "
+           "medians over each median, summed; an overhead within it is shown as 'within noise (±x%)'",
+           when="in runs recorded since issue 20"),
 ), key=("framework", "batch_size"))
 
 OUTPUTS = FrameSchema("outputs", (

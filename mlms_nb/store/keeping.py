@@ -40,6 +40,11 @@ class HistoryKeeper:
     def saved(self) -> bool:
         return self.error is None
 
+    def kept(self, evaluation: Evaluation) -> bool:
+        """Whether every framework of ``evaluation`` has its row in the store (a failed row when nothing was
+        measured): what ``Evaluation.saved`` and ``--json``'s ``"saved"`` say, never just "no error"."""
+        return self.saved and all(fw in self.ids for fw in evaluation.frameworks)
+
     def __call__(self, evaluation: Evaluation, framework: str) -> None:
         if self.error is None:
             try:
