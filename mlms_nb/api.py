@@ -442,7 +442,8 @@ def scheduler(options: SchedulerOptions) -> None:
     prints ``mlms scheduler at ADDRESS`` when it listens."""
     from mlms_nb.fleet.serve import main_guard, run_scheduler
 
-    main_guard(run_scheduler, options.host or "127.0.0.1", options.port, tls_of(options))
+    main_guard(run_scheduler, options.host or "127.0.0.1", options.port, tls_of(options), options.insecure,
+               options.tls_setup)
 
 
 @takes(AgentOptions)
@@ -456,7 +457,7 @@ def agent(options: AgentOptions) -> None:
         raise MlmsError(f"an agent joins a scheduler: give its address, {spell('scheduler', 'tcp://host:8786')} "
                         "(start one with `mlms scheduler`)")
     main_guard(run_agent, options.scheduler, options.name, options.labels, options.nthreads, options.serves,
-               options.traces, options.host, tls_of(options))
+               options.traces, options.host, tls_of(options), options.insecure)
 
 
 @takes(AgentsOptions)

@@ -374,16 +374,20 @@ class _Scheduler(Options):
     host: str | None = _opt(None, "the interface to listen on (default: 127.0.0.1 for the scheduler; for an agent, "
                             "the one that reaches the scheduler)", "--host")
     port: int = _opt(8786, "the port to listen on (0: any free port)", "--port", ge=0, le=65535)
+    insecure: bool = _opt(False, "listen beyond 127.0.0.1 without TLS (anyone who can reach the port can then run "
+                          "code on every agent)", "--insecure")
 
 
 class SchedulerOptions(Tls, _Scheduler):
     """See :func:`mlms_nb.scheduler`."""
+    tls_setup: str | None = _opt(None, "make (or reuse) a CA and a certificate in this folder and listen with TLS; "
+                                 "prints the flags agents and notebooks pass", "--tls-setup", extra={"metavar": "DIR"})
 
 
 class _Agent(Options):
     scheduler: str | None = _opt(None, "the Dask scheduler's address, e.g. tcp://host:8786", "--scheduler",
                                  extra={"metavar": "ADDRESS"})
-    name: str | None = _opt(None, "the agent's name (default: HOST-Nt)", "--name")
+    name: str | None = _opt(None, "the agent's name (default: HOST-Nt-PID, unique per process)", "--name")
     labels: dict[str, str] | None = _opt(None, "labels an evaluation's --where can ask for, e.g. team=vision,site=lab",
                                   "--labels", extra={"metavar": "K=V,...", "python_type": "str | dict[str, str]"})
     nthreads: int = _opt(1, "intra-op threads a model gets on this agent unless the evaluation sets --threads (the "
@@ -394,6 +398,7 @@ class _Agent(Options):
                               "records there, and the history records where (default: traces travel back)", "--traces",
                               extra={"metavar": "DIR"})
     host: str | None = _Scheduler.model_fields["host"]
+    insecure: bool = _Scheduler.model_fields["insecure"]
 
     @field_validator("labels", mode="before")
     @classmethod
