@@ -102,6 +102,14 @@ def parse_bytes(value: Any) -> int:
     return size
 
 
+def size_text(size: int) -> str:
+    """Bytes as a person writes them back: ``2GiB``, ``1.5GiB``, ``512MiB`` (``parse_bytes`` reads each)."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.4g}{unit}"
+    return f"{size}B"
+
+
 class Isolation(Options):
     """Where each framework's work runs (:mod:`mlms_nb.launchers`): in this process, or in a worker process of its
     own (``isolate``), which a per-call timeout, a per-run timeout and a memory limit can stop; a crash there is
@@ -125,8 +133,10 @@ class Isolation(Options):
     @model_validator(mode="after")
     def _worker_only(self) -> "Isolation":
         for name in ("run_timeout_s", "memory_limit_bytes"):
-            if getattr(self, name) is not None and not self.isolate:
-                raise ValueError(f"{spell(name, getattr(self, name))} limits a worker process: add {spell_on('isolate')} "
+            value = getattr(self, name)
+            if value is not None and not self.isolate:
+                shown = size_text(value) if name == "memory_limit_bytes" else value  # as the user wrote it: 2GiB
+                raise ValueError(f"{spell(name, shown)} limits a worker process: add {spell_on('isolate')} "
                                  "to run each framework in one")
         return self
 

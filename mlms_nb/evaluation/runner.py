@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from mlms_nb.errors import MlmsError
+from mlms_nb.errors import MlmsError, RunFailedError
 from mlms_nb.evaluation.assemble import Assembler
 from mlms_nb.evaluation.checks import check_before_loading
 from mlms_nb.evaluation.progress import ProgressDisplay
@@ -88,6 +88,7 @@ class EvaluationRunner:
         progress = ProgressDisplay(first.name, opts.progress)
         stop: BaseException | None = None
         outcomes: dict[str, Outcome] = {}
+        self._held: list[str] = []  # failures with nothing measured: said by the error raised, or at the end
         try:
             with stop_signals():
                 for manifest in self.manifests:
@@ -101,7 +102,9 @@ class EvaluationRunner:
             error = first_failure.error
             if isinstance(error, MlmsError) and str(error) == first_failure.message:
                 raise error  # bad input: its own sentence, its own type
-            raise MlmsError(first_failure.message)
+            raise RunFailedError(first_failure.message)  # the model failed while running: exit 1, not 2
+        for text in self._held:  # another framework measured something: each failure is said once, here
+            log.warning("%s", text)
         for fw, outcome in evaluation.outcomes.items():  # frameworks not run at all
             if outcome.get("status") == "not run":
                 _warn_missing(evaluation, fw)
@@ -152,7 +155,11 @@ class EvaluationRunner:
         if fw in assembler.measured:
             self._store(evaluation, fw)
         if result["status"] != "complete" and outcome.message:
-            log.warning("%s", outcome.message if outcome.message.startswith(fw) else f"{fw}: {outcome.message}")
+            text = outcome.message if outcome.message.startswith(fw) else f"{fw}: {outcome.message}"
+            if outcome.status == "error" and fw not in assembler.measured:
+                self._held.append(text)  # if nothing at all is measured, the error raised says it (once)
+            else:
+                log.warning("%s", text)
 
     def _store(self, evaluation: Evaluation, fw: str) -> None:
         if self.sink is not None:

@@ -35,6 +35,7 @@ class HistoryKeeper:
         self.store: HistoryStore | None = None
         self.error: str | None = None      # why the store could not be written, once it failed
         self.fallback: Path | None = None
+        self.fallback_error: str | None = None  # why the fallback file could not be written (said once)
         self.ids: dict[str, int] = {}
 
     @property
@@ -49,7 +50,7 @@ class HistoryKeeper:
                 self.ids[framework] = self.store.keep(evaluation, framework)
                 return
             except Exception as err:  # noqa: BLE001 - the measurement is worth more than the store
-                self.error = str(err) or type(err).__name__
+                self.error = one_line(err)
         self._write_fallback(evaluation)
 
     def finish(self, evaluation: Evaluation) -> None:
@@ -64,11 +65,15 @@ class HistoryKeeper:
                     self.store.add_trace(evaluation.id, trace.trace_id or f"{evaluation.id}-{fw}", "parquet",
                                          path=str(path))
             except Exception as err:  # noqa: BLE001
-                self.error = str(err) or type(err).__name__
+                self.error = one_line(err)
                 self._write_fallback(evaluation)
         evaluation.history_ids = [self.ids[fw] for fw in evaluation.frameworks if fw in self.ids] if self.saved else []
         if self.error is not None:
-            where = f"; the evaluation was written to {self.fallback} instead" if self.fallback else ""
+            if self.fallback_error is not None:
+                where = (f"; the fallback file {fallback_path(evaluation)} could not be written either "
+                         f"({self.fallback_error}), so this result exists only in memory")
+            else:
+                where = f"; the evaluation was written to {self.fallback} instead" if self.fallback else ""
             message = f"not saved to history: {self.error}{where}"
             if message not in evaluation.warnings:
                 evaluation.warnings.append(message)
@@ -76,11 +81,22 @@ class HistoryKeeper:
 
     def _write_fallback(self, evaluation: Evaluation) -> None:
         path = fallback_path(evaluation)
+        tmp = path.with_name(owned(f".{path.name}.") + ".tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(owned(f".{path.name}.") + ".tmp")
             tmp.write_text(evaluation.to_json(), encoding="utf-8")
             os.replace(tmp, path)  # whole or absent, never half written
             self.fallback = path
-        except Exception as err:  # noqa: BLE001 - the result in memory is all that is left; say so
-            self.error = f"{self.error}; the fallback file {path} could not be written either ({err})"
+            self.fallback_error = None
+        except Exception as err:  # noqa: BLE001 - the result in memory is all that is left; say so (once, at the end)
+            self.fallback_error = one_line(err)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+
+def one_line(err: BaseException) -> str:
+    """An error's text on one line (a driver's message may span several: PostgreSQL's ends in a hint line)."""
+    text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    return text or type(err).__name__
