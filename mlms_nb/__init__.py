@@ -13,7 +13,7 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from mlms_nb._version import __version__  # noqa: E402
 from mlms_nb.api import (  # noqa: E402
-    across, agent, agents, batch_scaling, compare, convert, diverge, evaluate, history, kernels, layers,
+    across, agent, agents, batch_scaling, compare, convert, diverge, evaluate, history, history_import, kernels, layers,
     load_evaluation, load_trace, models, roofline, scheduler, timeline, trace, trust_add, trust_list, trust_remove,
 )
 from mlms_nb.manifest import InputSpec, Manifest, OutputSpec, find_manifest, load_manifest  # noqa: E402

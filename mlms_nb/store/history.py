@@ -52,6 +52,9 @@ class HistoryStore:
         self.url = url or default_url()
         self.engine = engine_for(self.url)
         self._create_tables()
+        from mlms_nb.store.recover import put_back_pending
+
+        self.put_back = put_back_pending(self)  # what an outage kept in unsaved/ for it, written now that it answers
 
     @property
     def display_url(self) -> str:

@@ -5,7 +5,8 @@ stop signal or the process dying loses nothing already measured.
 When the store cannot be written (a corrupt file, a database locked past the retries, a server down), the
 measurement is not lost either: the whole evaluation is written as JSON to a fallback file under
 ``$MLMS_HOME/unsaved/`` (``mlms_nb.load_evaluation`` reads it back), the result's warnings name that file and the
-store's error, and ``saved`` is False (the CLI exits non-zero).
+store's error, and ``saved`` is False (the CLI exits non-zero). The next successful open of that store puts it back
+(:mod:`mlms_nb.store.recover`), so a row the outage left half written never stays a crash that did not happen.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pathlib import Path
 from mlms_nb._fs import owned
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.paths import mlms_home
-from mlms_nb.store.history import HistoryStore
+from mlms_nb.store.history import HistoryStore, default_url
+from mlms_nb.store.recover import note_target
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,7 @@ class HistoryKeeper:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(evaluation.to_json(), encoding="utf-8")
             os.replace(tmp, path)  # whole or absent, never half written
+            note_target(path, self.url or default_url())  # the store it goes back into when it answers again
             self.fallback = path
             self.fallback_error = None
         except Exception as err:  # noqa: BLE001 - the result in memory is all that is left; say so (once, at the end)
