@@ -25,7 +25,7 @@ from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.targets import shippable
 from mlms_nb.evaluation.work import FrameworkJob, measure_framework
 from mlms_nb.launchers import Launcher, Limits, Outcome, StopRequested, Work, get_launcher, outcome_of
-from mlms_nb.launchers.stopping import deferred, stop_signals
+from mlms_nb.launchers.stopping import deferred, stop_signals, when_abandoned
 from mlms_nb.manifest import Manifest, canonical_framework, find_manifest
 from mlms_nb.options import EvaluateOptions, spell
 
@@ -131,8 +131,12 @@ class EvaluationRunner:
 
             metrics, unshipped = (self.metrics, []) if self.launcher.name == "inline" else shippable(self.metrics)
             job = FrameworkJob(manifest, self.options, f"{evaluation.id}-{fw}", metrics, tuple(unshipped))
+            def keep_before_exit() -> None:  # a second Ctrl-C ends the process while a call cannot be stopped
+                self._finish(fw, outcome_of(KeyboardInterrupt(), fw), evaluation, assembler)
+
             try:
-                outcome = self.launcher.launch(Work(measure_framework, (job,), fw), on_record)
+                with when_abandoned(keep_before_exit):
+                    outcome = self.launcher.launch(Work(measure_framework, (job,), fw), on_record)
             except (KeyboardInterrupt, StopRequested) as err:
                 stop, outcome = err, outcome_of(err, fw)
             outcomes[fw] = outcome
