@@ -21,8 +21,8 @@ from mlms_nb._clock import now_utc
 from mlms_nb._fs import alive
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
-from mlms_nb.store.db import (HistoryError, LockedError, engine_for, is_locked, is_sqlite, retry_while_locked,
-                              tables_ready)
+from mlms_nb.store.db import (HistoryError, LockedError, damage_hint, engine_for, is_locked, is_sqlite,
+                              retry_while_locked, tables_ready)
 from mlms_nb.schema.evaluation import HISTORY
 from mlms_nb.store.migrate import upgrade
 from mlms_nb.store.tables import CEILING_FIGURES, QUERY_COLUMNS, ceilings, evaluations, traces
@@ -84,18 +84,7 @@ class HistoryStore:
             raise HistoryError(f"history store {self.display_url}: could not {what}: {err}") from None
         except (OperationalError, DBAPIError) as err:
             raise HistoryError(f"history store {self.display_url}: could not {what}: "
-                               f"{getattr(err, 'orig', None) or err}{self._damage_hint(err)}") from None
-
-    def _damage_hint(self, err: BaseException) -> str:
-        """How to recover when SQLite says the file itself is damaged (not locked, not a query's fault)."""
-        import sqlite3
-
-        if not is_sqlite(self.engine) or type(getattr(err, "orig", None)) is not sqlite3.DatabaseError:
-            return ""
-        path = self.engine.url.database
-        return (f"; the file is damaged: move it aside (mv {path} {path}.damaged) and the next run starts a new store "
-                f"(`sqlite3 {path}.damaged .recover | sqlite3 {path}` may save its rows; `mlms history import "
-                "MLMS_HOME/unsaved` puts back the results kept there)")
+                               f"{getattr(err, 'orig', None) or err}{damage_hint(self.engine, err)}") from None
 
     def _create_tables(self) -> None:
         """Create the tables, or migrate an older store's (:mod:`mlms_nb.store.migrate`), once per URL and process; safe when several processes start at once (another
