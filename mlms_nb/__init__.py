@@ -42,5 +42,5 @@ def load_ipython_extension(ipython) -> None:
 
 
 __all__ = ["InputSpec", "Manifest", "OutputSpec", "__version__", "across", "agent", "agents", "batch_scaling", "compare", "convert", "diverge",
-           "evaluate", "find_manifest", "history", "kernels", "layers", "load_evaluation", "load_manifest", "load_trace",
+           "evaluate", "find_manifest", "history", "history_import", "kernels", "layers", "load_evaluation", "load_manifest", "load_trace",
            "models", "report", "roofline", "scheduler", "timeline", "trace", "trust_add", "trust_list", "trust_remove"]
