@@ -112,6 +112,7 @@ def test_a_new_postgres_store_has_exactly_the_declared_tables_at_the_migrations_
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == head()
 
 
+@pytest.mark.slow  # a server of its own and an `mlms eval` with two 1.5 s timed loops: ~10 s
 def test_a_run_cut_off_by_an_outage_is_complete_once_the_server_is_back(tmp_path, monkeypatch):
     """The server stops (immediate, as a crash would) while `mlms eval` times its second batch size; the run finishes,
     keeps the whole result in unsaved/, and once the server is back the first open of the store completes the row the
