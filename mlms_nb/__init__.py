@@ -16,8 +16,8 @@ from mlms_nb._version import __version__  # noqa: E402
 # Lazy (PEP 562): `import mlms_nb` loads no framework, no SQLAlchemy and no facade; the first use of a name below
 # imports the module that defines it. Workers, reader processes and `mlms --help` import only what they use.
 _FACADE = ("across", "agent", "agents", "batch_scaling", "compare", "convert", "diverge", "evaluate", "history",
-           "kernels", "layers", "load_evaluation", "load_trace", "models", "roofline", "scheduler", "timeline", "trace",
-           "trust_add", "trust_list", "trust_remove")
+           "history_import", "kernels", "layers", "load_evaluation", "load_trace", "models", "roofline", "scheduler",
+           "timeline", "trace", "trust_add", "trust_list", "trust_remove")
 _MANIFEST = ("InputSpec", "Manifest", "OutputSpec", "find_manifest", "load_manifest")
 
 
@@ -60,5 +60,5 @@ def load_ipython_extension(ipython) -> None:
 
 
 __all__ = ["InputSpec", "Manifest", "OutputSpec", "__version__", "across", "agent", "agents", "batch_scaling", "compare", "convert", "diverge",
-           "evaluate", "find_manifest", "history", "kernels", "layers", "load_evaluation", "load_manifest", "load_trace",
+           "evaluate", "find_manifest", "history", "history_import", "kernels", "layers", "load_evaluation", "load_manifest", "load_trace",
            "models", "report", "roofline", "scheduler", "timeline", "trace", "trust_add", "trust_list", "trust_remove"]

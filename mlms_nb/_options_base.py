@@ -148,11 +148,15 @@ def cli_words(cls: type[Options], values: dict[str, Any]) -> list[str]:
 
 
 def _sentence(err: ValidationError, cls: type[Options]) -> str:
-    """One sentence per problem, each naming the option as the caller spells it."""
+    """One sentence per problem, each naming the option as the caller spells it (an option of several types, such as
+    ``history``, named once, with what each type expected)."""
     known = [name for name, _ in fields(cls)]
-    problems = []
+    every = {name for name, _ in fields(cls, True)}
+    problems: dict[str, list[str]] = {}
     for e in err.errors(include_url=False):
-        name = next((str(p) for p in reversed(e["loc"]) if isinstance(p, str)), "")
+        strs = [str(p) for p in e["loc"] if isinstance(p, str)]
+        # a union's errors carry the member type after the option's name (('history', 'bool')): name the option
+        name = next((p for p in reversed(strs) if p in every), strs[-1] if strs else "")
         message = e["msg"].removeprefix("Value error, ")
         ctx = e.get("ctx") or {}
         unit = next(((info.json_schema_extra or {}).get("unit", "") for n, info in fields(cls, True) if n == name), "")
@@ -162,21 +166,28 @@ def _sentence(err: ValidationError, cls: type[Options]) -> str:
                   "int_parsing": "expected an integer", "int_type": "expected an integer",
                   "int_from_float": "expected an integer", "float_parsing": "expected a number",
                   "float_type": "expected a number", "bool_parsing": "expected true or false",
+                  "bool_type": "expected true or false", "string_type": "expected a string",
                   "literal_error": f"expected {ctx.get('expected')}"}.get(e["type"], message)
         if isinstance(ctx.get("error"), OptionsError):  # a sub-model's sentence, already spelled
-            problems.append(str(ctx["error"]))
+            problems.setdefault(str(ctx["error"]), [])
         elif e["type"] == "extra_forbidden":
             close = difflib.get_close_matches(name, known, n=1)
-            problems.append(f"unknown option {spell(name, e['input'])}" + (f"; did you mean {close[0]}?" if close else
-                                                                             f"; the options are {', '.join(known)}"))
+            problems.setdefault(f"unknown option {spell(name, e['input'])}" + (
+                f"; did you mean {close[0]}?" if close else f"; the options are {', '.join(known)}"), [])
         elif not name:
-            problems.append(message)
+            problems.setdefault(message, [])
         else:
-            problems.append(f"{spell(name, e['input'])}: {phrase}")
-    return "; ".join(problems)
+            problems.setdefault(spell(name, e["input"]), []).append(phrase)
+    return "; ".join(f"{head}: {_either(list(dict.fromkeys(phrases)))}" if phrases else head
+                     for head, phrases in problems.items())
 
 
-# ---------------------------------------------------------------------------------------------- Python signatures
+def _either(phrases: list[str]) -> str:
+    """``expected A, or B`` from ``expected A`` and ``expected B`` (a union's members)."""
+    if len(phrases) > 1 and all(p.startswith("expected ") for p in phrases):
+        return "expected " + ", or ".join(p.removeprefix("expected ") for p in phrases)
+    return ", or ".join(phrases)
+
 
 def python_default(info) -> Any:
     """The default a Python caller sees (a tuple where the model keeps a list; the string 'torch')."""

@@ -14,6 +14,7 @@ a few lines that validate options and call the layer below.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,8 @@ from mlms_nb.tracing.tracer import Tracer, use_tracer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Analysis", "TraceSession", "across", "agent", "agents", "batch_scaling", "compare", "convert", "diverge", "evaluate", "history",
+__all__ = ["Analysis", "TraceSession", "across", "agent", "agents", "batch_scaling", "compare", "convert", "diverge",
+           "evaluate", "history", "history_import",
            "kernels", "layer_costs", "layers", "load_evaluation", "load_trace", "machine_ceilings", "model_costs",
            "models", "resolve_run", "roofline", "scheduler", "timeline", "trace", "trust_add", "trust_list", "trust_remove"]
 
@@ -190,6 +192,22 @@ def history(options: HistoryOptions) -> pd.DataFrame:
     :data:`mlms_nb.schema.evaluation.HISTORY`)."""
     return HistoryStore(options.url).query(model=options.model, framework=options.framework, version=options.version,
                                            complete=options.complete, limit=options.limit)
+
+
+def history_import(path: str | os.PathLike, url: str | None = None) -> pd.DataFrame:
+    """Put back into the history store (``url``; default: the default store) the evaluations an outage wrote to
+    ``$MLMS_HOME/unsaved/`` instead: ``path`` is one such ``.json`` file or a folder of them. A row the failing
+    process left half written is replaced by the whole result. (The next successful open of the store they were
+    meant for does this by itself.) Returns the stored rows of the evaluations put back."""
+    from mlms_nb.store.recover import put_back
+
+    source = Path(path).expanduser()
+    if not source.exists():
+        raise MlmsError(f"history import: no such file or folder {source}")
+    store = HistoryStore(url)  # opening it puts back the files noted for it
+    ids = [*store.put_back, *put_back(store, [source])]
+    frame = store.query()
+    return frame[frame["evaluation_id"].isin(ids)].reset_index(drop=True)
 
 
 def load_evaluation(ref: str | int, url: str | None = None) -> Evaluation:
@@ -422,7 +440,8 @@ def scheduler(options: SchedulerOptions) -> None:
     prints ``mlms scheduler at ADDRESS`` when it listens."""
     from mlms_nb.fleet.serve import main_guard, run_scheduler
 
-    main_guard(run_scheduler, options.host or "127.0.0.1", options.port, tls_of(options))
+    main_guard(run_scheduler, options.host or "127.0.0.1", options.port, tls_of(options), options.insecure,
+               options.tls_setup)
 
 
 @takes(AgentOptions)
@@ -436,7 +455,7 @@ def agent(options: AgentOptions) -> None:
         raise MlmsError(f"an agent joins a scheduler: give its address, {spell('scheduler', 'tcp://host:8786')} "
                         "(start one with `mlms scheduler`)")
     main_guard(run_agent, options.scheduler, options.name, options.labels, options.nthreads, options.serves,
-               options.traces, options.host, tls_of(options))
+               options.traces, options.host, tls_of(options), options.insecure)
 
 
 @takes(AgentsOptions)

@@ -1,6 +1,7 @@
 """The ``mlms`` command: the same verbs as ``%mlms``, printing text tables or ``--json``. Exit codes: 0 done,
-1 something not measured (an error, timeout or crash in one framework) or not stored in the history, 2 a usage
-error or an `MlmsError` (one sentence on stderr), 130 interrupted, 143 stopped by SIGTERM/SIGHUP (what was measured
+1 something not measured (an error, timeout or crash in one framework, or every framework failing while it ran) or
+not stored in the history, 2 refused before measuring: a usage error or an `MlmsError` (one sentence on stderr), 130
+interrupted, 143 stopped by SIGTERM/SIGHUP (what was measured
 is printed and stored)."""
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import sys
 
 from mlms_nb.commands import cli_parser, run
-from mlms_nb.errors import MlmsError
+from mlms_nb.errors import MlmsError, RunFailedError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         out = run(args.verb, args)
     except MlmsError as err:
         print(f"mlms {args.verb}: {err}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(err, RunFailedError) else 2
     except KeyboardInterrupt:
         print(f"mlms {args.verb}: interrupted", file=sys.stderr)
         return 130

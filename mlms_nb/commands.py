@@ -98,7 +98,11 @@ ARGUMENTS: dict[str, list[Argument]] = {
               Argument(("path",), {"nargs": "?", "default": None,
                                    "help": "the model file, SavedModel folder or manifest (remove: or a sha256 prefix)"}),
               JSON_FLAG],
-    "history": [*arguments(HistoryOptions), JSON_FLAG],
+    "history": [Argument(("action",), {"nargs": "?", "choices": ["import"], "default": None,
+                                       "help": "import PATH: put back evaluations an outage wrote to unsaved/"}),
+                Argument(("path",), {"nargs": "?", "default": None, "help": "import: a .json file or a folder of them "
+                                                                          "(e.g. $MLMS_HOME/unsaved)"}),
+                *arguments(HistoryOptions), JSON_FLAG],
     "layers": [RUN, *arguments(LayersOptions), PLOT, HTML, JSON_FLAG],
     "roofline": [RUN, *arguments(RooflineOptions), PLOT, HTML, JSON_FLAG],
     "compare": [Argument(("run_a",), {"help": "run A: a history id, evaluation id, saved .json, or notebook variable"}),
@@ -235,6 +239,13 @@ def run_agents(args: argparse.Namespace) -> Output:
 
 
 def run_history(args: argparse.Namespace) -> Output:
+    if getattr(args, "action", None) == "import":
+        if not args.path:
+            raise MlmsError("history import needs the file or folder to put back, e.g. `mlms history import "
+                            "$MLMS_HOME/unsaved`")
+        frame = api.history_import(args.path)
+        return Output(frame, display.Table(frame, f"Put back into the history from {args.path}",
+                                           empty="nothing to put back"), display.records(frame))
     frame = api.history(**given(HistoryOptions, args))
     return Output(frame, display.Table(frame, "Evaluation history (newest first)", empty="no stored evaluations match"),
                   display.records(frame))

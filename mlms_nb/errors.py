@@ -54,6 +54,11 @@ class AnalysisError(MlmsError, ValueError):
     """An analysis cannot run on what it was given (no layer spans, unknown plot backend, ...)."""
 
 
+class RunFailedError(MlmsError):
+    """Every framework failed after it started measuring (an error while running the model, e.g. during the first
+    inference), with nothing measured: not bad input, so the CLI exits 1 (2 is "refused before measuring")."""
+
+
 class UntrustedError(MlmsError):
     """An asset that can run code (a TorchScript or SavedModel file, an entrypoint, a code step) was not trusted;
     the message names it, says why it can run code and how to trust it (:mod:`mlms_nb.trust`)."""

@@ -102,6 +102,14 @@ def parse_bytes(value: Any) -> int:
     return size
 
 
+def size_text(size: int) -> str:
+    """Bytes as a person writes them back: ``2GiB``, ``1.5GiB``, ``512MiB`` (``parse_bytes`` reads each)."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.4g}{unit}"
+    return f"{size}B"
+
+
 class Isolation(Options):
     """Where each framework's work runs (:mod:`mlms_nb.launchers`): in this process, or in a worker process of its
     own (``isolate``), which a per-call timeout, a per-run timeout and a memory limit can stop; a crash there is
@@ -125,8 +133,10 @@ class Isolation(Options):
     @model_validator(mode="after")
     def _worker_only(self) -> "Isolation":
         for name in ("run_timeout_s", "memory_limit_bytes"):
-            if getattr(self, name) is not None and not self.isolate:
-                raise ValueError(f"{spell(name, getattr(self, name))} limits a worker process: add {spell_on('isolate')} "
+            value = getattr(self, name)
+            if value is not None and not self.isolate:
+                shown = size_text(value) if name == "memory_limit_bytes" else value  # as the user wrote it: 2GiB
+                raise ValueError(f"{spell(name, shown)} limits a worker process: add {spell_on('isolate')} "
                                  "to run each framework in one")
         return self
 
@@ -377,16 +387,20 @@ class _Scheduler(Options):
     host: str | None = _opt(None, "the interface to listen on (default: 127.0.0.1 for the scheduler; for an agent, "
                             "the one that reaches the scheduler)", "--host")
     port: int = _opt(8786, "the port to listen on (0: any free port)", "--port", ge=0, le=65535)
+    insecure: bool = _opt(False, "listen beyond 127.0.0.1 without TLS (anyone who can reach the port can then run "
+                          "code on every agent)", "--insecure")
 
 
 class SchedulerOptions(Tls, _Scheduler):
     """See :func:`mlms_nb.scheduler`."""
+    tls_setup: str | None = _opt(None, "make (or reuse) a CA and a certificate in this folder and listen with TLS; "
+                                 "prints the flags agents and notebooks pass", "--tls-setup", extra={"metavar": "DIR"})
 
 
 class _Agent(Options):
     scheduler: str | None = _opt(None, "the Dask scheduler's address, e.g. tcp://host:8786", "--scheduler",
                                  extra={"metavar": "ADDRESS"})
-    name: str | None = _opt(None, "the agent's name (default: HOST-Nt)", "--name")
+    name: str | None = _opt(None, "the agent's name (default: HOST-Nt-PID, unique per process)", "--name")
     labels: dict[str, str] | None = _opt(None, "labels an evaluation's --where can ask for, e.g. team=vision,site=lab",
                                   "--labels", extra={"metavar": "K=V,...", "python_type": "str | dict[str, str]"})
     nthreads: int = _opt(1, "intra-op threads a model gets on this agent unless the evaluation sets --threads (the "
@@ -397,6 +411,7 @@ class _Agent(Options):
                               "records there, and the history records where (default: traces travel back)", "--traces",
                               extra={"metavar": "DIR"})
     host: str | None = _Scheduler.model_fields["host"]
+    insecure: bool = _Scheduler.model_fields["insecure"]
 
     @field_validator("labels", mode="before")
     @classmethod

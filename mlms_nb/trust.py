@@ -14,13 +14,22 @@ sha256) are trusted by their checksums.
 
 A refusal is an :class:`~mlms_nb.errors.UntrustedError`: one sentence naming the asset, why it can run code,
 and the command that trusts it.
+
+The check and the load use the same bytes: :func:`trusted_bytes` reads a file once, checks the sha256 of what it
+read and returns those bytes for the framework to load from (``torch.jit.load(io.BytesIO(...))``);
+:func:`trusted_copy` copies a folder (or a file a framework opens only by path) into a private folder of this
+process, hashing what it copies, and the framework loads the copy. Whoever can write next to a trusted file can
+replace it at any moment, and the replacement never runs in its place.
 """
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,7 +38,7 @@ from mlms_nb.errors import MlmsError, UntrustedError
 from mlms_nb.paths import artifacts_dir, builtin_manifest_dir, mlms_home
 
 __all__ = ["RISKS", "TrustEntry", "add", "asset_digest", "entries", "is_trusted", "remove", "require_trust",
-           "store_path", "trust_command"]
+           "store_path", "trust_command", "trusted_bytes", "trusted_copy"]
 
 #: Why each kind of asset can run code (completes "... is a KIND, which ...").
 RISKS = {
@@ -66,13 +75,35 @@ def asset_digest(path: str | os.PathLike) -> str:
     path = Path(path)
     if not path.is_dir():
         return sha256_file(path, memo=False)
+    return _walk_digest(path, None)
+
+
+def _walk_digest(path: Path, copy_to: Path | None) -> str:
+    """A folder's digest (see :func:`asset_digest`); with ``copy_to``, each regular file is also written there as
+    it is hashed, from the same bytes (links are neither hashed nor copied)."""
     digest = hashlib.sha256()
     for folder, dirs, names in os.walk(path):
         dirs.sort()
+        rel_folder = Path(folder).relative_to(path)
+        if copy_to is not None:
+            (copy_to / rel_folder).mkdir(parents=True, exist_ok=True)
         for name in sorted(names):
             file = Path(folder) / name
             if file.is_file() and not file.is_symlink():
-                digest.update(f"{file.relative_to(path).as_posix()}\0{sha256_file(file, memo=False)}\n".encode())
+                data_digest = _hash_file(file, None if copy_to is None else copy_to / rel_folder / name)
+                digest.update(f"{file.relative_to(path).as_posix()}\0{data_digest}\n".encode())
+    return digest.hexdigest()
+
+
+def _hash_file(file: Path, copy_to: Path | None) -> str:
+    """The sha256 of ``file`` as read now; with ``copy_to``, the same bytes are written there."""
+    if copy_to is None:
+        return sha256_file(file, memo=False)
+    digest = hashlib.sha256()
+    with open(file, "rb") as src, open(copy_to, "wb") as dst:
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            digest.update(chunk)
+            dst.write(chunk)
     return digest.hexdigest()
 
 
@@ -142,7 +173,8 @@ def _self_converted(path: Path, digest: str) -> bool:
 
 def is_trusted(path: str | os.PathLike) -> bool:
     """Whether the asset at ``path`` is trusted without ``--trust``: built in, converted by mlms-nb, or in the
-    trust store with its current sha256."""
+    trust store with its current sha256. (To load it, use :func:`trusted_bytes` or :func:`trusted_copy`, which
+    check the very bytes that are loaded.)"""
     real = Path(path).expanduser().resolve()
     if _inside(real, builtin_manifest_dir()):
         return True
@@ -151,8 +183,64 @@ def is_trusted(path: str | os.PathLike) -> bool:
     stored = entries()
     if not stored and not _inside(real, artifacts_dir()):
         return False  # nothing could match: no need to hash a large file
-    digest = asset_digest(real)
+    return _digest_trusted(real, asset_digest(real), stored)
+
+
+def _digest_trusted(real: Path, digest: str, stored: list[TrustEntry]) -> bool:
     return _self_converted(real, digest) or any(e.sha256 == digest for e in stored)
+
+
+def _may_match(real: Path) -> list[TrustEntry] | None:
+    """The trust store's entries, or None when no digest of ``real`` could be trusted (nothing to hash)."""
+    stored = entries()
+    if not stored and not _inside(real, artifacts_dir()):
+        return None
+    return stored
+
+
+def trusted_bytes(path: str | os.PathLike, kind: str, trust: bool, what: str = "") -> bytes:
+    """The bytes of the file at ``path``, read once; refused (`UntrustedError`, as :func:`require_trust`) unless
+    ``trust`` is set or those very bytes are trusted. Load the model from what this returns, never from the path
+    again: the file may have been replaced since."""
+    real = Path(path).expanduser().resolve()
+    with open(real, "rb") as handle:
+        data = handle.read()
+    if trust or _inside(real, builtin_manifest_dir()):
+        return data
+    stored = _may_match(real)
+    if stored is not None and _digest_trusted(real, hashlib.sha256(data).hexdigest(), stored):
+        return data
+    _refuse(real, kind, what)
+
+
+def trusted_copy(path: str | os.PathLike, kind: str, trust: bool, what: str = "") -> Path:
+    """What to load for the file or folder at ``path``: a private copy (in a folder only this process writes,
+    removed when the process ends) whose sha256 was computed from the bytes that were copied, when that sha256 is
+    trusted; ``path`` itself when ``trust`` is set (the run trusts whatever is there) or it is built in. Refused
+    (`UntrustedError`) otherwise. Symbolic links inside a folder are not copied (they are not part of its sha256
+    either)."""
+    real = Path(path).expanduser().resolve()
+    if trust or _inside(real, builtin_manifest_dir()):
+        return real
+    stored = _may_match(real)
+    if stored is None:
+        _refuse(real, kind, what)
+    private = Path(tempfile.mkdtemp(prefix="mlms-trusted-"))
+    atexit.register(shutil.rmtree, private, True)
+    copy = private / real.name
+    try:
+        if real.is_dir():
+            copy.mkdir()
+            digest = _walk_digest(real, copy)
+        else:
+            digest = _hash_file(real, copy)
+    except OSError:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    if _digest_trusted(real, digest, stored):
+        return copy
+    shutil.rmtree(private, ignore_errors=True)
+    _refuse(real, kind, what)
 
 
 def trust_command(path: str | os.PathLike) -> str:
@@ -177,6 +265,11 @@ def require_trust(path: str | os.PathLike | None, kind: str, trust: bool, what: 
     if path is None:
         raise UntrustedError(f"{what} is {noun}, which {risk}; it was not run: pass trust=True (--trust) to run it "
                              "(save the manifest to a file to trust it once with `mlms trust add FILE`)")
+    _refuse(path, kind, what)
+
+
+def _refuse(path: str | os.PathLike, kind: str, what: str = ""):
+    noun, risk = RISKS[kind]
     real = Path(path).expanduser().resolve()
     changed = [e for e in entries() if e.path == str(real)]
     again = " (it changed since it was trusted)" if changed else ""

@@ -60,6 +60,16 @@ class PostgresServer:
             raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr[-2000:]}\n{log}")
         return done
 
+    def pause(self) -> None:
+        """Stop the server at once (``-m immediate``, as a crash or a network cut would), keeping its data."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", timeout=60)
+
+    def resume(self) -> None:
+        """Start the paused server again, on the same port."""
+        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -c unix_socket_directories={self.root} "
+                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=50")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
+
     def start(self) -> "PostgresServer":
         if self.as_root:
             user = pwd.getpwnam("postgres")

@@ -275,3 +275,76 @@ def test_an_agent_killed_mid_run_is_replaced_and_the_result_is_complete(cluster,
     assert rows.loc[ev.id, "status"] == "complete"
     lost = rows.drop(index=ev.id)
     assert list(lost["reason"]) == ["crash"] and list(lost["status"]) in (["partial"], ["failed"])
+
+
+# ---------------------------------------------------------------------------------------------- the boundary (issue 23)
+
+def test_a_scheduler_beyond_loopback_without_tls_is_refused_in_one_sentence(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mlms_nb.cli", "scheduler", "--host", "0.0.0.0", "--port", "0"],
+                          capture_output=True, text=True, env=fault_env(tmp_path / "home"), timeout=120)
+    assert done.returncode != 0 and "mlms scheduler at" not in done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "without TLS" in lines[0] and "--tls-setup" in lines[0] and "--insecure" in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_insecure_says_why_and_listens(tmp_path):
+    server = Server(["scheduler", "--host", "0.0.0.0", "--port", "0", "--insecure"], fault_env(tmp_path / "home"))
+    try:
+        assert server.wait_for("mlms scheduler at").split(" at ")[-1].startswith("tcp://")
+        assert "run any code on every agent" in server.wait_for("without TLS (--insecure)")
+    finally:
+        server.stop()
+
+
+def test_tls_setup_is_one_step_and_a_tls_address_without_files_is_one_sentence(tmp_path):
+    import mlms_nb
+    from mlms_nb.fleet.connect import AgentsError
+    from mlms_nb.fleet.tls_setup import tls_files
+
+    if not shutil.which("openssl"):
+        pytest.skip("--tls-setup makes certificates with the openssl command")
+    folder = tmp_path / "tls"
+    server = Server(["scheduler", "--port", "0", "--tls-setup", str(folder)], fault_env(tmp_path / "home"))
+    try:
+        address = server.wait_for("mlms scheduler at").split(" at ")[-1].strip()
+        assert address.startswith("tls://") and "--tls-ca-file" in server.wait_for("TLS certificates in")
+        assert oct((folder / "ca.key").stat().st_mode & 0o777) == "0o600"
+        assert mlms_nb.agents(on=address, **tls_files(folder)).empty  # a client with the files gets in
+        started = time.monotonic()
+        with pytest.raises(AgentsError) as refused:  # at once, not a 20 s timeout and a traceback
+            mlms_nb.agents(on=address)
+        assert time.monotonic() - started < 2 and "no certificate files" in str(refused.value)
+        assert "\n" not in str(refused.value)
+    finally:
+        from mlms_nb.fleet.connect import close_all
+
+        close_all()
+        server.stop()
+
+
+@slow
+def test_two_agents_without_names_do_not_collide_and_a_taken_name_is_one_sentence(tmp_path):
+    import mlms_nb
+
+    server = Server(["scheduler", "--port", "0"], fault_env(tmp_path / "s"))
+    agents = []
+    try:
+        address = server.wait_for("mlms scheduler at").split(" at ")[-1].strip()
+        agents = [Server(["agent", "--scheduler", address, "--frameworks", "onnxruntime"], fault_env(tmp_path / n))
+                  for n in ("a", "b")]
+        names = [a.wait_for("mlms agent ").split()[2] for a in agents]
+        assert names[0] != names[1] and all(name.startswith(platform.node()) for name in names)
+        assert sorted(mlms_nb.agents(on=address)["agent"]) == sorted(names)
+        taken = subprocess.run([sys.executable, "-m", "mlms_nb.cli", "agent", "--scheduler", address, "--name",
+                                names[0], "--frameworks", "onnxruntime"], capture_output=True, text=True,
+                               env=fault_env(tmp_path / "c"), timeout=120)
+        assert taken.returncode != 0 and "Traceback" not in taken.stderr, taken.stderr
+        assert [line for line in taken.stderr.splitlines() if "already has an agent named" in line]
+    finally:
+        from mlms_nb.fleet.connect import close_all
+
+        close_all()
+        for a in agents:
+            a.stop()
+        server.stop()

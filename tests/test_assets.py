@@ -127,6 +127,29 @@ def test_system_files_and_links_out_are_refused(tmp_path, mlms_home):
         resolve_asset("x" * 5000 + ".bin", base_dir=folder)  # a name too long: a sentence, not an OSError
 
 
+def test_hidden_files_and_dot_folders_are_refused_unless_allowed(tmp_path, mlms_home, monkeypatch):
+    """A manifest saved at the top of a home folder may not name ~/.ssh/id_rsa (or any hidden file) as an asset: its
+    lines would become class names in predictions, reports and the history (issue 23 item 7)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("SECRETKEYLINE1\n")
+    (home / ".env").write_text("TOKEN=1\n")
+    (home / "labels.txt").write_text("cat\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("MLMS_ALLOW_PATHS", raising=False)
+    assert resolve_asset("labels.txt", base_dir=home) == home / "labels.txt"  # its own folder still is allowed
+    for uri in (".ssh/id_rsa", "~/.ssh/id_rsa", str(home / ".ssh" / "id_rsa"), ".env", "./.ssh/../.env"):
+        with pytest.raises(AssetError) as info:
+            resolve_asset(uri, base_dir=home)
+        message = str(info.value)
+        assert "hidden" in message and "MLMS_ALLOW_PATHS" in message and "\n" not in message, uri
+    (home / "link.txt").symlink_to(home / ".ssh" / "id_rsa")  # a link to a hidden file: its target counts
+    with pytest.raises(AssetError, match="hidden"):
+        resolve_asset("link.txt", base_dir=home)
+    monkeypatch.setenv("MLMS_ALLOW_PATHS", str(home / ".ssh"))  # the explicit allowance
+    assert resolve_asset(".ssh/id_rsa", base_dir=home).read_text() == "SECRETKEYLINE1\n"
+
+
 def test_search_root_mlms_home_and_builtin_labels_are_allowed(tmp_path, mlms_home, monkeypatch):
     folder, _ = _manifest_dir(tmp_path)
     (tmp_path / "models" / "labels.txt").write_text("a\n")

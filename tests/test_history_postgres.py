@@ -110,3 +110,58 @@ def test_a_new_postgres_store_has_exactly_the_declared_tables_at_the_migrations_
         assert indexes == {i.name for i in table.indexes}, table.name  # (a unique constraint's own index aside)
     with store.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == head()
+
+
+@pytest.mark.slow  # a server of its own and an `mlms eval` with two 1.5 s timed loops: ~10 s
+def test_a_run_cut_off_by_an_outage_is_complete_once_the_server_is_back(tmp_path, monkeypatch):
+    """The server stops (immediate, as a crash would) while `mlms eval` times its second batch size; the run finishes,
+    keeps the whole result in unsaved/, and once the server is back the first open of the store completes the row the
+    outage left half written: no crash that did not happen (issue 23 item 4)."""
+    pytest.importorskip("onnxruntime")
+    from tests.faults.models import Mlms, fault_env, manifest, tiny_onnx
+    from tests.pg_support import PostgresServer, postgres_bin_dir
+
+    if postgres_bin_dir() is None:
+        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed here: apt-get install postgresql")
+    server = PostgresServer(postgres_bin_dir()).start()  # its own server: the session's one stays up
+    try:
+        url = server.new_database()
+        HistoryStore(url)  # its tables
+        tiny_onnx(tmp_path / "tiny.onnx")
+        path, home = manifest(tmp_path, "tiny", "tiny.onnx"), tmp_path / "home"
+        env = fault_env(home, MLMS_HISTORY_URL=url)
+        run = Mlms(["eval", str(path), "--dataset", "synthetic:4", "--batch-sizes", "1,2", "--min-time", "1.5",
+                    "--min-repeats", "1", "--warmup", "1", "--json"], env)
+        run.wait_for("timing onnxruntime at batch size 2")  # batch size 1 is in the store
+        server.pause()
+        rc, out, err = run.finish()
+        assert rc == 1 and "unsaved" in err, err
+        kept = list((home / "unsaved").glob("*.json"))
+        assert len(kept) == 1
+
+        server.resume()
+        import sqlalchemy
+
+        with sqlalchemy.create_engine(url).connect() as conn:  # what the outage left: batch size 1, unfinished
+            [(status,)] = conn.execute(sqlalchemy.text("SELECT status FROM evaluations")).all()
+        assert status != "complete"
+        monkeypatch.setenv("MLMS_HOME", str(home))
+        [row] = HistoryStore(url).query().to_dict("records")  # the first open puts the whole result back
+        assert (row["status"], row["complete"], list(row["batch_sizes"])) == ("complete", True, [1, 2])
+        stored = HistoryStore(url).load(int(row["id"]))
+        assert sorted(stored.latency["batch_size"]) == [1, 2] and stored.id == kept[0].stem
+        assert not list((home / "unsaved").glob("*.json")) and (home / "unsaved" / "imported" / kept[0].name).exists()
+    finally:
+        server.stop()
+
+
+def test_history_import_puts_back_a_file_into_any_store(real_evaluation, tmp_path, postgres_url, monkeypatch):
+    import mlms_nb
+
+    monkeypatch.setenv("MLMS_HOME", str(tmp_path / "home"))
+    file = tmp_path / "kept.json"
+    file.write_text(real_evaluation.to_json())
+    frame = mlms_nb.history_import(file, url=postgres_url)
+    assert list(frame["evaluation_id"].unique()) == [real_evaluation.id] and frame["complete"].all()
+    with pytest.raises(MlmsError, match="no such file"):
+        mlms_nb.history_import(tmp_path / "missing.json", url=postgres_url)

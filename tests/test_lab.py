@@ -204,6 +204,49 @@ def test_index_is_written_beside_the_trace_and_rebuilt_when_it_changes(lab, tmp_
         assert all(lo <= hi for lo, hi in zip(s["min"], s["max"]) if lo is not None)
 
 
+def test_one_damaged_trace_breaks_only_itself(lab):
+    """A truncated spans.parquet, and a spans.parquet that links out of the store, mark that trace unreadable (with
+    why) while the listing stays 200 and the run's other trace still opens (issue 23 item 5)."""
+    import shutil
+
+    from mlms_nb.store.history import HistoryStore
+
+    server, ev = lab
+    traces = server.home / "traces" / ev.id
+    store = HistoryStore(f"sqlite:///{server.home / 'history.sqlite'}")
+    damaged, linked = traces / "tensorflow", traces / "jax"
+    outside = server.home.parent / "outside_spans.parquet"
+    try:
+        shutil.copytree(traces / "torch", damaged)
+        spans = damaged / "spans.parquet"
+        spans.write_bytes(spans.read_bytes()[:300])
+        linked.mkdir()
+        shutil.copyfile(traces / "torch" / "spans.parquet", outside)  # a valid trace, but outside MLMS_HOME
+        (linked / "spans.parquet").symlink_to(outside)
+        for folder in (damaged, linked):
+            store.add_trace(ev.id, "x", "parquet", path=str(folder))
+
+        listed = get_json(server, "runs")
+        run = next(r for r in listed["runs"] if r["evaluation_id"] == ev.id)
+        by_fw = {t["framework"]: t for t in run["traces"]}
+        assert set(by_fw) == {"torch", "tensorflow", "jax"}
+        assert "unreadable" not in by_fw["torch"] and by_fw["torch"]["spans"] == len(ev.traces["torch"].spans)
+        assert "spans.parquet" in by_fw["tensorflow"]["unreadable"] and by_fw["tensorflow"]["spans"] == 0
+        assert "link" in by_fw["jax"]["unreadable"] and by_fw["jax"]["spans"] == 0
+        assert {t["framework"] for t in get_json(server, f"runs/{ev.id}")["traces"]} == set(by_fw)
+        for fw in ("tensorflow", "jax"):
+            for path in (f"runs/{ev.id}/traces/{fw}", f"runs/{ev.id}/traces/{fw}/summary?start_ns=0&end_ns=10"):
+                status, body = server.get(f"mlms/api/{path}")
+                message = json.loads(body)["message"]
+                assert status == 422 and "unreadable" in message and "\n" not in message, (path, status, body)
+        assert server.get(f"mlms/api/runs/{ev.id}/traces/torch")[0] == 200
+    finally:
+        for folder in (damaged, linked):
+            shutil.rmtree(folder, ignore_errors=True)  # its row then points at nothing and is no longer listed
+        outside.unlink(missing_ok=True)
+    assert [t["framework"] for t in get_json(server, f"runs/{ev.id}")["traces"]] == ["torch"]
+
+
 # ------------------------------------------------------------------------------------------ the browser
 
 NOTEBOOK_CELLS = [

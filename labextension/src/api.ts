@@ -7,6 +7,8 @@ export interface ITraceFacts {
   spans: number;
   trace_level: string;
   source: string;
+  /** Why this trace cannot be read (a damaged file, a link out of its folder); absent when it can. */
+  unreadable?: string;
 }
 
 export interface IRun {

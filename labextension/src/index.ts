@@ -61,7 +61,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     async function openTimeline(req: IOpenRequest): Promise<MainAreaWidget<TimelineWidget>> {
       const run = await requestAPI<IRun>(`runs/${encodeURIComponent(req.evaluation_id)}`);
-      const frameworks = req.framework ? [req.framework] : run.traces.map(t => t.framework);
+      const frameworks = req.framework ? [req.framework] : run.traces.filter(t => !t.unreadable).map(t => t.framework);
       if (!frameworks.length) {
         throw new Error(`run ${req.evaluation_id} has no stored trace: evaluate with a trace level`);
       }

@@ -150,6 +150,13 @@ export class RunsSidebar extends Widget {
     if (run.traces.length) {
       const chips = el('div', 'mlms-run-traces');
       for (const t of run.traces) {
+        if (t.unreadable) {
+          // a damaged trace breaks only itself: marked, with why, and not offered for opening
+          const bad = el('span', 'mlms-chip mlms-unreadable', `${t.framework} · trace unreadable`);
+          bad.title = t.unreadable;
+          chips.appendChild(bad);
+          continue;
+        }
         const open = el('button', 'mlms-chip', `${t.framework} · ${t.spans.toLocaleString()} spans`);
         open.title = `open the ${t.framework} trace (${t.trace_level}) in a timeline`;
         open.dataset.framework = t.framework;
@@ -159,7 +166,7 @@ export class RunsSidebar extends Widget {
         ab.onclick = () => this.open({ evaluation_id: run.evaluation_id, framework: t.framework, compare: true });
         chips.append(open, ab);
       }
-      if (run.traces.length > 1) {
+      if (run.traces.filter(t => !t.unreadable).length > 1) {
         const all = el('button', 'mlms-chip', 'all stacked');
         all.title = 'open every framework of this run, one above the other';
         all.onclick = () => this.open({ evaluation_id: run.evaluation_id });

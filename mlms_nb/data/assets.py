@@ -19,6 +19,11 @@ file on the machine (``../../etc/passwd``, ``/home/me/.ssh/id_rsa``, ``file:///.
 - each folder listed in the environment variable ``MLMS_ALLOW_PATHS`` (separated by ``os.pathsep``,
   ``:`` on Linux): the explicit allowance, e.g. ``MLMS_ALLOW_PATHS=/data/models:/mnt/weights``.
 
+Below those folders, a hidden file or one inside a hidden folder (a name starting with ``.``, such as ``.ssh/id_rsa``
+of a manifest saved at the top of a home folder, or ``.env``) is refused too: keys, credentials and settings live
+there, and an asset's lines end up in predictions, reports and the history. A folder listed in ``MLMS_ALLOW_PATHS``
+is the explicit allowance for that as well (its hidden files are allowed).
+
 ``pkg://DIST/PATH`` names a file the distribution installs: ``PATH`` must be listed in its RECORD (or,
 without one, lie inside its install folder); ``..`` is refused. Anything else is refused with one
 sentence naming the asset and the folder to add to ``MLMS_ALLOW_PATHS``.
@@ -110,19 +115,40 @@ def manifest_root(base_dir: Path | None) -> Path:
 
 def allowed_roots(base_dir: Path | None = None) -> list[Path]:
     """Every folder a local asset of a manifest in ``base_dir`` may lie in, ``MLMS_ALLOW_PATHS`` last."""
-    roots = [manifest_root(base_dir), mlms_home(), builtin_manifest_dir()]
-    roots += [Path(p).expanduser() for p in os.environ.get(ALLOW_PATHS_ENV, "").split(os.pathsep) if p.strip()]
-    return roots
+    return [manifest_root(base_dir), mlms_home(), builtin_manifest_dir(), *explicit_roots()]
+
+
+def explicit_roots() -> list[Path]:
+    """The folders of ``MLMS_ALLOW_PATHS``: allowed explicitly, hidden files in them included."""
+    return [Path(p).expanduser() for p in os.environ.get(ALLOW_PATHS_ENV, "").split(os.pathsep) if p.strip()]
+
+
+def _hidden_part(real: str, root_real: str) -> str | None:
+    """The first name below ``root_real`` on the way to ``real`` that starts with ``.`` (None when there is none)."""
+    rel = os.path.relpath(real, root_real)
+    return next((part for part in Path(rel).parts if part.startswith(".") and part not in (".", "..")), None)
 
 
 def confined(path: Path, uri: str, base_dir: Path | None = None) -> Path:
-    """``path`` when it resolves inside one of `allowed_roots`; else an `AssetError` saying how to allow it."""
+    """``path`` when it resolves inside one of `allowed_roots` and, unless that folder was allowed explicitly
+    (``MLMS_ALLOW_PATHS``), is neither hidden nor inside a hidden folder below it; else an `AssetError` saying how
+    to allow it."""
     real = os.path.realpath(path)
+    explicit = {os.path.realpath(root) for root in explicit_roots()}
+    hidden = None
     for root in allowed_roots(base_dir):
         root_real = os.path.realpath(root)
         if os.path.commonpath([real, root_real]) == root_real:
-            return path
+            part = None if root_real in explicit else _hidden_part(real, root_real)
+            if part is None:
+                return path
+            hidden = hidden or part
     folder = os.path.dirname(real) or real
+    if hidden is not None:
+        raise AssetError(
+            f"asset {uri} resolves to {real}, which is hidden ({hidden}): a manifest's files may not be hidden files "
+            f"or lie in hidden folders, where keys and settings live; to allow it, add its folder to "
+            f"{ALLOW_PATHS_ENV} (e.g. {ALLOW_PATHS_ENV}={folder})")
     raise AssetError(
         f"asset {uri} resolves to {real}, outside the folders a manifest's files may come from (its own root "
         f"{manifest_root(base_dir)}, MLMS_HOME and the built-in manifests); to allow it, add its folder to "

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from mlms_nb.errors import MlmsError
+from mlms_nb.errors import MlmsError, RunFailedError
 from mlms_nb.evaluation.assemble import Assembler
 from mlms_nb.evaluation.checks import check_before_loading
 from mlms_nb.evaluation.progress import ProgressDisplay
@@ -26,7 +26,7 @@ from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.targets import shippable
 from mlms_nb.evaluation.work import FrameworkJob, measure_framework
 from mlms_nb.launchers import Launcher, Limits, Outcome, StopRequested, Work, get_launcher, outcome_of
-from mlms_nb.launchers.stopping import deferred, stop_signals
+from mlms_nb.launchers.stopping import deferred, stop_signals, when_abandoned
 from mlms_nb.manifest import Manifest, canonical_framework, find_manifest
 from mlms_nb.options import EvaluateOptions, spell
 
@@ -90,6 +90,7 @@ class EvaluationRunner:
         progress = ProgressDisplay(first.name, opts.progress)
         stop: BaseException | None = None
         outcomes: dict[str, Outcome] = {}
+        self._held: list[str] = []  # failures with nothing measured: said by the error raised, or at the end
         try:
             with stop_signals():
                 for manifest in self.manifests:
@@ -103,7 +104,9 @@ class EvaluationRunner:
             error = first_failure.error
             if isinstance(error, MlmsError) and str(error) == first_failure.message:
                 raise error  # bad input: its own sentence, its own type
-            raise MlmsError(first_failure.message)
+            raise RunFailedError(first_failure.message)  # the model failed while running: exit 1, not 2
+        for text in self._held:  # another framework measured something: each failure is said once, here
+            log.warning("%s", text)
         for fw, outcome in evaluation.outcomes.items():  # frameworks not run at all
             if outcome.get("status") == "not run":
                 _warn_missing(evaluation, fw)
@@ -131,8 +134,12 @@ class EvaluationRunner:
 
             metrics, unshipped = (self.metrics, []) if self.launcher.name == "inline" else shippable(self.metrics)
             job = FrameworkJob(manifest, self.options, f"{evaluation.id}-{fw}", metrics, tuple(unshipped))
+            def keep_before_exit() -> None:  # a second Ctrl-C ends the process while a call cannot be stopped
+                self._finish(fw, outcome_of(KeyboardInterrupt(), fw), evaluation, assembler)
+
             try:
-                outcome = self.launcher.launch(Work(measure_framework, (job,), fw), on_record)
+                with when_abandoned(keep_before_exit):
+                    outcome = self.launcher.launch(Work(measure_framework, (job,), fw), on_record)
             except (KeyboardInterrupt, StopRequested) as err:
                 stop, outcome = err, outcome_of(err, fw)
             outcomes[fw] = outcome
@@ -154,7 +161,11 @@ class EvaluationRunner:
             log.debug("%s ended: %s\n%s", fw, outcome.message, outcome.detail)
         self._store(evaluation, fw)  # with nothing measured, a failed row with its reason
         if result["status"] != "complete" and outcome.message:
-            log.warning("%s", outcome.message if outcome.message.startswith(fw) else f"{fw}: {outcome.message}")
+            text = outcome.message if outcome.message.startswith(fw) else f"{fw}: {outcome.message}"
+            if outcome.status == "error" and fw not in assembler.measured:
+                self._held.append(text)  # if nothing at all is measured, the error raised says it (once)
+            else:
+                log.warning("%s", text)
 
     def _store(self, evaluation: Evaluation, fw: str) -> None:
         if self.sink is not None:

@@ -35,12 +35,21 @@ def security_for(tls: dict, role: str):  # noqa: ANN201 - distributed.Security
                                             "require_encryption": True})
 
 
+def require_tls_files(address: str, tls: dict, who: str = "mlms") -> None:
+    """A ``tls://`` address needs certificate files: say so in one sentence (`AgentsError`) before connecting."""
+    if str(address).startswith("tls://") and not any(tls.values()):
+        raise AgentsError(f"{who}: {address} is a TLS address, but no certificate files were given: pass "
+                          "--tls-ca-file, --tls-cert and --tls-key (Python: tls_ca_file=, tls_cert=, tls_key=), the "
+                          "files `mlms scheduler --tls-setup DIR` made")
+
+
 def connect(address: str, tls: dict | None = None):  # noqa: ANN201 - distributed.Client
     """A client of the scheduler at ``address`` (``tcp://host:8786`` or ``tls://...``), reused while it lives."""
     require("distributed", "evaluating on agents")
     from distributed import Client
 
     tls = {k: v for k, v in (tls or {}).items() if v}
+    require_tls_files(address, tls)
     if tls and address.startswith("tcp://"):
         address = "tls://" + address.removeprefix("tcp://")
     key = (address, tuple(sorted(tls.items())))

@@ -6,25 +6,76 @@ the :class:`~mlms_nb.launchers.dask_agent.AgentPlugin`, which advertises its sta
 it has (or those named). Any Dask scheduler will do (``dask scheduler``); ``mlms scheduler`` is one with no
 dashboard. Both print one line, ``mlms scheduler at tcp://...`` / ``mlms agent NAME at tcp://... -> SCHEDULER``, on
 stdout when ready, so a script (or a test) can read the address.
+
+Without TLS, whoever can reach a scheduler's or an agent's port can run any code on every agent (Dask runs the
+functions its clients send, and sends results back as pickles), so both refuse to listen on an address other than
+loopback without TLS unless told ``insecure`` (:func:`check_boundary`); ``--tls-setup DIR`` makes the certificates.
 """
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import os
 import socket
 import sys
 
+from pathlib import Path
+
 from mlms_nb._optional import require
-from mlms_nb.fleet.connect import security_for
+from mlms_nb.fleet.connect import require_tls_files, security_for
 from mlms_nb.errors import MlmsError
 
 log = logging.getLogger(__name__)
 
 
-def run_scheduler(host: str = "127.0.0.1", port: int = 8786, tls: dict | None = None) -> None:
-    """Run a Dask scheduler here until stopped; prints its address when it listens."""
+BOUNDARY = ("anyone who can reach its port can run any code on every agent (Dask runs the functions its clients "
+            "send)")
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback only; None and unresolvable names are not."""
+    if not host:
+        return False
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), None)
+    except (OSError, UnicodeError):
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def check_boundary(role: str, host: str | None, tls: dict, insecure: bool) -> None:
+    """Refuse (`MlmsError`) to listen on ``host`` beyond loopback without TLS, unless ``insecure`` (then say why it
+    is dangerous, on stderr). ``host`` None: the interface that reaches the scheduler, which is not loopback."""
+    if any(tls.values()) or is_loopback(host):
+        return
+    where = host or "the interface that reaches the scheduler"
+    if not insecure:
+        raise MlmsError(f"mlms {role}: refusing to listen on {where} without TLS, since {BOUNDARY}: make certificates "
+                        "with `mlms scheduler --tls-setup DIR` and pass them to every side (docs/agents.md), listen on "
+                        "127.0.0.1, or pass --insecure on a machine and network you trust")
+    print(f"mlms {role}: listening on {where} without TLS (--insecure): {BOUNDARY}; use it only on a network "
+          "where you trust everyone", file=sys.stderr, flush=True)
+
+
+def run_scheduler(host: str = "127.0.0.1", port: int = 8786, tls: dict | None = None, insecure: bool = False,
+                  tls_setup: str | None = None) -> None:
+    """Run a Dask scheduler here until stopped; prints its address when it listens. ``tls_setup``: a folder where
+    the CA and certificate are made (or reused) and used."""
     require("distributed", "mlms scheduler")
-    asyncio.run(_scheduler(host, port, security_for(tls or {}, "scheduler")))
+    tls = {k: v for k, v in (tls or {}).items() if v}
+    if tls_setup:
+        if tls:
+            raise MlmsError("mlms scheduler: --tls-setup makes the TLS files, so give either it or --tls-ca-file/"
+                            "--tls-cert/--tls-key, not both")
+        from mlms_nb.fleet.tls_setup import make_certificates
+
+        tls = make_certificates(tls_setup, host)
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in tls.items())
+        print(f"mlms scheduler: TLS certificates in {Path(tls['tls_cert']).parent}; copy ca.pem, node.pem and node.key "
+              f"(not ca.key) to every agent and notebook machine and pass: {flags}", file=sys.stderr, flush=True)
+    check_boundary("scheduler", host, tls, insecure)
+    asyncio.run(_scheduler(host, port, security_for(tls, "scheduler")))
 
 
 async def _scheduler(host: str, port: int, security) -> None:  # noqa: ANN001
@@ -40,16 +91,25 @@ async def _scheduler(host: str, port: int, security) -> None:  # noqa: ANN001
 
 def run_agent(scheduler: str, name: str | None = None, labels: dict[str, str] | None = None, threads: int = 1,
               frameworks: list[str] | None = None, traces: str | None = None, host: str | None = None,
-              tls: dict | None = None) -> None:
-    """Run an mlms agent here until stopped: a Dask worker of ``scheduler`` advertising this machine's stack."""
+              tls: dict | None = None, insecure: bool = False) -> None:
+    """Run an mlms agent here until stopped: a Dask worker of ``scheduler`` advertising this machine's stack. Its
+    default name, ``HOST-Nt-PID``, is unique per process (two agents on one machine never collide)."""
     require("distributed", "mlms agent")
     from mlms_nb.launchers.dask_agent import make_plugin
 
-    name = name or f"{socket.gethostname()}-{threads}t"
-    plugin = make_plugin(name, labels, frameworks, threads, traces)
+    tls = {k: v for k, v in (tls or {}).items() if v}
+    require_tls_files(scheduler, tls, "mlms agent")
+    name = name or default_agent_name(threads)
     if host is None:
-        host = "127.0.0.1" if scheduler.split("://")[-1].startswith(("127.", "localhost")) else None
-    asyncio.run(_agent(scheduler, name, plugin, host, security_for(tls or {}, "worker")))
+        host = "127.0.0.1" if is_loopback(scheduler.split("://")[-1].rsplit(":", 1)[0]) else None
+    check_boundary("agent", host, tls, insecure)
+    plugin = make_plugin(name, labels, frameworks, threads, traces)
+    asyncio.run(_agent(scheduler, name, plugin, host, security_for(tls, "worker")))
+
+
+def default_agent_name(threads: int) -> str:
+    """``HOST-Nt-PID``: this machine, the agent's threads and its process (unique per process)."""
+    return f"{socket.gethostname()}-{threads}t-{os.getpid()}"
 
 
 QUIET_WORKER = {"distributed.worker.profile.enabled": False, "distributed.admin.system-monitor.gil.enabled": False,
@@ -75,6 +135,11 @@ async def _agent(scheduler: str, name: str, plugin, host: str | None, security) 
     except OSError as err:
         raise MlmsError(f"mlms agent: cannot reach the scheduler at {scheduler} ({err}); start one with "
                         "`mlms scheduler`, or check the address") from None
+    except (ValueError, RuntimeError) as err:  # the scheduler refused to register it (Dask wraps that error)
+        if any("name taken" in str(e) for e in (err, err.__cause__, err.__context__) if e is not None):
+            raise MlmsError(f"mlms agent: the scheduler at {scheduler} already has an agent named {name!r}; give "
+                            "this one another --name (or none: the default name is unique per process)") from None
+        raise
 
 
 def main_guard(run, *args, **kwargs) -> None:  # noqa: ANN001

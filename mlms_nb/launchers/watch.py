@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable
 
 from mlms_nb.launchers.base import CallTimeout
+from mlms_nb.launchers.stopping import deliver
 from mlms_nb.options import spell
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class CallWatch:
         self.clock = clock or CallClock()
         self.cancel: Callable[[], None] | None = None
         self.expired = False
+        self.signalled: int | None = None  # the stop signal that cancelled the call in progress (Ctrl-C: SIGINT)
 
     @property
     def phase(self) -> str:
@@ -116,16 +118,32 @@ class CallWatch:
         self.cancel = cancel
 
     def guard(self, call: Callable) -> Callable:
-        """``call`` stamping the clock around each run; a call the watchdog cancelled raises `CallTimeout`."""
+        """``call`` stamping the clock around each run; a call the watchdog cancelled raises `CallTimeout`, one a
+        stop signal cancelled the signal's stop (``KeyboardInterrupt`` for Ctrl-C). Without a timeout, a call that
+        cannot be cancelled is returned as it is (no cost)."""
+        watch = self
         if self.call_timeout_s is None:
-            return call
-        clock, watch = self.clock, self
+            if self.cancel is None:
+                return call
+
+            def interruptible(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return call(*args, **kwargs)
+                except Exception:
+                    if watch.signalled is not None:
+                        raise deliver(watch.signalled) from None
+                    raise
+
+            return interruptible
+        clock = self.clock
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             clock.started()
             try:
                 return call(*args, **kwargs)
             except Exception:
+                if watch.signalled is not None:
+                    raise deliver(watch.signalled) from None
                 if watch.expired:
                     raise CallTimeout(timeout_sentence(watch.label, watch.call_timeout_s, clock.phase,
                                                        "was cancelled")) from None

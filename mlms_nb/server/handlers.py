@@ -15,8 +15,9 @@
 ``GET .../counters?start_ns=&end_ns=&width_px=``                   counter series, min/max per pixel
 =================================================================  ================================================
 
-Times are integer ns from the trace's first span. A malformed id or parameter gets 400, an unknown run 404;
-ids are checked before anything touches the store (see :mod:`mlms_nb.server.runs`).
+Times are integer ns from the trace's first span. A malformed id or parameter gets 400, an unknown run 404, a trace
+whose files cannot be read (damaged, or a link out of its folder) 422 with why, while the listing stays 200 and marks
+that trace ``unreadable``; ids are checked before anything touches the store (see :mod:`mlms_nb.server.runs`).
 """
 from __future__ import annotations
 
@@ -71,6 +72,8 @@ class MlmsHandler(APIHandler):
             return self.reply({"message": str(err)}, 400)
         except runs.NotFound as err:
             return self.reply({"message": str(err)}, 404)
+        except runs.Unreadable as err:  # a damaged trace: this one only, said in one sentence
+            return self.reply({"message": str(err)}, 422)
         self.reply(data)
 
     def int_arg(self, name: str, lo: int | None = None, hi: int | None = None, default=None) -> int:

@@ -140,12 +140,13 @@ def read_index(folder: Path, key: str):
     """The meta and pyramid rows written beside the trace, if they are there and match ``key``; else None."""
     import pyarrow as pa
 
+    files = [runs.confined_file(folder, name) for name in (META_FILE, ROWS_FILE, SPANS_FILE)]
+    if None in files:  # missing, or a link out of the trace folder: build the index afresh
+        return None
     try:
-        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+        meta = json.loads(files[0].read_text(encoding="utf-8"))
         if meta.get("format") != FORMAT or meta.get("version") != VERSION or meta.get("key") != key:
             return None
-        if not (folder / SPANS_FILE).is_file():
-            return None
-        return meta, read_arrays(folder / ROWS_FILE), None
+        return meta, read_arrays(files[1]), None
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return None

@@ -4,8 +4,10 @@ table, where traces live on disk (``$MLMS_HOME/traces/<evaluation_id>/<framework
 moving the store (``mlms_nb.store.history`` -> ``mlms_nb.store``) only changes the imports here.
 
 Every id that reaches this module has been checked by :func:`check_evaluation_id` / :func:`check_framework`;
-every path it returns lies inside :func:`traces_root` (symlinks resolved), so no request can read a file
-outside the store.
+every path it returns lies inside :func:`traces_root` (symlinks resolved), and every file read inside a trace
+folder is resolved and confined to that folder too (:func:`confined_file`), so no request can read a file outside the
+store. One damaged or unreadable trace breaks only itself: the listing marks it ``unreadable`` (with why) and its
+endpoints answer :class:`Unreadable` (HTTP 422) with that sentence.
 """
 from __future__ import annotations
 
@@ -27,6 +29,11 @@ class BadRequest(ValueError):
 
 class NotFound(LookupError):
     """No such run or trace in the store; its text is one sentence for the HTTP 404 reply."""
+
+
+class Unreadable(RuntimeError):
+    """A stored trace whose files cannot be read (damaged, or a link out of its folder); one sentence for the HTTP
+    422 reply."""
 
 
 def check_evaluation_id(value: str) -> str:
@@ -70,9 +77,33 @@ def _inside_store(path: str | None) -> Path | None:
         resolved = Path(path).resolve(strict=True)
     except (OSError, RuntimeError):
         return None
-    if not resolved.is_relative_to(root) or resolved == root or not (resolved / SPANS_FILE).is_file():
+    spans = resolved / SPANS_FILE
+    if not resolved.is_relative_to(root) or resolved == root or not (spans.exists() or spans.is_symlink()):
         return None
     return resolved
+
+
+def confined_file(folder: Path, name: str) -> Path | None:
+    """``folder/name`` if it is a regular file that resolves inside ``folder`` (a link out of it is refused);
+    None otherwise."""
+    try:
+        resolved = (folder / name).resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if resolved.parent != folder.resolve() or not resolved.is_file():
+        return None
+    return resolved
+
+
+def _spans_file(folder: Path) -> Path:
+    """The confined spans file of a trace folder, or :class:`Unreadable` saying why not."""
+    spans = confined_file(folder, SPANS_FILE)
+    if spans is None:
+        link = folder / SPANS_FILE
+        why = ("is a link that leaves the trace folder; it was not read" if link.is_symlink()
+               else "is not a regular file")
+        raise Unreadable(f"the trace in {folder} is unreadable: its {SPANS_FILE} {why}")
+    return spans
 
 
 # ------------------------------------------------------------------------------------------ runs
@@ -81,10 +112,21 @@ _footers: dict[tuple[str, int, int], dict] = {}
 
 
 def trace_facts(folder: Path) -> dict:
-    """Span count and recorded trace level of a trace folder, from the Parquet footer only (cached)."""
+    """Span count and recorded trace level of a trace folder, from the Parquet footer only (cached). A trace that
+    cannot be read gives ``spans`` 0 and ``unreadable``: why (the others are unaffected)."""
+    try:
+        return _footer_facts(_spans_file(folder))
+    except Unreadable as err:
+        return {"spans": 0, "trace_level": "", "source": "", "unreadable": str(err)}
+    except Exception as err:  # noqa: BLE001 - OSError, ArrowInvalid ...: any damage breaks this trace only
+        why = " ".join(str(err).split())[:200] or type(err).__name__
+        return {"spans": 0, "trace_level": "", "source": "", "unreadable":
+                f"the trace in {folder} is unreadable: its {SPANS_FILE} could not be opened ({why})"}
+
+
+def _footer_facts(spans: Path) -> dict:
     import pyarrow.parquet as pq
 
-    spans = folder / SPANS_FILE
     st = spans.stat()
     key = (str(spans), st.st_mtime_ns, st.st_size)
     facts = _footers.get(key)
@@ -99,6 +141,14 @@ def trace_facts(folder: Path) -> dict:
                      "source": str(info.get("source") or "")}
         _footers[key] = facts
     return facts
+
+
+def readable_folder(folder: Path) -> Path:
+    """``folder`` if its trace can be opened (spans file confined, footer readable), else :class:`Unreadable`."""
+    why = trace_facts(folder).get("unreadable")
+    if why:
+        raise Unreadable(why)
+    return folder
 
 
 def _traces_by_evaluation(evaluation_id: str | None = None) -> dict[str, dict[str, Path]]:
@@ -186,22 +236,30 @@ def trace_folder(evaluation_id: str, framework: str) -> Path:
     folder = _traces_by_evaluation(evaluation_id).get(evaluation_id, {}).get(framework)
     if folder is None:
         raise NotFound(f"no stored trace of framework {framework!r} for evaluation {evaluation_id}")
-    return folder
+    return readable_folder(folder)
 
 
 def load_spans(folder: Path):
     """The spans frame of a stored trace (memory-mapped Parquet; see ``Trace.load``)."""
+    from mlms_nb.errors import TraceFormatError
     from mlms_nb.tracing.trace import Trace
 
-    return Trace.load(folder).spans
+    _spans_file(folder)
+    if confined_file(folder, COUNTERS_FILE) is None and (folder / COUNTERS_FILE).is_symlink():
+        raise Unreadable(f"the trace in {folder} is unreadable: its {COUNTERS_FILE} is a link that leaves the trace "
+                         "folder; it was not read")
+    try:
+        return Trace.load(folder).spans
+    except TraceFormatError as err:
+        raise Unreadable(f"the trace in {folder} is unreadable: {err}") from None
 
 
 def load_counters(folder: Path):
     """The counters frame of a stored trace (columns ``ts_ns, source, metric, value, unit, device``)."""
     import pyarrow.parquet as pq
 
-    path = folder / COUNTERS_FILE
-    if not path.is_file():
+    path = confined_file(folder, COUNTERS_FILE)
+    if path is None:
         return None
     with pq.ParquetFile(path, memory_map=True) as f:
         return f.read().to_pandas()
@@ -209,7 +267,7 @@ def load_counters(folder: Path):
 
 def spans_key(folder: Path) -> str:
     """What a cached level-of-detail index of this trace must match: the spans file's size and mtime."""
-    st = (folder / SPANS_FILE).stat()
+    st = _spans_file(folder).stat()
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 

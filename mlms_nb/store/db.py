@@ -129,6 +129,18 @@ def engine_for(url: str) -> Engine:
     return engine
 
 
+def damage_hint(engine: Engine, err: BaseException) -> str:
+    """How to recover when SQLite says the file itself is damaged (not locked, not a query's fault); "" otherwise."""
+    import sqlite3
+
+    if not is_sqlite(engine) or type(getattr(err, "orig", None)) is not sqlite3.DatabaseError:
+        return ""
+    path = engine.url.database
+    return (f"; the file is damaged: move it aside (mv {path} {path}.damaged) and the next run starts a new store "
+            f"(`sqlite3 {path}.damaged .recover | sqlite3 {path}` may save its rows; `mlms history import "
+            "MLMS_HOME/unsaved` puts back the results kept there)")
+
+
 def is_locked(err: BaseException) -> bool:
     text = str(getattr(err, "orig", None) or err).lower()
     return any(s in text for s in ("database is locked", "database table is locked", "database is busy",

@@ -21,8 +21,8 @@ from mlms_nb._clock import now_utc
 from mlms_nb._fs import alive
 from mlms_nb.evaluation.result import Evaluation, EvaluationFormatError
 from mlms_nb.paths import mlms_home
-from mlms_nb.store.db import (HistoryError, LockedError, engine_for, is_locked, is_sqlite, retry_while_locked,
-                              tables_ready)
+from mlms_nb.store.db import (HistoryError, LockedError, damage_hint, engine_for, is_locked, is_sqlite,
+                              retry_while_locked, tables_ready)
 from mlms_nb.schema.evaluation import HISTORY
 from mlms_nb.store.migrate import upgrade
 from mlms_nb.store.tables import CEILING_FIGURES, QUERY_COLUMNS, ceilings, evaluations, traces
@@ -52,6 +52,9 @@ class HistoryStore:
         self.url = url or default_url()
         self.engine = engine_for(self.url)
         self._create_tables()
+        from mlms_nb.store.recover import put_back_pending
+
+        self.put_back = put_back_pending(self)  # what an outage kept in unsaved/ for it, written now that it answers
 
     @property
     def display_url(self) -> str:
@@ -81,7 +84,7 @@ class HistoryStore:
             raise HistoryError(f"history store {self.display_url}: could not {what}: {err}") from None
         except (OperationalError, DBAPIError) as err:
             raise HistoryError(f"history store {self.display_url}: could not {what}: "
-                               f"{getattr(err, 'orig', None) or err}") from None
+                               f"{getattr(err, 'orig', None) or err}{damage_hint(self.engine, err)}") from None
 
     def _create_tables(self) -> None:
         """Create the tables, or migrate an older store's (:mod:`mlms_nb.store.migrate`), once per URL and process; safe when several processes start at once (another

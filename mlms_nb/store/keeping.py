@@ -5,7 +5,8 @@ stop signal or the process dying loses nothing already measured.
 When the store cannot be written (a corrupt file, a database locked past the retries, a server down), the
 measurement is not lost either: the whole evaluation is written as JSON to a fallback file under
 ``$MLMS_HOME/unsaved/`` (``mlms_nb.load_evaluation`` reads it back), the result's warnings name that file and the
-store's error, and ``saved`` is False (the CLI exits non-zero).
+store's error, and ``saved`` is False (the CLI exits non-zero). The next successful open of that store puts it back
+(:mod:`mlms_nb.store.recover`), so a row the outage left half written never stays a crash that did not happen.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pathlib import Path
 from mlms_nb._fs import atomic_write_text
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.paths import mlms_home
-from mlms_nb.store.history import HistoryStore
+from mlms_nb.store.history import HistoryStore, default_url
+from mlms_nb.store.recover import note_target
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ class HistoryKeeper:
         self.store: HistoryStore | None = None
         self.error: str | None = None      # why the store could not be written, once it failed
         self.fallback: Path | None = None
+        self.fallback_error: str | None = None  # why the fallback file could not be written (said once)
         self.ids: dict[str, int] = {}
 
     @property
@@ -53,7 +56,7 @@ class HistoryKeeper:
                 self.ids[framework] = self.store.keep(evaluation, framework)
                 return
             except Exception as err:  # noqa: BLE001 - the measurement is worth more than the store
-                self.error = str(err) or type(err).__name__
+                self.error = one_line(err)
         self._write_fallback(evaluation)
 
     def finish(self, evaluation: Evaluation) -> None:
@@ -68,11 +71,15 @@ class HistoryKeeper:
                     self.store.add_trace(evaluation.id, trace.trace_id or f"{evaluation.id}-{fw}", "parquet",
                                          path=str(path))
             except Exception as err:  # noqa: BLE001
-                self.error = str(err) or type(err).__name__
+                self.error = one_line(err)
                 self._write_fallback(evaluation)
         evaluation.history_ids = [self.ids[fw] for fw in evaluation.frameworks if fw in self.ids] if self.saved else []
         if self.error is not None:
-            where = f"; the evaluation was written to {self.fallback} instead" if self.fallback else ""
+            if self.fallback_error is not None:
+                where = (f"; the fallback file {fallback_path(evaluation)} could not be written either "
+                         f"({self.fallback_error}), so this result exists only in memory")
+            else:
+                where = f"; the evaluation was written to {self.fallback} instead" if self.fallback else ""
             message = f"not saved to history: {self.error}{where}"
             if message not in evaluation.warnings:
                 evaluation.warnings.append(message)
@@ -82,6 +89,14 @@ class HistoryKeeper:
         path = fallback_path(evaluation)
         try:
             atomic_write_text(path, evaluation.to_json())  # whole or absent, never half written
+            note_target(path, self.url or default_url())  # the store it goes back into when it answers again
             self.fallback = path
-        except Exception as err:  # noqa: BLE001 - the result in memory is all that is left; say so
-            self.error = f"{self.error}; the fallback file {path} could not be written either ({err})"
+            self.fallback_error = None
+        except Exception as err:  # noqa: BLE001 - the result in memory is all that is left; say so (once, at the end)
+            self.fallback_error = one_line(err)  # atomic_write_text left no temporary file behind
+
+
+def one_line(err: BaseException) -> str:
+    """An error's text on one line (a driver's message may span several: PostgreSQL's ends in a hint line)."""
+    text = "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    return text or type(err).__name__

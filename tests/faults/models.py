@@ -29,15 +29,16 @@ def _classifier_nodes(onnx, helper, batch):
     return x, nodes, inits
 
 
-def tiny_onnx(path: Path, batch: int | str = "N", never_returns: bool = False) -> Path:
+def tiny_onnx(path: Path, batch: int | str = "N", never_returns: bool = False, spins_from_batch: int | None = None) -> Path:
     """A tiny ONNX classifier at ``path`` (opset 17); ``batch=1`` fixes the batch dimension; ``never_returns``
-    adds a Loop of 10^12 iterations whose result feeds the logits (so it cannot be skipped)."""
+    adds a Loop of 10^12 iterations whose result feeds the logits (so it cannot be skipped); ``spins_from_batch=B``
+    runs that Loop only for batches of B inputs or more (one iteration below: smaller batches are measured)."""
     import onnx
     from onnx import TensorProto, helper
 
     x, nodes, inits = _classifier_nodes(onnx, helper, batch)
     out = "logits"
-    if never_returns:
+    if never_returns or spins_from_batch:
         body = helper.make_graph(
             [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
              helper.make_node("Add", ["v_in", "one"], ["v_out"])],
@@ -48,9 +49,19 @@ def tiny_onnx(path: Path, batch: int | str = "N", never_returns: bool = False) -
             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
              helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [])],
             [onnx.numpy_helper.from_array(np.array(0.0, dtype=np.float32), "one")])
-        inits += [onnx.numpy_helper.from_array(np.array(10**12, dtype=np.int64), "trips"),
+        inits += [onnx.numpy_helper.from_array(np.array(10**12, dtype=np.int64), "forever"),
                   onnx.numpy_helper.from_array(np.array(True), "go"),
                   onnx.numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")]
+        if spins_from_batch:  # trips = 10^12 when the batch has spins_from_batch inputs or more, else 1
+            inits += [onnx.numpy_helper.from_array(np.array(0, dtype=np.int64), "axis0"),
+                      onnx.numpy_helper.from_array(np.array(spins_from_batch - 1, dtype=np.int64), "below"),
+                      onnx.numpy_helper.from_array(np.array(1, dtype=np.int64), "once")]
+            nodes += [helper.make_node("Shape", ["x"], ["shape"]),
+                      helper.make_node("Gather", ["shape", "axis0"], ["n"]),
+                      helper.make_node("Greater", ["n", "below"], ["big"]),
+                      helper.make_node("Where", ["big", "forever", "once"], ["trips"])]
+        else:
+            nodes.append(helper.make_node("Identity", ["forever"], ["trips"]))
         nodes += [helper.make_node("Loop", ["trips", "go", "zero"], ["spun"], body=body),
                   helper.make_node("Add", ["logits", "spun"], ["spun_logits"])]
         out = "spun_logits"

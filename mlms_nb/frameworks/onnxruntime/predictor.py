@@ -32,6 +32,17 @@ from mlms_nb.frameworks.onnxruntime.graph_map import DEFAULT_LEVEL, GraphMap, ch
 from mlms_nb.frameworks.profiling import FrameworkProfile
 
 
+RUN_LOG_SEVERITY = 4
+"""ONNX Runtime's own logger, for a call: fatal only. An error of a call comes back as its exception, which becomes our
+sentence; without this ORT also prints it raw (``[E:onnxruntime:...] ... terminate flag`` on every cancel)."""
+
+
+def _run_options() -> ort.RunOptions:
+    options = ort.RunOptions()
+    options.log_severity_level = RUN_LOG_SEVERITY
+    return options
+
+
 @register_predictor
 class OnnxRuntimePredictor(Predictor):
     framework = "onnxruntime"
@@ -47,7 +58,7 @@ class OnnxRuntimePredictor(Predictor):
         self._profile: FrameworkProfile | None = None   # while profiling (state: the profiling start, Unix ns)
         self.graph_optimization_level = DEFAULT_LEVEL
         self._graph_map: GraphMap | None = None            # while profiling: optimised node -> original nodes
-        self._run_options = ort.RunOptions()  # the calls' RunOptions: `cancel` terminates them, then swaps in new ones
+        self._run_options = _run_options()  # the calls' RunOptions: `cancel` terminates them, then swaps in new ones
 
     def open(self, manifest: Manifest, device: str = "cpu", options: PredictorOptions | None = None) -> "OnnxRuntimePredictor":
         self.manifest, self.device, self.options = manifest, device, options or PredictorOptions()
@@ -160,7 +171,7 @@ class OnnxRuntimePredictor(Predictor):
     def cancel(self) -> None:
         """Terminate the run in progress (ONNX Runtime checks the flag between nodes and inside loops); the next
         call gets fresh RunOptions."""
-        current, self._run_options = self._run_options, ort.RunOptions()
+        current, self._run_options = self._run_options, _run_options()
         current.terminate = True
 
     @property

@@ -1,11 +1,12 @@
 """How the PyTorch predictor gets its module: a model file, an entrypoint plus weights, a built-in architecture.
 
 TorchScript and ``torch.export`` programs run operations of their own, so they load only when trusted
-(:mod:`mlms_nb.trust`); weights are data: ``.safetensors`` (safetensors) or a state dict ``torch.load`` reads
+(:mod:`mlms_nb.trust`), from the very bytes whose sha256 was checked; weights are data: ``.safetensors`` (safetensors) or a state dict ``torch.load`` reads
 with ``weights_only=True``. Every failure of a bad file is a `ModelFileError` naming the file.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from mlms_nb._optional import require
 from mlms_nb.errors import ModelFileError, PredictorError
 from mlms_nb.frameworks.modelfiles import build_from_entrypoint, refuse_other_framework, unreadable
 from mlms_nb.manifest import Manifest
-from mlms_nb.trust import require_trust
+from mlms_nb.trust import trusted_bytes
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".ts", ".torchscript", ".jit")
 EXPORT_SUFFIXES = (".pt2",)
@@ -31,9 +32,9 @@ def load_program(path: Path, manifest: Manifest, trust: bool, device: str) -> tu
         raise ModelFileError(f"model.graph_path {path} is a folder that is not a SavedModel; PyTorch runs a "
                              "TorchScript (.pt) or torch.export (.pt2) file")
     if kind == "torch.export":
-        require_trust(path, "torch.export", trust)
+        data = trusted_bytes(path, "torch.export", trust)  # checked and loaded from the same bytes
         try:
-            program = torch.export.load(str(path))
+            program = torch.export.load(io.BytesIO(data))
         except Exception as err:  # noqa: BLE001 - torch raises many types on a bad archive
             raise unreadable(path, "torch", "a torch.export program (.pt2)", err) from None
         return program.module(), "export"
@@ -43,9 +44,9 @@ def load_program(path: Path, manifest: Manifest, trust: bool, device: str) -> tu
     if kind != "torchscript":
         raise ModelFileError(f"model.graph_path {path}: PyTorch runs TorchScript ({', '.join(TORCHSCRIPT_SUFFIXES)}) "
                              f"or torch.export ({', '.join(EXPORT_SUFFIXES)}) files, and this is neither")
-    require_trust(path, "torchscript", trust)
+    data = trusted_bytes(path, "torchscript", trust)  # checked and loaded from the same bytes
     try:
-        return torch.jit.load(str(path), map_location=device), "torchscript"
+        return torch.jit.load(io.BytesIO(data), map_location=device), "torchscript"
     except Exception as err:  # noqa: BLE001 - RuntimeError, pickle errors, ... on a bad archive
         raise unreadable(path, "torch", "a TorchScript program", err) from None
 
