@@ -102,10 +102,9 @@ class KerasCausalLM:
         self.backbone, self.kind, self.kv_cache = backbone, kind, bool(kv_cache)
         self.vocab_size = int(backbone.vocabulary_size)
         self.layers = len(backbone.transformer_layers)
-        attention = backbone.transformer_layers[0]._self_attention_layer
-        heads = getattr(attention, "num_key_value_heads", None) or getattr(attention, "_num_heads")
-        head_dim = getattr(attention, "_key_dim", None) or backbone.hidden_dim // backbone.num_heads
-        self.kv_heads, self.head_dim = int(heads), int(head_dim)
+        heads = getattr(backbone, "num_query_heads", None) or backbone.num_heads
+        self.kv_heads = int(getattr(backbone, "num_key_value_heads", None) or heads)
+        self.head_dim = int(backbone.hidden_dim // heads)
         self.max_abs_diff: dict[str, float] = {}
 
     @classmethod
