@@ -7,7 +7,7 @@ from them (:class:`~mlms_nb.evaluation.assemble.Assembler`) and hands it to ``si
 every measurement, so the caller can store it at once (the facade appends it to the history store).
 
 Nothing measured is lost: an error, a timeout or a crash in one framework is that framework's outcome (the others
-go on); Ctrl-C, SIGTERM or SIGHUP stop the evaluation in order, keeping every record that arrived, the cut-short
+go on), and so is a conversion that failed before it could run (``failed``: the facade converts first); Ctrl-C, SIGTERM or SIGHUP stop the evaluation in order, keeping every record that arrived, the cut-short
 loop included, and the frameworks not run are listed with why. When nothing at all was measured because every
 framework failed with an error, that error is raised as it came (bad input gets its own sentence).
 """
@@ -60,8 +60,9 @@ class EvaluationRunner:
     """Runs one evaluation over several manifests (frameworks) with one set of options."""
 
     def __init__(self, manifests: list[Manifest], options: EvaluateOptions, sink: Sink | None = None,
-                 launcher: Launcher | None = None, metrics=None):
+                 launcher: Launcher | None = None, metrics=None, failed: dict[str, str] | None = None):
         self.manifests = manifests
+        self.failed = dict(failed or {})  # framework -> why it failed before it could run (a conversion)
         self.metrics = metrics  # output metrics (names or {name: fn}): agreement here; targets in the work
         self.options = options
         self.sink = sink
@@ -88,6 +89,8 @@ class EvaluationRunner:
         progress = ProgressDisplay(first.name, opts.progress)
         stop: BaseException | None = None
         outcomes: dict[str, Outcome] = {}
+        for fw, sentence in self.failed.items():
+            self._finish(fw, Outcome("error", sentence), evaluation, assembler)
         try:
             with stop_signals():
                 for manifest in self.manifests:
@@ -157,6 +160,17 @@ class EvaluationRunner:
     def _store(self, evaluation: Evaluation, fw: str) -> None:
         if self.sink is not None:
             self.sink(evaluation, fw)
+
+
+def record_failures(evaluation: Evaluation, failed: dict[str, str], batch_sizes: list[int]) -> None:
+    """Mark each framework of ``failed`` (framework -> sentence) as failed before measuring, in ``outcomes``,
+    ``missing()`` and the warnings (for an evaluation made elsewhere, on an agent)."""
+    for fw, sentence in failed.items():
+        evaluation.outcomes[fw] = {"status": "failed", "reason": "error", "message": sentence,
+                                   "measured_batch_sizes": [], "missing_batch_sizes": list(batch_sizes),
+                                   "cut_short_batch_sizes": []}
+        evaluation.complete = False
+        _warn_missing(evaluation, fw)
 
 
 def _warn_missing(evaluation: Evaluation, fw: str) -> None:
