@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from mlms_nb._optional import require
-from mlms_nb.frameworks.converters.torch_onnx import ConversionError
+from mlms_nb.frameworks.converters.torch_onnx import ConversionError, stdout_to_stderr
 from mlms_nb.paths import artifacts_dir
 
 PREFILL_INPUTS = ("input_ids", "attention_mask", "position_ids")
@@ -136,7 +136,7 @@ def _export(module, feed: dict[str, np.ndarray], past, layers: int, out: Path) -
         args = (*args, tuple(torch.from_numpy(p) for p in past))
         shapes = ({0: batch}, {0: batch, 1: total}, {0: batch}, tuple({0: batch, 2: positions} for _ in past))
         inputs = [*PREFILL_INPUTS, *cache_names(layers, "past")]
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), stdout_to_stderr():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(module, args, dynamo=True, input_names=inputs, output_names=outputs,
                                     dynamic_shapes=shapes, optimize=True, verbose=False)

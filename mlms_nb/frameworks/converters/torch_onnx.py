@@ -10,13 +10,16 @@ than ``tolerance`` (relative to max |output|), is recorded as failed and the nex
 """
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
 import traceback
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -61,6 +64,22 @@ def _as_tuple(example_inputs) -> tuple:
     return tuple(torch.as_tensor(np.asarray(t)) if not isinstance(t, torch.Tensor) else t for t in items)
 
 
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 pointed at 2 for the block: the TorchScript exporter prints the whole graph to stdout
+    when it fails (torch 2.13 checks ``_jit_is_onnx_log_enabled`` without calling it, so its log is always on),
+    which would corrupt ``mlms eval --json``'s output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _export(route: str, module, args: tuple, out: Path, dynamic: Sequence[Sequence[int]] = ()) -> None:
     """Export by ``route``; the batch axis (0) of every input is dynamic, and so is each axis in ``dynamic[i]``
     of input ``i`` (a sequence length, an image size)."""
@@ -75,15 +94,17 @@ def _export(route: str, module, args: tuple, out: Path, dynamic: Sequence[Sequen
             # an input axis that varies may make any output axis vary: each is named, so none is fixed
             spec[OUTPUT_NAME] = {a: ("batch" if a == 0 else f"{OUTPUT_NAME}_{a}")
                                  for a in (range(rank) if any(len(ax) > 1 for ax in axes) else (0,))}
-            torch.onnx.export(module, args, str(out), dynamo=False, opset_version=OPSET, input_names=names,
-                              output_names=[OUTPUT_NAME], do_constant_folding=True, dynamic_axes=spec)
+            with stdout_to_stderr():
+                torch.onnx.export(module, args, str(out), dynamo=False, opset_version=OPSET, input_names=names,
+                                  output_names=[OUTPUT_NAME], do_constant_folding=True, dynamic_axes=spec)
         else:
             require("onnxscript", "the dynamo ONNX exporter")
             # Dim.DYNAMIC: torch.export infers each axis's range (a model may bound a sequence by its position
             # table) and fails instead of specialising it to the example's size
             shapes = tuple({a: torch.export.Dim.DYNAMIC for a in ax} for ax in axes)
-            program = torch.onnx.export(module, args, dynamo=True, input_names=names, output_names=[OUTPUT_NAME],
-                                        dynamic_shapes=shapes, optimize=True)
+            with stdout_to_stderr():  # its progress lines are printed
+                program = torch.onnx.export(module, args, dynamo=True, input_names=names, output_names=[OUTPUT_NAME],
+                                            dynamic_shapes=shapes, optimize=True, verbose=False)
             program.save(str(out))
             scope_dynamo_names(out)
 
