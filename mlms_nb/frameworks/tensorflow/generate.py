@@ -106,6 +106,7 @@ class KerasCausalLM:
         self.kv_heads = int(getattr(backbone, "num_key_value_heads", None) or heads)
         self.head_dim = int(backbone.hidden_dim // heads)
         self.max_abs_diff: dict[str, float] = {}
+        self._graph = None  # the traced step (built on first use)
 
     @classmethod
     def from_torch(cls, model, *, kv_cache: bool = True, tolerance: float = 1e-4) -> "KerasCausalLM":
@@ -119,21 +120,34 @@ class KerasCausalLM:
                             f"in the logits (tolerance {tolerance:g} x {scale:.3g})")
         return step
 
-    def _forward(self, ids: np.ndarray, mask: np.ndarray, cache, index: int):
+    def _core(self, ids, positions, attend, cache, index):
+        """One call of the backbone over ``ids`` (B, T) with the cache (B, layers, 2, P, kv_heads, head_dim) updated
+        from position ``index``: the last position's logits and the new cache. Traced once by ``tf.function``
+        (every axis unknown), so each step runs as one graph, not layer by layer in eager mode."""
         tf, bb = self.tf, self.backbone
-        x = bb.token_embedding(tf.constant(ids, tf.int32))
-        if self.kind == "gpt2":
-            positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)[:, -ids.shape[1]:]
-            x = x + tf.gather(bb.position_embedding.position_embeddings, tf.constant(positions, tf.int32))
-        attend = tf.constant(np.repeat(mask[:, None, :], ids.shape[1], axis=1), tf.int32)
+        x = bb.token_embedding(ids)
+        if self.kind == "gpt2":  # learned absolute positions, per row (left padding)
+            x = x + tf.gather(bb.position_embedding.position_embeddings, positions)
         caches = []
         for i, layer in enumerate(bb.transformer_layers):
             x, layer_cache = layer(x, decoder_attention_mask=attend, self_attention_cache=cache[:, i],
                                    self_attention_cache_update_index=index)
             caches.append(layer_cache)
         x = bb.layer_norm(x[:, -1:, :])
-        logits = bb.token_embedding(x, reverse=True)[:, 0, :]
-        return np.asarray(logits, np.float32), tf.stack(caches, axis=1)
+        return bb.token_embedding(x, reverse=True)[:, 0, :], tf.stack(caches, axis=1)
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray, cache, index: int):
+        tf = self.tf
+        if self._graph is None:
+            spec = tf.TensorSpec
+            self._graph = tf.function(self._core, input_signature=[
+                spec([None, None], tf.int32), spec([None, None], tf.int32), spec([None, None, None], tf.int32),
+                spec([None, self.layers, 2, None, self.kv_heads, self.head_dim], tf.float32), spec([], tf.int32)])
+        positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)[:, -ids.shape[1]:]
+        attend = np.repeat(mask[:, None, :], ids.shape[1], axis=1)
+        logits, cache = self._graph(tf.constant(ids, tf.int32), tf.constant(positions, tf.int32),
+                                    tf.constant(attend, tf.int32), cache, tf.constant(index, tf.int32))
+        return logits.numpy().astype(np.float32, copy=False), cache
 
     def _empty_cache(self, rows: int, positions: int):
         return self.tf.zeros((rows, self.layers, 2, positions, self.kv_heads, self.head_dim), self.tf.float32)
