@@ -25,6 +25,8 @@ pytest.importorskip("onnxscript")
 
 import mlms_nb  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real exports (each exporter's attempt) and one `mlms eval` process: 10-30 s each
+
 RUN = dict(batch_sizes=[1, 2], warmup=1, min_repeats=2, min_time_s=0, progress=False, history=False)
 
 PACKAGE = '''
