@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from mlms_nb._optional import require
-from mlms_nb.frameworks.converters.torch_onnx import ConversionError, stdout_to_stderr
+from mlms_nb.frameworks.converters.torch_onnx import ConversionError, first_cause, stdout_to_stderr
 from mlms_nb.paths import artifacts_dir
 
 PREFILL_INPUTS = ("input_ids", "attention_mask", "position_ids")
@@ -197,7 +197,7 @@ def causal_lm_to_onnx(model, out_dir: str | Path | None = None, *, tolerance: fl
             try:
                 _export(module, feed, past, layers, tmp)
             except Exception as err:  # noqa: BLE001 - the exporter's failure, as one sentence
-                line = next((x for x in str(err).splitlines() if x.strip()), type(err).__name__)
+                line = first_cause(str(err)) or type(err).__name__
                 raise ConversionError(f"{label}: the {kind} graph did not export to ONNX ({type(err).__name__}: "
                                       f"{line[:300]})") from err
             names = list(PREFILL_INPUTS) + (cache_names(layers, "past") if past_check is not None else [])

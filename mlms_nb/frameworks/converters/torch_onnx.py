@@ -167,6 +167,16 @@ def _outputs_differ(module, args: tuple, path: Path, dynamic: Sequence[Sequence[
     return float(np.max(np.abs(actual - expected.detach().numpy())))
 
 
+def first_cause(text: str) -> str:
+    """The line of an exporter's error that says what went wrong: the dynamo exporter's first line is a generic
+    "Failed to convert ... step 3/3", its cause the first line under "## Exception summary"; colour codes removed."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    if "## Exception summary" in text:
+        text = text.split("## Exception summary", 1)[1]
+    line = next((x for x in text.splitlines() if x.strip()), "")
+    return re.sub(r"^<class '(?:[\w.]+\.)?(\w+)'>: ", r"\1: ", line.strip())
+
+
 def torch_to_onnx(module, example_inputs, out: Path, routes: Sequence[str] = ROUTES, tolerance: float = 1e-4,
                   label: str | None = None, dynamic_axes: Sequence[Sequence[int]] = ()) -> OnnxExport:
     """Export ``module`` (an ``nn.Module`` in eval mode, or a loaded TorchScript module) to ``out``.
@@ -194,7 +204,7 @@ def torch_to_onnx(module, example_inputs, out: Path, routes: Sequence[str] = ROU
             onnx.checker.check_model(str(out), full_check=True)
             diff = _outputs_differ(module, args, out, dynamic_axes)
         except Exception as err:  # noqa: BLE001 - every exporter failure is recorded, then the next route is tried
-            line = re.sub(r"\x1b\[[0-9;]*m", "", next((x for x in str(err).splitlines() if x.strip()), ""))
+            line = first_cause(str(err))
             where = traceback.extract_tb(err.__traceback__)[-1]
             attempts.append(Attempt(route, False, time.perf_counter() - started,
                                     f"{type(err).__name__}: {line[:300]} (at {Path(where.filename).name}:{where.lineno})"))
