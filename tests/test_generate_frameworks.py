@@ -128,8 +128,11 @@ def _step(steps, models, arch: str, framework: str, kv_cache: bool):
 @pytest.mark.parametrize("framework", ["onnxruntime", "tensorflow"])
 @pytest.mark.parametrize("arch", list(MODELS))
 def test_greedy_tokens_and_logits_match_pytorch(steps, models, arch, framework, kv_cache):
+    from mlms_nb.generation.step import StepModel
+
     model = models[arch]
     step = _step(steps, models, arch, framework, kv_cache)
+    assert isinstance(step, StepModel) and step.kv_cache is kv_cache
     assert step.framework == framework and step.vocab_size == model.config.vocab_size
     for rows in (1, 2):
         ids, mask = _prompts(rows, model.config.vocab_size)
@@ -179,3 +182,12 @@ def test_tensorflow_refuses_an_architecture_keras_hub_lacks_in_one_sentence():
         KerasCausalLM.from_torch(transformers.GPTNeoXForCausalLM(config).eval())
     text = str(refused.value)
     assert "gpt_neox" in text and "\n" not in text
+
+
+def test_a_model_without_a_transformers_config_is_refused_in_one_sentence():
+    from mlms_nb.frameworks.converters import ConversionError
+    from mlms_nb.frameworks.converters.causal_onnx import causal_lm_to_onnx
+
+    with pytest.raises(ConversionError) as refused:
+        causal_lm_to_onnx(torch.nn.Linear(2, 2), label="linear")
+    assert "linear" in str(refused.value) and "\n" not in str(refused.value)
