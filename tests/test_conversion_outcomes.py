@@ -149,3 +149,21 @@ def test_a_dynamic_sequence_axis_is_exported_dynamic_and_runs_at_other_lengths(m
     assert actual.shape == (3, 5, 64) and float(np.max(np.abs(actual - expected))) < 1e-4
     agreement = ev.output_agreement
     assert not agreement.empty
+
+
+def test_the_export_example_has_two_rows_and_several_positions_on_each_dynamic_axis():
+    from mlms_nb.errors import MlmsError
+    from mlms_nb.frameworks.converters.manifests import example_batch
+    from mlms_nb.manifest import parse_manifest
+
+    def manifest(inputs):
+        return parse_manifest({"name": "m", "framework": {"name": "torch"}, "inputs": inputs,
+                               "outputs": [{"type": "tensor"}], "model": {"entrypoint": "x:y", "weights": "random"}})
+
+    example, dynamic = example_batch(manifest([{"type": "tensor", "element_type": "int64", "dimensions": ["T", 3, None]}]))
+    assert example.shape[0] >= 2 and example.shape[1] >= 2 and example.shape[3] >= 2 and example.shape[2] == 3
+    assert dynamic == [1, 3] and example.dtype == np.int64
+    with pytest.raises(MlmsError) as refused:
+        example_batch(manifest([{"name": "ids", "type": "tensor", "element_type": "int64", "dimensions": ["T"]},
+                                {"name": "scale", "type": "constant", "value": 1}]))
+    assert "ids, scale" in str(refused.value) and "one input" in str(refused.value)

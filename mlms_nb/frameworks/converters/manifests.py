@@ -57,6 +57,12 @@ EXAMPLE_ROWS, EXAMPLE_LENGTH = 2, 8  # a batch of 2 and 8 positions on a dynamic
 def example_batch(manifest: Manifest) -> tuple[np.ndarray, list[int]]:
     """(a random batch of ``manifest``'s first input to export with, that input's dynamic axes besides the batch):
     2 rows, and ``EXAMPLE_LENGTH`` positions wherever ``dimensions`` holds null or a symbol."""
+    fed = [i for i in manifest.inputs if i.type != "constant"]
+    if len(manifest.inputs) != 1:
+        names = ", ".join(i.name or f"inputs[{n}]" for n, i in enumerate(manifest.inputs))
+        raise MlmsError(f"{manifest.key}: the kept converters export a model of one input; this one has "
+                        f"{len(manifest.inputs)} ({names}{', constants included' if len(fed) < len(manifest.inputs) else ''}): "
+                        "export it yourself and give that framework's manifest (docs/byom.md)")
     spec = manifest.inputs[0]
     if not spec.dimensions or spec.batch_axis != 0:
         raise MlmsError(f"{manifest.key}: converting needs inputs[0].dimensions and the batch on axis 0 "
