@@ -106,6 +106,10 @@ def test_a_failed_conversion_is_that_frameworks_outcome_and_pytorch_is_still_mea
         assert "eig" in message and "legacy" in message and "dynamo" in message  # each route's error, named
         assert any(line.startswith(f"{fw}: failed") and "not converted" in line for line in ev.missing())
     assert set(ev.latency["framework"]) == {"torch"}
+    assert ev.frameworks == ["torch", "onnxruntime", "tensorflow"]  # listed, with nothing measured
+    assert set(ev.summary["framework"]) >= {"torch"}
+    assert "onnxruntime: failed" in ev.to_text() and ev.for_framework("onnxruntime").outcomes["onnxruntime"]
+    assert "onnxruntime" in ev.to_dict()["outcomes"]
 
 
 def test_mlms_eval_exits_1_when_a_conversion_failed_and_prints_the_pytorch_numbers(models, mlms_home):

@@ -7,8 +7,10 @@ from them (:class:`~mlms_nb.evaluation.assemble.Assembler`) and hands it to ``si
 every measurement, so the caller can store it at once (the facade appends it to the history store).
 
 Nothing measured is lost: an error, a timeout or a crash in one framework is that framework's outcome (the others
-go on), and so is a conversion that failed before it could run (``failed``: the facade converts first); Ctrl-C, SIGTERM or SIGHUP stop the evaluation in order, keeping every record that arrived, the cut-short
-loop included, and the frameworks not run are listed with why. When nothing at all was measured because every
+go on), and so is a conversion that failed before it could run (``failed``: the facade converts first; such a
+framework is listed in ``frameworks`` with its outcome and nothing measured); Ctrl-C, SIGTERM or SIGHUP stop the
+evaluation in order, keeping every record that arrived, the cut-short loop included, and the frameworks not run are
+listed with why. When nothing at all was measured because every
 framework failed with an error, that error is raised as it came (bad input gets its own sentence).
 """
 from __future__ import annotations
@@ -82,7 +84,8 @@ class EvaluationRunner:
         _sweep_orphans()
         frameworks = [m.framework.name for m in self.manifests]
         evaluation = Evaluation(
-            model=first.name, model_version=first.version, frameworks=frameworks,
+            model=first.name, model_version=first.version,
+            frameworks=frameworks + [fw for fw in self.failed if fw not in frameworks],
             manifests={m.framework.name: m.to_dict() for m in self.manifests},
             stack=self.launcher.stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe()})
         assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario, metrics=self.metrics)
