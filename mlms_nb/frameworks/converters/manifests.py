@@ -52,11 +52,13 @@ def converted_manifest(manifest: Manifest, framework: str, path: str | Path) -> 
 
 
 EXAMPLE_ROWS, EXAMPLE_LENGTH = 2, 8  # a batch of 2 and 8 positions on a dynamic axis: neither is specialised away
+EXAMPLE_PIXELS = 64  # a dynamic image height or width: enough for a few stride-2 stages
 
 
 def example_batch(manifest: Manifest) -> tuple[np.ndarray, list[int]]:
     """(a random batch of ``manifest``'s first input to export with, that input's dynamic axes besides the batch):
-    2 rows, and ``EXAMPLE_LENGTH`` positions wherever ``dimensions`` holds null or a symbol."""
+    2 rows, and ``EXAMPLE_LENGTH`` positions (``EXAMPLE_PIXELS`` for an image) wherever ``dimensions`` holds null or
+    a symbol."""
     fed = [i for i in manifest.inputs if i.type != "constant"]
     if len(manifest.inputs) != 1:
         names = ", ".join(i.name or f"inputs[{n}]" for n, i in enumerate(manifest.inputs))
@@ -67,7 +69,8 @@ def example_batch(manifest: Manifest) -> tuple[np.ndarray, list[int]]:
     if not spec.dimensions or spec.batch_axis != 0:
         raise MlmsError(f"{manifest.key}: converting needs inputs[0].dimensions and the batch on axis 0 "
                         f"(batch_axis {spec.batch_axis})")
-    shape = [d if isinstance(d, int) else EXAMPLE_LENGTH for d in spec.dimensions]
+    size = EXAMPLE_PIXELS if spec.type == "image" else EXAMPLE_LENGTH
+    shape = [d if isinstance(d, int) else size for d in spec.dimensions]
     dynamic = [axis + 1 for axis, d in enumerate(spec.dimensions) if not isinstance(d, int)]
     rng = np.random.default_rng(0)
     dtype = np.dtype(spec.element_type)
