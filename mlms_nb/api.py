@@ -38,7 +38,7 @@ from mlms_nb.fleet.run import evaluate_on_agents, tls_of
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.roofline_run import framework_roofline
-from mlms_nb.evaluation.runner import EvaluationRunner, resolve_manifests
+from mlms_nb.evaluation.runner import EvaluationRunner, record_failures, resolve_manifests
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
 from mlms_nb.frameworks.converters.manifests import CONVERTIBLE, converted_copies
@@ -134,16 +134,21 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
         from mlms_nb.evaluation.agreement import resolve_metrics
 
         resolve_metrics(metrics)  # an unknown name is refused before anything runs
-    manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess)
-    frameworks = [m.framework.name for m in manifests]
-    if options.framework != frameworks:  # the options record what runs (a manifest file names its framework)
+    failed: dict[str, str] = {}  # a framework whose converted copy could not be made: its outcome, not the end
+    manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess, failed)
+    ran = [m.framework.name for m in manifests]
+    frameworks = ran + [fw for fw in failed if fw not in ran]
+    if options.framework != frameworks:  # the options record what was run (a manifest file names its framework)
         options = options.model_copy(update={"framework": frameworks})
     for manifest in manifests:
         check_trust(manifest, options.trust)
     if options.remote.on:
-        return evaluate_on_agents(manifests, options, metrics)
+        results = evaluate_on_agents(manifests, options, metrics)
+        for one in results if isinstance(results, list) else [results]:
+            record_failures(one, failed, options.batch_sizes)
+        return results
     keeper = HistoryKeeper(None if options.history is True else str(options.history)) if options.history else None
-    evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics).run()
+    evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics, failed=failed).run()
     if keeper is not None:
         keeper.finish(evaluation)
         evaluation.saved = keeper.kept(evaluation)
@@ -153,10 +158,11 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 
 
 def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, preprocess: Any,
-               postprocess: Any) -> list[Manifest]:
+               postprocess: Any, failed: dict[str, str] | None = None) -> list[Manifest]:
     """The manifests to run. A manifest file or object names one framework: asked for with others it is refused,
     except a PyTorch manifest that builds its module (entrypoint, architecture, live object), whose ONNX Runtime and
-    TensorFlow copies the kept converters make (:func:`~mlms_nb.frameworks.converters.manifests.converted_copies`)."""
+    TensorFlow copies the kept converters make (:func:`~mlms_nb.frameworks.converters.manifests.converted_copies`).
+    With ``failed`` (a dict), a copy that cannot be made is left out and its sentence put there, by framework."""
     live = not isinstance(model, (str, Path, Manifest))
     if live:
         model = manifest_for(model, inputs, outputs, preprocess, postprocess)
@@ -180,8 +186,9 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
                                 f"(model.entrypoint or model.architecture) is converted to {' and '.join(CONVERTIBLE)}")
             # a PyTorch manifest asked in ONNX Runtime / TensorFlow too: its converted copies (kept, by checksum)
             check_trust(model, options.trust)
-            copies = converted_copies(model, others, options.trust)
-            return [model if fw == model.framework.name else copies[fw] for fw in options.framework]
+            copies = converted_copies(model, others, options.trust, failed)
+            return [model if fw == model.framework.name else copies[fw] for fw in options.framework if fw in copies
+                    or fw == model.framework.name]
         return [model]
     return resolve_manifests(model, options.framework)
 

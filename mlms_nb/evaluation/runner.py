@@ -7,9 +7,11 @@ from them (:class:`~mlms_nb.evaluation.assemble.Assembler`) and hands it to ``si
 every measurement, so the caller can store it at once (the facade appends it to the history store).
 
 Every framework asked for leaves a row in the history, a `failed` one with its reason when nothing was measured
-(an error, a stop before its first measurement, not run at all). Nothing measured is lost: an error, a timeout or a crash in one framework is that framework's outcome (the others
-go on); Ctrl-C, SIGTERM or SIGHUP stop the evaluation in order, keeping every record that arrived, the cut-short
-loop included, and the frameworks not run are listed with why. When nothing at all was measured because every
+(an error, a stop before its first measurement, not run at all). Nothing measured is lost: an error, a timeout or a
+crash in one framework is that framework's outcome (the others go on), and so is a conversion that failed before it
+could run (``failed``: the facade converts first; such a framework is listed in ``frameworks`` with its outcome and
+nothing measured); Ctrl-C, SIGTERM or SIGHUP stop the evaluation in order, keeping every record that arrived, the
+cut-short loop included, and the frameworks not run are listed with why. When nothing at all was measured because every
 framework failed with an error, that error is raised as it came (bad input gets its own sentence).
 """
 from __future__ import annotations
@@ -61,8 +63,9 @@ class EvaluationRunner:
     """Runs one evaluation over several manifests (frameworks) with one set of options."""
 
     def __init__(self, manifests: list[Manifest], options: EvaluateOptions, sink: Sink | None = None,
-                 launcher: Launcher | None = None, metrics=None):
+                 launcher: Launcher | None = None, metrics=None, failed: dict[str, str] | None = None):
         self.manifests = manifests
+        self.failed = dict(failed or {})  # framework -> why it failed before it could run (a conversion)
         self.metrics = metrics  # output metrics (names or {name: fn}): agreement here; targets in the work
         self.options = options
         self.sink = sink
@@ -82,7 +85,8 @@ class EvaluationRunner:
         _sweep_orphans()
         frameworks = [m.framework.name for m in self.manifests]
         evaluation = Evaluation(
-            model=first.name, model_version=first.version, frameworks=frameworks,
+            model=first.name, model_version=first.version,
+            frameworks=frameworks + [fw for fw in self.failed if fw not in frameworks],
             manifests={m.framework.name: m.to_dict() for m in self.manifests},
             stack=self.launcher.stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe(),
                                                             **_manifest_file(first)})
@@ -91,6 +95,8 @@ class EvaluationRunner:
         stop: BaseException | None = None
         outcomes: dict[str, Outcome] = {}
         self._held: list[str] = []  # failures with nothing measured: said by the error raised, or at the end
+        for fw, sentence in self.failed.items():
+            self._finish(fw, Outcome("error", sentence), evaluation, assembler)
         try:
             with stop_signals():
                 for manifest in self.manifests:
@@ -183,6 +189,17 @@ def _manifest_file(manifest: Manifest) -> dict:
         return {}
     path = Path(manifest.source).resolve()
     return {} if path.is_relative_to(builtin_manifest_dir().resolve()) else {"manifest": str(path)}
+
+
+def record_failures(evaluation: Evaluation, failed: dict[str, str], batch_sizes: list[int]) -> None:
+    """Mark each framework of ``failed`` (framework -> sentence) as failed before measuring, in ``outcomes``,
+    ``missing()`` and the warnings (for an evaluation made elsewhere, on an agent)."""
+    for fw, sentence in failed.items():
+        evaluation.outcomes[fw] = {"status": "failed", "reason": "error", "message": sentence,
+                                   "measured_batch_sizes": [], "missing_batch_sizes": list(batch_sizes),
+                                   "cut_short_batch_sizes": []}
+        evaluation.complete = False
+        _warn_missing(evaluation, fw)
 
 
 def _warn_missing(evaluation: Evaluation, fw: str) -> None:

@@ -76,14 +76,16 @@ def _versions(*modules: str) -> dict[str, str]:
 
 
 def to_onnx(model: Any, example_inputs: Any = None, out_dir: str | Path | None = None, *,
-            routes: Sequence[str] = ROUTES, trust: bool = False, force: bool = False, label: str | None = None) -> Path:
+            routes: Sequence[str] = ROUTES, trust: bool = False, force: bool = False, label: str | None = None,
+            dynamic_axes: Sequence[Sequence[int]] = ()) -> Path:
     """``model`` as an ONNX file (cached; see the package docstring); returns its path.
 
     ``model``: an ``nn.Module``, a ``keras.Model``, or a file: ``.onnx`` (kept as is), TorchScript ``.pt``/``.pt``
     and ``torch.export`` ``.pt2`` programs (trusted only: loading them runs their code), ``.keras`` (safe mode
     unless trusted) or a SavedModel folder (trusted only). ``example_inputs``: a batch (tensor, array, or a tuple
-    of them) PyTorch models are traced with; Keras models need none. ``routes``: the torch exporters to try, in
-    order. Raises :class:`ConversionError` naming the model and each route's error when none works."""
+    of them) PyTorch models are traced with (2 rows or more, 2 positions or more along each dynamic axis); Keras
+    models need none. ``dynamic_axes``: per input, its axes besides the batch whose size varies (a sequence
+    length), exported as dynamic. ``routes``: the torch exporters to try, in order. Raises :class:`ConversionError` naming the model and each route's error when none works."""
     from mlms_nb.frameworks.convert import build_artifact
 
     label = label or (Path(model).name if isinstance(model, (str, Path)) else type(model).__name__)
@@ -114,13 +116,13 @@ def to_onnx(model: Any, example_inputs: Any = None, out_dir: str | Path | None =
             module = load_torch_file(path) if path is not None else model
             if example_inputs is None:
                 raise ConversionError(f"{label}: exporting a PyTorch model needs example_inputs (a batch to trace)")
-            export = torch_to_onnx(module, example_inputs, tmp, routes, label=label)
+            export = torch_to_onnx(module, example_inputs, tmp, routes, label=label, dynamic_axes=dynamic_axes)
         return {"route": export.route, "attempts": [a.to_dict() for a in export.attempts],
                 "module_names": export.module_names, "max_abs_diff": export.max_abs_diff,
                 "versions": _versions("torch", "onnx", "tensorflow", "tf2onnx", "onnxscript")}
 
     build_artifact(folder, target, f"{label} -> onnx", build, {"name": label, "framework": "onnxruntime"}, force,
-                   source_sha256=digest)
+                   source_sha256=digest, dynamic_axes=[list(map(int, ax)) for ax in dynamic_axes])
     return target
 
 

@@ -51,26 +51,59 @@ def converted_manifest(manifest: Manifest, framework: str, path: str | Path) -> 
     return parse_manifest(data, source=manifest.source)
 
 
-def copy_of_module(manifest: Manifest, module: Any, framework: str) -> Manifest:
+EXAMPLE_ROWS, EXAMPLE_LENGTH = 2, 8  # a batch of 2 and 8 positions on a dynamic axis: neither is specialised away
+EXAMPLE_PIXELS = 64  # a dynamic image height or width: enough for a few stride-2 stages
+
+
+def example_batch(manifest: Manifest) -> tuple[np.ndarray, list[int]]:
+    """(a random batch of ``manifest``'s first input to export with, that input's dynamic axes besides the batch):
+    2 rows, and ``EXAMPLE_LENGTH`` positions (``EXAMPLE_PIXELS`` for an image) wherever ``dimensions`` holds null or
+    a symbol."""
+    fed = [i for i in manifest.inputs if i.type != "constant"]
+    if len(manifest.inputs) != 1:
+        names = ", ".join(i.name or f"inputs[{n}]" for n, i in enumerate(manifest.inputs))
+        raise MlmsError(f"{manifest.key}: the kept converters export a model of one input; this one has "
+                        f"{len(manifest.inputs)} ({names}{', constants included' if len(fed) < len(manifest.inputs) else ''}): "
+                        "export it yourself and give that framework's manifest (docs/byom.md)")
+    spec = manifest.inputs[0]
+    if not spec.dimensions or spec.batch_axis != 0:
+        raise MlmsError(f"{manifest.key}: converting needs inputs[0].dimensions and the batch on axis 0 "
+                        f"(batch_axis {spec.batch_axis})")
+    size = EXAMPLE_PIXELS if spec.type == "image" else EXAMPLE_LENGTH
+    shape = [d if isinstance(d, int) else size for d in spec.dimensions]
+    dynamic = [axis + 1 for axis, d in enumerate(spec.dimensions) if not isinstance(d, int)]
+    rng = np.random.default_rng(0)
+    dtype = np.dtype(spec.element_type)
+    if dtype.kind == "f":
+        example = rng.standard_normal((EXAMPLE_ROWS, *shape)).astype(dtype)
+    else:  # token ids, masks, flags: 0 and 1 are valid for any embedding table
+        example = rng.integers(0, 2, (EXAMPLE_ROWS, *shape)).astype(dtype)
+    return example, dynamic
+
+
+def copy_of_module(manifest: Manifest, module: Any, framework: str, onnx_path: Path | None = None) -> Manifest:
     """The manifest of the ``framework`` (onnxruntime or tensorflow) copy of ``module``, the eager PyTorch model
-    ``manifest`` describes: exported to ONNX (and ported to Keras) with the kept converters, cached by checksum."""
+    ``manifest`` describes: exported to ONNX (and ported to Keras) with the kept converters, cached by checksum;
+    every dynamic axis of the manifest's input stays dynamic. ``onnx_path``: the ONNX copy already made."""
     from mlms_nb.frameworks.converters import to_onnx, to_tensorflow
 
-    spec = manifest.inputs[0]
-    if not hasattr(module, "named_modules") or not spec.dimensions or any(not isinstance(d, int) for d in spec.dimensions):
-        raise MlmsError(f"{manifest.key}: no {framework} manifest, and no eager PyTorch module with fixed input "
-                        "dimensions to convert one from: give that framework's manifest (docs/byom.md)")
-    example = np.zeros((1, *spec.dimensions), np.dtype(spec.element_type))
-    path = to_onnx(module, example, label=manifest.name)
-    if framework == "tensorflow":
-        path = to_tensorflow(path, label=manifest.name)
+    if not hasattr(module, "named_modules"):
+        raise MlmsError(f"{manifest.key}: no {framework} manifest, and no eager PyTorch module to convert one from: "
+                        "give that framework's manifest (docs/byom.md)")
+    if onnx_path is None:
+        example, dynamic = example_batch(manifest)
+        onnx_path = to_onnx(module, example, label=manifest.name, dynamic_axes=[dynamic])
+    path = to_tensorflow(onnx_path, label=manifest.name) if framework == "tensorflow" else onnx_path
     return converted_manifest(manifest, framework, path)
 
 
-def converted_copies(manifest: Manifest, frameworks: Iterable[str], trust: bool = False) -> dict[str, Manifest]:
+def converted_copies(manifest: Manifest, frameworks: Iterable[str], trust: bool = False,
+                     failures: dict[str, str] | None = None) -> dict[str, Manifest]:
     """``{framework: manifest of its converted copy}`` for each of ``frameworks`` (onnxruntime, tensorflow) of the
     PyTorch ``manifest``, which is opened (with ``trust`` for an entrypoint) to get its module; others are refused
-    with a sentence."""
+    with a sentence. With ``failures`` (a dict), a framework whose conversion fails is left out and its sentence is
+    put there instead of raised: one framework's conversion never costs the others (TensorFlow's copy is made from
+    the ONNX one, so it fails with it)."""
     wanted = [fw for fw in frameworks if fw != manifest.framework.name]
     if not wanted:
         return {}
@@ -83,7 +116,22 @@ def converted_copies(manifest: Manifest, frameworks: Iterable[str], trust: bool 
     from mlms_nb.frameworks.base import PredictorOptions, open_predictor
 
     predictor = open_predictor(manifest, options=PredictorOptions(trust=trust))
+    copies: dict[str, Manifest] = {}
+    onnx_path: Path | None = None
     try:
-        return {fw: copy_of_module(manifest, predictor.native_model, fw) for fw in wanted}
+        for fw in wanted:
+            try:
+                if onnx_path is None:
+                    onnx_path = Path(copy_of_module(manifest, predictor.native_model, "onnxruntime").model.graph_path)
+                copies[fw] = copy_of_module(manifest, predictor.native_model, fw, onnx_path)
+            except Exception as err:  # noqa: BLE001 - with failures, the framework's outcome, not the evaluation's end
+                if failures is None:
+                    raise
+                text = str(err) if isinstance(err, MlmsError) else f"{type(err).__name__}: {' '.join(str(err).split())}"
+                failures[fw] = f"not converted from the PyTorch model: {text}"
+                if onnx_path is None:  # every later framework's copy starts from the ONNX one
+                    failures.update({later: failures[fw] for later in wanted[wanted.index(fw) + 1:]})
+                    break
+        return copies
     finally:
         predictor.close()

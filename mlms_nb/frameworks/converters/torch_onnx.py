@@ -10,13 +10,16 @@ than ``tolerance`` (relative to max |output|), is recorded as failed and the nex
 """
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
 import traceback
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -61,20 +64,47 @@ def _as_tuple(example_inputs) -> tuple:
     return tuple(torch.as_tensor(np.asarray(t)) if not isinstance(t, torch.Tensor) else t for t in items)
 
 
-def _export(route: str, module, args: tuple, out: Path) -> None:
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 pointed at 2 for the block: the TorchScript exporter prints the whole graph to stdout
+    when it fails (torch 2.13 checks ``_jit_is_onnx_log_enabled`` without calling it, so its log is always on),
+    which would corrupt ``mlms eval --json``'s output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _export(route: str, module, args: tuple, out: Path, dynamic: Sequence[Sequence[int]] = ()) -> None:
+    """Export by ``route``; the batch axis (0) of every input is dynamic, and so is each axis in ``dynamic[i]``
+    of input ``i`` (a sequence length, an image size)."""
     torch = require("torch")
+    axes = [sorted({0, *(dynamic[i] if i < len(dynamic) else ())}) for i in range(len(args))]
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracer warnings
         names = [INPUT_NAME] if len(args) == 1 else [f"input_{i}" for i in range(len(args))]
         if route == "legacy":
-            torch.onnx.export(module, args, str(out), dynamo=False, opset_version=OPSET, input_names=names,
-                              output_names=[OUTPUT_NAME], do_constant_folding=True,
-                              dynamic_axes={**{n: {0: "batch"} for n in names}, OUTPUT_NAME: {0: "batch"}})
+            spec = {n: {a: ("batch" if a == 0 else f"{n}_{a}") for a in ax} for n, ax in zip(names, axes)}
+            rank = np.ndim(_torch_out(module, args))
+            # an input axis that varies may make any output axis vary: each is named, so none is fixed
+            spec[OUTPUT_NAME] = {a: ("batch" if a == 0 else f"{OUTPUT_NAME}_{a}")
+                                 for a in (range(rank) if any(len(ax) > 1 for ax in axes) else (0,))}
+            with stdout_to_stderr():
+                torch.onnx.export(module, args, str(out), dynamo=False, opset_version=OPSET, input_names=names,
+                                  output_names=[OUTPUT_NAME], do_constant_folding=True, dynamic_axes=spec)
         else:
             require("onnxscript", "the dynamo ONNX exporter")
-            batch = torch.export.Dim("batch", min=1)
-            program = torch.onnx.export(module, args, dynamo=True, input_names=names, output_names=[OUTPUT_NAME],
-                                        dynamic_shapes=tuple({0: batch} for _ in args), optimize=True)
+            # Dim.DYNAMIC: torch.export infers each axis's range (a model may bound a sequence by its position
+            # table) and fails instead of specialising it to the example's size
+            shapes = tuple({a: torch.export.Dim.DYNAMIC for a in ax} for ax in axes)
+            with stdout_to_stderr():  # its progress lines are printed
+                program = torch.onnx.export(module, args, dynamo=True, input_names=names, output_names=[OUTPUT_NAME],
+                                            dynamic_shapes=shapes, optimize=True, verbose=False)
             program.save(str(out))
             scope_dynamo_names(out)
 
@@ -116,11 +146,18 @@ def scope_dynamo_names(path: Path) -> int:
     return renamed
 
 
-def _outputs_differ(module, args: tuple, path: Path) -> float:
-    """Max |ONNX Runtime output - PyTorch output| on ``args`` (two-sample batches, so the batch axis is exercised)."""
+def _outputs_differ(module, args: tuple, path: Path, dynamic: Sequence[Sequence[int]] = ()) -> float:
+    """Max |ONNX Runtime output - PyTorch output| on ``args`` with the batch doubled and every ``dynamic`` axis one
+    shorter (so each dynamic axis is exercised at another size than the export's)."""
     torch = require("torch")
     ort = require("onnxruntime")
-    doubled = tuple(torch.cat([a, a.flip(0) * 0.5 + 0.1]) if a.is_floating_point() else torch.cat([a, a]) for a in args)
+    doubled = []
+    for i, a in enumerate(args):
+        a = torch.cat([a, a.flip(0) * 0.5 + 0.1]) if a.is_floating_point() else torch.cat([a, a.flip(0)])
+        for axis in (dynamic[i] if i < len(dynamic) else ()):
+            if a.shape[axis] >= 2:
+                a = a.narrow(axis, 0, a.shape[axis] - 1)
+        doubled.append(a)
     with torch.no_grad():
         expected = module(*doubled)
     expected = expected[0] if isinstance(expected, (tuple, list)) else expected
@@ -130,12 +167,24 @@ def _outputs_differ(module, args: tuple, path: Path) -> float:
     return float(np.max(np.abs(actual - expected.detach().numpy())))
 
 
+def first_cause(text: str) -> str:
+    """The line of an exporter's error that says what went wrong: the dynamo exporter's first line is a generic
+    "Failed to convert ... step 3/3", its cause the first line under "## Exception summary"; colour codes removed."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    if "## Exception summary" in text:
+        text = text.split("## Exception summary", 1)[1]
+    line = next((x for x in text.splitlines() if x.strip()), "")
+    return re.sub(r"^<class '(?:[\w.]+\.)?(\w+)'>: ", r"\1: ", line.strip())
+
+
 def torch_to_onnx(module, example_inputs, out: Path, routes: Sequence[str] = ROUTES, tolerance: float = 1e-4,
-                  label: str | None = None) -> OnnxExport:
+                  label: str | None = None, dynamic_axes: Sequence[Sequence[int]] = ()) -> OnnxExport:
     """Export ``module`` (an ``nn.Module`` in eval mode, or a loaded TorchScript module) to ``out``.
 
-    ``example_inputs``: a tensor (or array), or a tuple of them, with a batch axis first. Returns the export, with
-    every attempt; raises :class:`ConversionError` naming the model and each route's error when none works."""
+    ``example_inputs``: a tensor (or array), or a tuple of them, with a batch axis first; a batch of 2 or more, and
+    at least 2 positions along each of ``dynamic_axes[i]`` (input ``i``'s axes besides the batch whose size varies),
+    or the dynamo route specialises that axis to the example's size. Returns the export, with every attempt; raises
+    :class:`ConversionError` naming the model and each route's error when none works."""
     from mlms_nb.frameworks.convert import fold_constants
 
     onnx = require("onnx")
@@ -150,12 +199,12 @@ def torch_to_onnx(module, example_inputs, out: Path, routes: Sequence[str] = ROU
             raise MlmsError(f"unknown ONNX export route {route!r}; expected some of {', '.join(ROUTES)}")
         started = time.perf_counter()
         try:
-            _export(route, module, args, out)
+            _export(route, module, args, out, dynamic_axes)
             fold_constants(out)
             onnx.checker.check_model(str(out), full_check=True)
-            diff = _outputs_differ(module, args, out)
+            diff = _outputs_differ(module, args, out, dynamic_axes)
         except Exception as err:  # noqa: BLE001 - every exporter failure is recorded, then the next route is tried
-            line = next((x for x in str(err).splitlines() if x.strip()), "")
+            line = first_cause(str(err))
             where = traceback.extract_tb(err.__traceback__)[-1]
             attempts.append(Attempt(route, False, time.perf_counter() - started,
                                     f"{type(err).__name__}: {line[:300]} (at {Path(where.filename).name}:{where.lineno})"))

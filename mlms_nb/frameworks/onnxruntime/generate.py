@@ -1,0 +1,101 @@
+"""A causal language model in ONNX Runtime, as a :class:`mlms_nb.generation.step.StepModel`.
+
+Two graphs (:mod:`mlms_nb.frameworks.converters.causal_onnx`): ``prefill`` (the prompt, left-padded, -> the last
+position's logits and every layer's keys and values) and ``decode`` (one token and the past keys and values -> the
+next logits and the presents, one position longer). With ``kv_cache=False`` every step runs the prefill graph over
+the whole sequence so far (a full forward per token; only ``logits`` is fetched), so the two modes can be compared
+on the same graphs. ``OrtCausalLM.from_torch(model)`` exports a ``transformers`` model first (cached by sha256).
+
+The state with a cache is the list of ``present`` arrays (host numpy, as ONNX Runtime returns them); without one,
+the token ids so far. Logits come back as host ``float32`` arrays: ``session.run`` returns when the work is done.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlms_nb._optional import require
+from mlms_nb.errors import MlmsError
+
+
+def _positions(attention_mask: np.ndarray) -> np.ndarray:
+    return np.maximum(np.cumsum(attention_mask, axis=1) - 1, 0).astype(np.int64)
+
+
+class OrtCausalLM:
+    """The prefill and decode graphs of one model in ONNX Runtime sessions (CPU, or CUDA when ``device`` says)."""
+
+    framework = "onnxruntime"
+
+    def __init__(self, prefill: str | Path, decode: str | Path, *, kv_cache: bool = True, threads: int | None = None,
+                 device: str = "cpu", max_abs_diff: dict[str, float] | None = None):
+        ort = require("onnxruntime")
+        so = ort.SessionOptions()
+        if threads:
+            so.intra_op_num_threads = int(threads)
+        providers = ["CPUExecutionProvider"]
+        if device.startswith("cuda"):
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise MlmsError(f"device {device}: this onnxruntime has no CUDAExecutionProvider; install "
+                                "onnxruntime-gpu, or use device cpu")
+            index = int(device.split(":")[1]) if ":" in device else 0
+            providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+        self.kv_cache = bool(kv_cache)
+        self.max_abs_diff = dict(max_abs_diff or {})  # per graph, against PyTorch, as the converter measured it
+        self.paths = {"prefill": Path(prefill), "decode": Path(decode)}
+        self._prefill = ort.InferenceSession(str(prefill), sess_options=so, providers=providers)
+        self._decode = ort.InferenceSession(str(decode), sess_options=so, providers=providers) if kv_cache else None
+        inputs = [i.name for i in self._prefill.get_inputs()]
+        outputs = [o.name for o in self._prefill.get_outputs()]
+        if outputs[:1] != ["logits"] or inputs != ["input_ids", "attention_mask", "position_ids"]:
+            raise MlmsError(f"{prefill}: not a prefill graph of mlms-nb's causal LM export (inputs {inputs}, "
+                            f"outputs {outputs[:3]}...)")
+        self._present_names = outputs[1:]
+        self._past_names = [n.replace("present.", "past.", 1) for n in self._present_names]
+        vocab = self._prefill.get_outputs()[0].shape[-1]
+        self.vocab_size = int(vocab) if isinstance(vocab, int) else -1
+
+    @classmethod
+    def from_torch(cls, model, *, kv_cache: bool = True, threads: int | None = None, device: str = "cpu",
+                   label: str | None = None) -> "OrtCausalLM":
+        """Export ``model`` (a ``transformers`` causal LM) with the kept converter (cached), then open it."""
+        from mlms_nb.frameworks.converters.causal_onnx import causal_lm_to_onnx
+
+        graphs = causal_lm_to_onnx(model, label=label)
+        step = cls(graphs.prefill, graphs.decode, kv_cache=kv_cache, threads=threads, device=device,
+                   max_abs_diff=graphs.max_abs_diff)
+        step.vocab_size = graphs.vocab_size
+        return step
+
+    def _run_prefill(self, ids: np.ndarray, mask: np.ndarray, outputs: list[str] | None) -> list[np.ndarray]:
+        feed = {"input_ids": np.ascontiguousarray(ids, np.int64), "attention_mask": np.ascontiguousarray(mask, np.int64),
+                "position_ids": _positions(mask)}
+        return self._prefill.run(outputs, feed)
+
+    def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> tuple[np.ndarray, Any]:
+        if not self.kv_cache:
+            logits = self._run_prefill(input_ids, attention_mask, ["logits"])[0]
+            return logits, np.asarray(input_ids, np.int64)
+        logits, *presents = self._run_prefill(input_ids, attention_mask, None)
+        return logits, presents
+
+    def decode(self, next_ids: np.ndarray, attention_mask: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        next_ids = np.asarray(next_ids, np.int64).reshape(-1, 1)
+        mask = np.ascontiguousarray(attention_mask, np.int64)
+        if not self.kv_cache:
+            ids = np.concatenate([state, next_ids], axis=1)
+            return self._run_prefill(ids, mask, ["logits"])[0], ids
+        feed = {"input_ids": next_ids, "attention_mask": mask, "position_ids": _positions(mask)[:, -1:]}
+        feed.update(zip(self._past_names, state))
+        logits, *presents = self._decode.run(None, feed)
+        return logits, presents
+
+    def kv_cache_bytes(self, state: Any) -> int:
+        if not self.kv_cache or state is None:
+            return 0
+        return int(sum(a.nbytes for a in state))
+
+    def close(self) -> None:
+        self._prefill = self._decode = None
