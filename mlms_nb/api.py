@@ -38,14 +38,14 @@ from mlms_nb.fleet.run import evaluate_on_agents, tls_of
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.roofline_run import framework_roofline
-from mlms_nb.evaluation.runner import EvaluationRunner, record_failures, resolve_manifests
+from mlms_nb.evaluation.manifests import manifests_for
+from mlms_nb.evaluation.runner import EvaluationRunner, record_failures
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
-from mlms_nb.frameworks.converters.manifests import CONVERTIBLE, converted_copies
 from mlms_nb.frameworks.costs import model_costs
-from mlms_nb.frameworks.live import check_trust, manifest_for
+from mlms_nb.frameworks.live import check_trust
 from mlms_nb.frameworks.modelfiles import file_kind
-from mlms_nb.manifest import Manifest, ManifestCatalog, canonical_framework, find_manifest
+from mlms_nb.manifest import ManifestCatalog, canonical_framework
 from mlms_nb.options import (
     AgentOptions, AgentsOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions,
     SchedulerOptions, spell, spell_on, takes,
@@ -135,7 +135,8 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 
         resolve_metrics(metrics)  # an unknown name is refused before anything runs
     failed: dict[str, str] = {}  # a framework whose converted copy could not be made: its outcome, not the end
-    manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess, failed)
+    manifests = manifests_for(model, options.framework, explicit="framework" in options.model_fields_set,
+                              trust=options.trust, live=(inputs, outputs, preprocess, postprocess), failed=failed)
     ran = [m.framework.name for m in manifests]
     frameworks = ran + [fw for fw in failed if fw not in ran]
     if options.framework != frameworks:  # the options record what was run (a manifest file names its framework)
@@ -155,42 +156,6 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     else:
         evaluation.saved = False  # history=False: nothing is in the store, and "saved" says so
     return evaluation
-
-
-def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, preprocess: Any,
-               postprocess: Any, failed: dict[str, str] | None = None) -> list[Manifest]:
-    """The manifests to run. A manifest file or object names one framework: asked for with others it is refused,
-    except a PyTorch manifest that builds its module (entrypoint, architecture, live object), whose ONNX Runtime and
-    TensorFlow copies the kept converters make (:func:`~mlms_nb.frameworks.converters.manifests.converted_copies`).
-    With ``failed`` (a dict), a copy that cannot be made is left out and its sentence put there, by framework."""
-    live = not isinstance(model, (str, Path, Manifest))
-    if live:
-        model = manifest_for(model, inputs, outputs, preprocess, postprocess)
-    elif any(x is not None for x in (inputs, outputs, preprocess, postprocess)):
-        raise MlmsError("inputs, outputs, preprocess and postprocess describe a live model object; a model name or "
-                        "manifest already describes them")
-    if isinstance(model, (str, Path)) and file_kind(model) is not None and Path(model).exists():
-        raise MlmsError(f"{model} is a model file, not a manifest: write a manifest whose model.graph_path names it "
-                        "(docs/byom.md), or pass the loaded model object with inputs=...")
-    if isinstance(model, Path) or (isinstance(model, str) and (model.endswith((".yaml", ".yml")) or "/" in model)):
-        model = find_manifest(model)
-    if isinstance(model, Manifest):
-        if "framework" in options.model_fields_set and options.framework != [model.framework.name]:
-            others = [fw for fw in options.framework if fw != model.framework.name]
-            eager = model.framework.name == "torch" and not model.model.graph_path  # an nn.Module we can export
-            if not eager or not set(others) <= set(CONVERTIBLE):
-                asked = ",".join(options.framework)
-                raise MlmsError(f"{model.source or 'the manifest'} is for framework {model.framework.name}, but "
-                                f"{spell('framework')} asks for {asked}: give a manifest of that framework (one file "
-                                "per framework), or its model name; only a PyTorch manifest that builds its module "
-                                f"(model.entrypoint or model.architecture) is converted to {' and '.join(CONVERTIBLE)}")
-            # a PyTorch manifest asked in ONNX Runtime / TensorFlow too: its converted copies (kept, by checksum)
-            check_trust(model, options.trust)
-            copies = converted_copies(model, others, options.trust, failed)
-            return [model if fw == model.framework.name else copies[fw] for fw in options.framework if fw in copies
-                    or fw == model.framework.name]
-        return [model]
-    return resolve_manifests(model, options.framework)
 
 
 @takes(HistoryOptions)
@@ -432,8 +397,7 @@ def _diverge_by_outputs(model: Any, options: DivergeOptions) -> OutputDivergence
     if len(options.frameworks) < 2:
         raise MlmsError(f"an output divergence compares at least two frameworks; {spell('frameworks')} gives "
                         f"{', '.join(options.frameworks)}")
-    manifests = _manifests(model, EvaluateOptions(framework=options.frameworks, trust=options.trust), None, None,
-                           None, None)
+    manifests = manifests_for(model, options.frameworks, trust=options.trust)
     limit = options.limit if "limit" in options.model_fields_set else 16  # the whole of a dataset only when asked
     return _diverge_outputs(manifests, dataset=options.dataset, tolerance=options.tolerance, limit=limit,
                             batch_size=options.batch_size, trust=options.trust, metrics=options.metrics)

@@ -137,3 +137,25 @@ def test_live_object_with_an_example_batch_and_magic(tiny):
         assert out.complete and out.model == "tinycnn"
     finally:
         InteractiveShell.clear_instance()
+
+
+@pytest.mark.slow  # two ONNX exports and one Keras port of the tiny CNN (cached after the first)
+def test_a_manifest_found_by_name_converts_exactly_as_by_path(tiny, monkeypatch, tmp_path):
+    """A user's PyTorch manifest in MLMS_MANIFEST_PATH, asked by its name in three frameworks, runs the kept
+    converters' copies as the same file asked by its path does (issue 24 item 1: resolved in one place)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tensorflow")
+    root, _ = tiny
+    manifest = _entrypoint_manifest(root, name="byname.yaml")
+    monkeypatch.setenv("MLMS_MANIFEST_PATH", str(manifest))
+    monkeypatch.setenv("MLMS_HOME", str(tmp_path / "home"))
+    three = dict(RUN, framework="torch,onnxruntime,tensorflow", trust=True, limit=4)
+    by_name = mlms_nb.evaluate("tinycnn", **three)
+    by_path = mlms_nb.evaluate(str(manifest), **three)
+    for ev in (by_name, by_path):
+        assert ev.complete and ev.frameworks == ["torch", "onnxruntime", "tensorflow"], ev.missing()
+    for fw in ("torch", "onnxruntime", "tensorflow"):
+        np.testing.assert_allclose(by_name.probabilities[fw], by_path.probabilities[fw], atol=1e-6)
+        np.testing.assert_allclose(by_name.probabilities[fw], by_name.probabilities["torch"], atol=1e-4)
+    with pytest.raises(mlms_nb.errors.UnknownModelError):  # a version it does not have: refused before running
+        mlms_nb.evaluate("tinycnn@^9", **three)

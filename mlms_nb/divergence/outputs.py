@@ -87,7 +87,8 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
     from mlms_nb.evaluation.inputs import load_inputs
     from mlms_nb.evaluation.outputs import OutputRecorder, outputs_pass
     from mlms_nb.evaluation.targets import TargetScores
-    from mlms_nb.evaluation.runner import default_dataset, resolve_manifests
+    from mlms_nb.evaluation.manifests import manifests_for
+    from mlms_nb.evaluation.runner import default_dataset
     from mlms_nb.frameworks import PredictorOptions, open_predictor
     from mlms_nb.frameworks.live import check_trust
     from mlms_nb.options import DivergeOptions
@@ -99,7 +100,7 @@ def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onn
         names = [m.framework.name for m in manifests]
     else:
         names = DivergeOptions(frameworks=frameworks).frameworks
-        manifests = resolve_manifests(model, names) if len(names) > 1 else []
+        manifests = manifests_for(model, names, trust=trust) if len(names) > 1 else []
     if len(names) < 2 or len(set(names)) < len(names):
         raise MlmsError(f"an output divergence compares at least two frameworks; got {', '.join(names)}")
     dataset = dataset if dataset is not None else default_dataset(manifests[0])

@@ -29,28 +29,12 @@ from mlms_nb.evaluation.targets import shippable
 from mlms_nb.evaluation.work import FrameworkJob, measure_framework
 from mlms_nb.launchers import Launcher, Limits, Outcome, StopRequested, Work, get_launcher, outcome_of
 from mlms_nb.launchers.stopping import deferred, stop_signals, when_abandoned
-from mlms_nb.manifest import Manifest, canonical_framework, find_manifest
-from mlms_nb.options import EvaluateOptions, spell
+from mlms_nb.manifest import Manifest
+from mlms_nb.options import EvaluateOptions
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[Evaluation, str], None]
-
-
-def resolve_manifests(model: str | Manifest, frameworks: list[str], explicit: bool = True) -> list[Manifest]:
-    """One manifest per requested framework. A `Manifest` or a manifest path names one framework: asking for
-    another (``explicit``: the frameworks were given, not the default) is refused with a sentence."""
-    text = "" if isinstance(model, Manifest) else str(model)
-    if isinstance(model, Manifest) or text.endswith((".yaml", ".yml")) or "/" in text:
-        manifest = find_manifest(model)
-        others = [fw for fw in frameworks if fw != manifest.framework.name]
-        if explicit and others:
-            where = manifest.source or manifest.key
-            raise MlmsError(f"{where} is a manifest for {manifest.framework.name}, so {spell('framework', ','.join(frameworks))} "
-                            f"cannot run it in {', '.join(others)}: give the model's name ({manifest.name}) to run it "
-                            "in several frameworks, or that framework's manifest")
-        return [manifest]
-    return [find_manifest(model, framework=canonical_framework(fw)) for fw in dict.fromkeys(frameworks)]
 
 
 def default_dataset(manifest: Manifest) -> str:
