@@ -43,6 +43,7 @@ from mlms_nb.frameworks.converters.manifests import CONVERTIBLE, converted_copie
 from mlms_nb.frameworks.costs import model_costs
 from mlms_nb.frameworks.live import check_trust, manifest_for
 from mlms_nb.frameworks.modelfiles import file_kind
+from mlms_nb.generation.manifests import causal_lm_manifest, causal_lm_source
 from mlms_nb.manifest import Manifest, ManifestCatalog, canonical_framework, find_manifest
 from mlms_nb.options import (
     AgentOptions, AgentsOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions,
@@ -131,6 +132,8 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 
         resolve_metrics(metrics)  # an unknown name is refused before anything runs
     manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess)
+    if any(m.task == "text-generation" for m in manifests) and not options.scenario.startswith("generate"):
+        options.scenario = "generate-server" if options.scenario == "server" else "generate"  # a causal LM generates
     for manifest in manifests:
         check_trust(manifest, options.trust)
     if options.remote.on:
@@ -149,6 +152,9 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
     except a PyTorch manifest that builds its module (entrypoint, architecture, live object), whose ONNX Runtime and
     TensorFlow copies the kept converters make (:func:`~mlms_nb.frameworks.converters.manifests.converted_copies`)."""
     live = not isinstance(model, (str, Path, Manifest))
+    if causal_lm_source(model, options.scenario, inputs):  # a save_pretrained folder, a hub id, a live causal LM
+        model = causal_lm_manifest(model)
+        live = False
     if live:
         model = manifest_for(model, inputs, outputs, preprocess, postprocess)
     elif any(x is not None for x in (inputs, outputs, preprocess, postprocess)):

@@ -15,6 +15,9 @@ from mlms_nb.evaluation.records import (
 )
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.stats import latency_stats, stability_warning
+from mlms_nb.generation.agreement import sequence_agreement
+from mlms_nb.generation.records import GenerateLoop, GreedyTokens
+from mlms_nb.generation.work import loop_label
 from mlms_nb.launchers import Outcome
 from mlms_nb.schema.evaluation import FULL_PASS, SampleKey
 
@@ -40,6 +43,10 @@ class Assembler:
         self._predictions: list[pd.DataFrame] = []
         self._overhead: list[dict] = []
         self.measured: set[str] = set()
+        self._generation: list[dict] = []
+        self._requests: list[pd.DataFrame] = []
+        self._greedy_reference: GreedyTokens | None = None  # the first greedy run; its logits are not stored
+        self._agreement: list[pd.DataFrame] = []
 
     # ------------------------------------------------------------------ per framework
     def started(self, framework: str) -> None:
@@ -106,6 +113,15 @@ class Assembler:
             running = ev.outcomes.get(fw)
             if running is not None and running.get("status") == "running" and record.complete:
                 running.setdefault("measured_batch_sizes", []).append(int(record.batch_size))
+        elif isinstance(record, GenerateLoop):
+            self._add_generation(record)
+        elif isinstance(record, GreedyTokens):
+            if self._greedy_reference is None:
+                self._greedy_reference = record
+            else:
+                self._agreement.append(sequence_agreement(self._greedy_reference, record))
+                ev.generation_agreement = pd.concat(self._agreement, ignore_index=True)
+                self._warn_divergence(self._agreement[-1])
         elif isinstance(record, TracedPass):
             ev.traces[fw] = record.trace
             ev.trace_ids.append(record.trace_id)
@@ -118,14 +134,15 @@ class Assembler:
             self.measured.add(fw)
         return is_measurement
 
-    def _latency_row(self, loop: TimedLoop) -> dict:
+    def _latency_row(self, loop: TimedLoop, inputs_per_sample: int | None = None) -> dict:
         scenario, fw, batch_size = loop.scenario, loop.framework, int(loop.batch_size)
         # single-stream: throughput = batch / mean latency; offline and server: inputs served / loop wall time
-        stats = latency_stats(loop.samples_ns, batch_size, wall_ns=None if scenario == "single-stream" else loop.wall_ns)
+        stats = latency_stats(loop.samples_ns, inputs_per_sample or batch_size,
+                              wall_ns=None if scenario == "single-stream" else loop.wall_ns)
         row = {"framework": fw, "batch_size": batch_size, "scenario": scenario, **stats,
                "warmup_calls": int(loop.warmup_calls), **loop.extra, "complete": bool(loop.complete)}
         self.ev.samples[SampleKey(fw, batch_size, scenario)] = np.asarray(loop.samples_ns, dtype=np.int64)
-        if loop.complete:
+        if loop.complete and not scenario.startswith("generate-server"):  # server latency includes queueing
             warning = stability_warning(row)
             if warning:
                 self.ev.warnings.append(warning)
@@ -135,3 +152,37 @@ class Assembler:
                 f"timed call(s) in {loop.wall_ns / 1e9:.3g} s, before its stopping rule held: its numbers are "
                 "indicative only")
         return row
+
+    def _add_generation(self, loop: GenerateLoop) -> None:
+        """A generate loop: its statistics row, its requests, and a ``latency`` row of its request latencies (so
+        outcomes, the history and the summary see it like any timed loop)."""
+        fw, keys = loop.framework, {"framework": loop.framework, "batch_size": int(loop.batch_size),
+                                    "scenario": loop.scenario, "kv_cache": bool(loop.kv_cache)}
+        self._generation.append({**keys, **loop.row, **loop.extra, "complete": bool(loop.complete)})
+        self.ev.generation = pd.DataFrame(self._generation)
+        requests = pd.DataFrame(loop.requests)
+        for key, value in reversed(list(keys.items())):
+            requests.insert(0, key, value)
+        self._requests.append(requests)
+        self.ev.generation_requests = pd.concat(self._requests, ignore_index=True)
+        if len(loop.latency_ns):
+            timed = TimedLoop(fw, loop.batch_size, loop_label(loop.scenario, loop.kv_cache), loop.latency_ns,
+                              loop.wall_ns, loop.warmup_calls, {}, loop.complete, loop.reason)
+            self._rows.append(self._latency_row(timed, inputs_per_sample=1))  # a sample is one request
+            self.ev.latency = pd.DataFrame(self._rows)
+        running = self.ev.outcomes.get(fw)
+        if running is not None and running.get("status") == "running" and loop.complete:
+            running.setdefault("measured_batch_sizes", []).append(int(loop.batch_size))
+
+    def _warn_divergence(self, rows: pd.DataFrame) -> None:
+        same = rows[rows["kind"] == "identical_sequences"]
+        if same.empty:
+            return
+        first = same.iloc[0]
+        total = int(first["detail"]["sequences"])
+        if int(first["value"]) < total:
+            what = f"{first['framework']} ({'KV cache' if first['kv_cache'] else 'no KV cache'})"
+            self.ev.warnings.append(
+                f"{first['framework']}: greedy decoding gave {total - int(first['value'])} of {total} sequences that "
+                f"differ from {first['reference']}'s: {what}, see Evaluation.generation_agreement for the first "
+                "divergent position and both top-2 logits there")

@@ -20,6 +20,7 @@ def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, la
     if launcher != "dask":  # an agent's memory is not this machine's
         check_batch_memory(manifests, options)
     check_python_dataset(manifests, options, launcher)
+    check_generation(manifests, options)
     if options.isolation.call_timeout_s is not None and launcher in ("inline", "dask"):
         check_cancellable(manifests, options, on_agent=launcher == "dask")
 
@@ -94,3 +95,13 @@ def check_python_dataset(manifests: list[Manifest], options: EvaluateOptions, la
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
+
+
+def check_generation(manifests: list[Manifest], options: EvaluateOptions) -> None:
+    """The generate scenarios measure causal language models (``task: text-generation``) only."""
+    if not options.scenario.startswith("generate"):
+        return
+    for manifest in manifests:
+        if manifest.task != "text-generation":
+            raise MlmsError(f"{spell('scenario', options.scenario)} measures a causal language model, but manifest "
+                            f"{manifest.key} has no task: text-generation (docs/language-models.md)")

@@ -67,6 +67,12 @@ class Evaluation:
     output_agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: per framework x output x metric, against the dataset's targets: mean over the inputs, std, 95% CI, count
     target_metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: causal LMs: per framework x batch size x generate scenario x KV cache, TTFT/TPOT/ITL/tokens/s statistics
+    generation: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: causal LMs: one row per request of those loops (arrival, TTFT, latency, TPOT, inter-token latencies, tokens)
+    generation_requests: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: causal LMs: greedy tokens and logits of each framework / KV-cache setting against the first
+    generation_agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
     complete: bool = True
     #: per framework: ``status`` (complete | partial | failed | not run), ``reason`` (None or error, interrupt,
     #: signal, timeout, crash), ``message``, ``measured_batch_sizes``, ``missing_batch_sizes``,
@@ -164,6 +170,8 @@ class Evaluation:
         lat = self.latency
         parts = []
         scenario = opts.get("scenario")
+        if str(scenario).startswith("generate") or not self.generation.empty:
+            return self._generation_note(opts)
         if scenario is None and not lat.empty and "scenario" in lat:
             scenario = ", ".join(map(str, lat["scenario"].unique()))
         if not lat.empty and "samples" in lat:
@@ -198,6 +206,27 @@ class Evaluation:
             parts.append(f"trace level {opts['trace_level']} (adds overhead)")
         return "; ".join(parts)
 
+    def _generation_note(self, opts: dict) -> str:
+        gen = self.generation
+        parts = [f"generation: mlms-nb's generate loop, {opts.get('scenario', 'generate')} scenario, at most "
+                 f"{opts.get('max_new_tokens')} new tokens per request, {opts.get('sampling', 'greedy')}"
+                 + (f", stop tokens {opts['stop_tokens']}" if opts.get("stop_tokens") else "")]
+        if not gen.empty and "requests" in gen:
+            lo, hi = int(gen["requests"].min()), int(gen["requests"].max())
+            parts.append(f"{lo if lo == hi else f'{lo} to {hi}'} requests per loop")
+        rule = Timing.rule(opts)
+        if rule:
+            parts.append(f"each loop ran {rule.replace('calls', 'batches')}")
+        if not gen.empty and "warmup_calls" in gen:
+            parts.append(f"after {int(gen['warmup_calls'].min())} to {int(gen['warmup_calls'].max())} untimed batches")
+        threads = opts.get("threads")
+        parts.append(f"{threads} threads" if threads else "threads: the framework's default")
+        parts.append("TTFT, TPOT = (latency - TTFT) / (output tokens - 1), inter-token latency and request latency "
+                     "per request (MLPerf); p90/p99 by nearest rank (MLPerf), *_linear columns interpolated; 95% CI of "
+                     "the median by bootstrap; tokens/s total: output tokens / loop wall time; clock "
+                     f"{opts.get('clock', 'time.perf_counter_ns')}")
+        return "; ".join(parts)
+
     # ------------------------------------------------------------------ one framework, and back
     def for_framework(self, framework: str) -> "Evaluation":
         """The part of this evaluation that concerns ``framework`` (same id; its stack keeps only that
@@ -228,7 +257,8 @@ class Evaluation:
             accuracy=rows(self.accuracy),
             predictions=rows(self.predictions), trace_overhead=rows(self.trace_overhead),
             outputs=rows(self.outputs), output_agreement=rows(self.output_agreement),
-            target_metrics=rows(self.target_metrics),
+            target_metrics=rows(self.target_metrics), generation=rows(self.generation),
+            generation_requests=rows(self.generation_requests), generation_agreement=rows(self.generation_agreement),
             traces={k: v for k, v in self.traces.items() if k == framework},
             samples={SampleKey(*k): v.copy() for k, v in self.samples.items() if k[0] == framework},
             probabilities={k: v.copy() for k, v in self.probabilities.items() if k == framework},
@@ -304,7 +334,8 @@ class Evaluation:
             accuracy=concat("accuracy"),
             predictions=concat("predictions"), trace_overhead=concat("trace_overhead"),
             outputs=concat("outputs"), output_agreement=concat("output_agreement"),
-            target_metrics=concat("target_metrics"),
+            target_metrics=concat("target_metrics"), generation=concat("generation"),
+            generation_requests=concat("generation_requests"), generation_agreement=concat("generation_agreement"),
             traces={k: v for p in parts for k, v in p.traces.items()},
             samples={k: v for p in parts for k, v in p.samples.items()},
             probabilities={k: v for p in parts for k, v in p.probabilities.items()},
