@@ -198,3 +198,21 @@ def test_cli_generate_json_carries_the_requests(mlms_home):
     result = json.loads(out.stdout)["results"][0]
     assert len(result["generation"]) == 4
     assert {"ttft_ms", "tpot_ms", "itl_ms", "output_ids"} <= set(result["generation_requests"][0])
+
+
+def test_language_models_page_names_only_real_flags_and_keywords():
+    import inspect
+    import re
+    from pathlib import Path
+
+    from mlms_nb.commands import cli_parser
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "language-models.md").read_text(encoding="utf-8")
+    verbs = cli_parser()._subparsers._group_actions[0].choices
+    flags = {f for action in verbs["eval"]._actions for f in action.option_strings}
+    named = set(re.findall(r"(--[a-z][a-z-]+)", text))
+    assert named and named <= flags, named - flags
+    params = set(inspect.signature(mlms_nb.evaluate).parameters)
+    assert set(re.findall(r"`([a-z_]+)`(?:, `[a-z_]+`)? \| `--", text)) <= params
+    for keywords in re.findall(r"mlms_nb\.evaluate\(([^)]*)\)", text):
+        assert set(re.findall(r"(\w+)=", re.sub(r'"[^"]*"', '""', keywords))) <= params, keywords
