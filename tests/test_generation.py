@@ -216,3 +216,20 @@ def test_language_models_page_names_only_real_flags_and_keywords():
     assert set(re.findall(r"`([a-z_]+)`(?:, `[a-z_]+`)? \| `--", text)) <= params
     for keywords in re.findall(r"mlms_nb\.evaluate\(([^)]*)\)", text):
         assert set(re.findall(r"(\w+)=", re.sub(r'"[^"]*"', '""', keywords))) <= params, keywords
+
+
+def test_framework_trace_tags_layers_with_their_phase(mlms_home):
+    from mlms_nb.schema.spans import attrs_dict
+
+    ev = mlms_nb.evaluate("tiny_gpt2", scenario="generate", batch_sizes=2, kv_cache="on", max_new_tokens=3,
+                          trace_level="FRAMEWORK", history=False, **FAST)
+    spans = ev.traces["torch"].spans
+    predict = spans[spans["name"] == "predict"]
+    phases = [(attrs_dict(a)["phase"], attrs_dict(a)["step"]) for a in predict["attrs"]]
+    assert phases == [("prefill", 0), ("decode", 1), ("decode", 2)]
+    layers = spans[spans["kind"] == "layer"]
+    tags = {(attrs_dict(a)["phase"], attrs_dict(a)["step"]) for a in layers["attrs"]}
+    assert tags == set(phases)  # every layer call sits in one phase
+    attn = layers[layers["name"].str.endswith("attn.c_attn")]  # prefill sees 2 x 16 tokens, a decode step 2 x 1
+    shapes = {attrs_dict(a)["phase"]: tuple(json.loads(str(s))[0]) for a, s in zip(attn["attrs"], attn["shape"])}
+    assert shapes["prefill"] == (2, 16, 64) and shapes["decode"] == (2, 1, 64)

@@ -14,13 +14,15 @@ from typing import Callable
 
 import numpy as np
 
-from mlms_nb.evaluation.records import ColdStart, Note, Opened
+from mlms_nb.evaluation.records import ColdStart, Note, Opened, TracedPass
 from mlms_nb.generation.agreement import AGREEMENT_PROMPTS, greedy_tokens
 from mlms_nb.generation.loop import Sampling, generate_batch, loop_partial, run_generate
 from mlms_nb.generation.metrics import generation_row, request_records
 from mlms_nb.generation.prompts import open_prompts
 from mlms_nb.generation.records import GenerateLoop
 from mlms_nb.generation.step import open_step_model
+from mlms_nb.generation.traced import trace_generation
+from mlms_nb.schema.levels import TraceLevel
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,11 @@ def measure_generation(job, emit: Callable, watch) -> None:
             for batch_size in opts.batch_sizes:
                 watch.phase = f"generating at batch size {batch_size} ({'with' if kv else 'without'} KV cache)"
                 _time_one(fw, step, prompts.ids, batch_size, scenario, kv, opts, sampling, emit)
+            level = TraceLevel.parse(opts.tracing.trace_level)
+            if level > TraceLevel.NONE and index == 0:
+                watch.phase = "the traced generate pass"
+                trace = trace_generation(step, prompts.ids, opts.batch_sizes, gen.max_new_tokens, level, job.trace_id)
+                emit(TracedPass(fw, trace, job.trace_id, []))
             if greedy_runs:
                 watch.phase = "greedy decoding for the agreement across frameworks"
                 emit(greedy_tokens(step, prompts.ids[:AGREEMENT_PROMPTS], gen.max_new_tokens))

@@ -107,6 +107,17 @@ class TorchStepModel:
         logits, _ = self._forward(ids, attention_mask, positions, None)
         return logits, ids
 
+    def start_tracing(self, tracer: Any) -> None:
+        """FRAMEWORK layer spans of every call from now on (:class:`mlms_nb.frameworks.torch.tracing.LayerHooks`)."""
+        from mlms_nb.frameworks.torch.tracing import LayerHooks
+
+        self._hooks = LayerHooks(self.model, tracer, cuda=self.device.type == "cuda")
+
+    def stop_tracing(self) -> None:
+        hooks, self._hooks = getattr(self, "_hooks", None), None
+        if hooks is not None:
+            hooks.remove()
+
     def kv_cache_bytes(self, state: Any) -> int:
         return sum(int(t.numel()) * t.element_size() for t in cache_tensors(state)) if self.kv_cache else 0
 
