@@ -1,6 +1,6 @@
 """mlms-nb's generate loop against a hand-written one over the same model, interleaved in one process.
 
-For each batch size (default 1 and 4): rounds alternate A (mlms-nb: :func:`mlms_nb.generation.loop.run_generate`,
+For each batch size (default 1 and 4): rounds alternate A then B, B then A (mlms-nb: :func:`mlms_nb.generation.loop.run_generate`,
 offline scenario, over a :class:`~mlms_nb.generation.step.StepModel`) and B (a bare loop written the way a user
 would: the framework called directly, argmax, the KV cache fed back), so drift and other load hit both alike. Both
 decode greedily the same equal-length prompts for the same number of new tokens (no stop token).
@@ -86,9 +86,13 @@ def compare(step: StepModel, bare: Bare, batch_size: int, rounds: int, seconds: 
     _mlms_round(step, prompts, max_new_tokens, 0.2)  # warm both up
     _bare_round(bare, prompts, max_new_tokens, 0.2)
     ratios, a_tps, b_tps, a_ttft, b_ttft = [], [], [], [], []
-    for _ in range(rounds):
-        a, ta = _mlms_round(step, prompts, max_new_tokens, seconds)
-        b, tb = _bare_round(bare, prompts, max_new_tokens, seconds)
+    for r in range(rounds):  # A B, then B A: neither always runs first
+        if r % 2 == 0:
+            a, ta = _mlms_round(step, prompts, max_new_tokens, seconds)
+            b, tb = _bare_round(bare, prompts, max_new_tokens, seconds)
+        else:
+            b, tb = _bare_round(bare, prompts, max_new_tokens, seconds)
+            a, ta = _mlms_round(step, prompts, max_new_tokens, seconds)
         ratios.append(a / b)
         a_tps.append(a)
         b_tps.append(b)

@@ -83,10 +83,11 @@ class TorchStepModel:
 
     def _forward(self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: Any) -> tuple[np.ndarray, Any]:
         dev = self.device
+        padded = not mask.all()  # no padding: the model's own causal mask and positions are the same, and cheaper
         with torch.inference_mode():
             out = self.model(input_ids=torch.from_numpy(np.ascontiguousarray(ids)).to(dev),
-                             attention_mask=torch.from_numpy(np.ascontiguousarray(mask)).to(dev),
-                             position_ids=torch.from_numpy(np.ascontiguousarray(positions)).to(dev),
+                             attention_mask=torch.from_numpy(np.ascontiguousarray(mask)).to(dev) if padded else None,
+                             position_ids=torch.from_numpy(np.ascontiguousarray(positions)).to(dev) if padded else None,
                              past_key_values=past, use_cache=self.kv_cache)
             logits = out.logits[:, -1, :].float().cpu().numpy()  # host copy: the device work is done
         return logits, (out.past_key_values if self.kv_cache else None)
@@ -100,7 +101,7 @@ class TorchStepModel:
     def decode(self, next_ids: np.ndarray, attention_mask: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
         from mlms_nb.generation.step import position_ids
 
-        positions = position_ids(attention_mask)
+        positions = position_ids(attention_mask) if not attention_mask.all() else attention_mask  # unused unpadded
         if self.kv_cache:
             return self._forward(next_ids, attention_mask, positions[:, -1:], state)
         ids = np.concatenate([state, np.asarray(next_ids, dtype=np.int64)], axis=1)
