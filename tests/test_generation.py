@@ -233,3 +233,26 @@ def test_framework_trace_tags_layers_with_their_phase(mlms_home):
     attn = layers[layers["name"].str.endswith("attn.c_attn")]  # prefill sees 2 x 16 tokens, a decode step 2 x 1
     shapes = {attrs_dict(a)["phase"]: tuple(json.loads(str(s))[0]) for a, s in zip(attn["attrs"], attn["shape"])}
     assert shapes["prefill"] == (2, 16, 64) and shapes["decode"] == (2, 1, 64)
+
+
+def test_magic_shows_the_generation_table(mlms_home):
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from mlms_nb.schema.evaluation import FRAMES
+
+    ip = InteractiveShell.instance()
+    try:
+        ip.run_line_magic("load_ext", "mlms_nb")
+        with capture_output() as captured:
+            ip.run_line_magic("mlms", "eval tiny_gpt2 --scenario generate --batch-sizes 2 --kv-cache on "
+                                      "--max-new-tokens 3 --warmup 1 --min-repeats 2 --min-time 0 --threads 1 "
+                                      "--no-progress --save ev")
+        ev = ip.user_ns["ev"]
+    finally:
+        InteractiveShell.clear_instance()
+    for name, schema in FRAMES.items():  # what the runner fills in is what the schema says
+        assert schema.problems(getattr(ev, name)) == [], name
+    [shown] = [o.data for o in captured.outputs]
+    for needle in ("TTFT median (ms)", "TPOT 95% CI (ms)", "tokens/s total", "TPOT = (latency - TTFT)"):
+        assert needle in shown["text/plain"] and needle in shown["text/html"]

@@ -19,7 +19,7 @@ from mlms_nb.generation.agreement import sequence_agreement
 from mlms_nb.generation.records import GenerateLoop, GreedyTokens
 from mlms_nb.generation.work import loop_label
 from mlms_nb.launchers import Outcome
-from mlms_nb.schema.evaluation import FULL_PASS, SampleKey
+from mlms_nb.schema.evaluation import FULL_PASS, GENERATION, GENERATION_AGREEMENT, GENERATION_REQUESTS, SampleKey
 
 STATUSES = ("complete", "partial", "failed", "not run", "running")
 """A framework's status in ``Evaluation.outcomes``: all measured; some measured, then stopped; stopped before
@@ -119,7 +119,8 @@ class Assembler:
             if self._greedy_reference is None:
                 self._greedy_reference = record
             else:
-                self._agreement.append(sequence_agreement(self._greedy_reference, record))
+                self._agreement.append(_schema_frame(GENERATION_AGREEMENT, sequence_agreement(
+                    self._greedy_reference, record).to_dict("records")))
                 ev.generation_agreement = pd.concat(self._agreement, ignore_index=True)
                 self._warn_divergence(self._agreement[-1])
         elif isinstance(record, TracedPass):
@@ -159,11 +160,8 @@ class Assembler:
         fw, keys = loop.framework, {"framework": loop.framework, "batch_size": int(loop.batch_size),
                                     "scenario": loop.scenario, "kv_cache": bool(loop.kv_cache)}
         self._generation.append({**keys, **loop.row, **loop.extra, "complete": bool(loop.complete)})
-        self.ev.generation = pd.DataFrame(self._generation)
-        requests = pd.DataFrame(loop.requests)
-        for key, value in reversed(list(keys.items())):
-            requests.insert(0, key, value)
-        self._requests.append(requests)
+        self.ev.generation = _schema_frame(GENERATION, self._generation)
+        self._requests.append(_schema_frame(GENERATION_REQUESTS, [{**keys, **r} for r in loop.requests]))
         self.ev.generation_requests = pd.concat(self._requests, ignore_index=True)
         if len(loop.latency_ns):
             timed = TimedLoop(fw, loop.batch_size, loop_label(loop.scenario, loop.kv_cache), loop.latency_ns,
@@ -186,3 +184,10 @@ class Assembler:
                 f"{first['framework']}: greedy decoding gave {total - int(first['value'])} of {total} sequences that "
                 f"differ from {first['reference']}'s: {what}, see Evaluation.generation_agreement for the first "
                 "divergent position and both top-2 logits there")
+
+
+def _schema_frame(schema, rows: list[dict]) -> pd.DataFrame:
+    """``rows`` as ``schema`` says (columns in order, dtypes), without its conditional columns nobody filled."""
+    frame = schema.frame(rows)
+    unused = [c.name for c in schema.columns if c.when and frame[c.name].isna().all()]
+    return frame.drop(columns=unused)
