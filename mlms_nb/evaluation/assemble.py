@@ -62,8 +62,10 @@ class Assembler:
     def finish(self, framework: str, outcome: Outcome) -> dict:
         lat = self.ev.latency
         mine = lat[lat["framework"] == framework] if not lat.empty else lat
-        measured = [int(b) for b in mine["batch_size"]] if not mine.empty else []
-        cut = [int(b) for b in mine.loc[~mine["complete"].astype(bool), "batch_size"]] if not mine.empty else []
+        # a batch size appears once, though several loops (generate: with and without the KV cache) measured it
+        measured = list(dict.fromkeys(int(b) for b in mine["batch_size"])) if not mine.empty else []
+        cut = list(dict.fromkeys(int(b) for b in mine.loc[~mine["complete"].astype(bool), "batch_size"])) \
+            if not mine.empty else []
         missing = [b for b in self.batch_sizes if b not in measured or b in cut]
         if outcome.ok and not missing:
             status = "complete"
@@ -170,7 +172,9 @@ class Assembler:
             self.ev.latency = pd.DataFrame(self._rows)
         running = self.ev.outcomes.get(fw)
         if running is not None and running.get("status") == "running" and loop.complete:
-            running.setdefault("measured_batch_sizes", []).append(int(loop.batch_size))
+            measured = running.setdefault("measured_batch_sizes", [])
+            if int(loop.batch_size) not in measured:
+                measured.append(int(loop.batch_size))
 
     def _warn_divergence(self, rows: pd.DataFrame) -> None:
         same = rows[rows["kind"] == "identical_sequences"]

@@ -23,6 +23,7 @@ from mlms_nb._fs import atomic_write_text
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation import codec
 from mlms_nb.evaluation.codec import EvaluationFormatError, plain
+from mlms_nb.generation.metrics import generation_note
 from mlms_nb.options import Timing, spell
 from mlms_nb.schema.evaluation import FRAMES, SUMMARY, SampleKey
 from mlms_nb.schema.trace import counters_frame, spans_frame
@@ -171,7 +172,7 @@ class Evaluation:
         parts = []
         scenario = opts.get("scenario")
         if str(scenario).startswith("generate") or not self.generation.empty:
-            return self._generation_note(opts)
+            return generation_note(opts, self.generation)
         if scenario is None and not lat.empty and "scenario" in lat:
             scenario = ", ".join(map(str, lat["scenario"].unique()))
         if not lat.empty and "samples" in lat:
@@ -204,27 +205,6 @@ class Evaluation:
         parts.append("95% CI of the median by bootstrap; unstable when IQR > 10% of the median")
         if opts.get("trace_level") and str(opts["trace_level"]).upper() != "NONE":
             parts.append(f"trace level {opts['trace_level']} (adds overhead)")
-        return "; ".join(parts)
-
-    def _generation_note(self, opts: dict) -> str:
-        gen = self.generation
-        parts = [f"generation: mlms-nb's generate loop, {opts.get('scenario', 'generate')} scenario, at most "
-                 f"{opts.get('max_new_tokens')} new tokens per request, {opts.get('sampling', 'greedy')}"
-                 + (f", stop tokens {opts['stop_tokens']}" if opts.get("stop_tokens") else "")]
-        if not gen.empty and "requests" in gen:
-            lo, hi = int(gen["requests"].min()), int(gen["requests"].max())
-            parts.append(f"{lo if lo == hi else f'{lo} to {hi}'} requests per loop")
-        rule = Timing.rule(opts)
-        if rule:
-            parts.append(f"each loop ran {rule.replace('calls', 'batches')}")
-        if not gen.empty and "warmup_calls" in gen:
-            parts.append(f"after {int(gen['warmup_calls'].min())} to {int(gen['warmup_calls'].max())} untimed batches")
-        threads = opts.get("threads")
-        parts.append(f"{threads} threads" if threads else "threads: the framework's default")
-        parts.append("TTFT, TPOT = (latency - TTFT) / (output tokens - 1), inter-token latency and request latency "
-                     "per request (MLPerf); p90/p99 by nearest rank (MLPerf), *_linear columns interpolated; 95% CI of "
-                     "the median by bootstrap; tokens/s total: output tokens / loop wall time; clock "
-                     f"{opts.get('clock', 'time.perf_counter_ns')}")
         return "; ".join(parts)
 
     # ------------------------------------------------------------------ one framework, and back

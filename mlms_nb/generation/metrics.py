@@ -22,9 +22,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 from mlms_nb.evaluation.stats import UNSTABLE_IQR_OVER_MEDIAN, bootstrap_median_ci
 from mlms_nb.generation.loop import GenerateTiming
+from mlms_nb.options import Timing
 from mlms_nb.schema.evaluation import GENERATION_STATISTICS as STATISTICS
 from mlms_nb.schema.evaluation import generation_column as column
 
@@ -121,3 +123,25 @@ def generation_row(timing: GenerateTiming, records: list[dict], ttft_limit_ms: f
     else:
         row["goodput_fraction"] = row["goodput_per_s"] = float("nan")
     return row
+
+
+def generation_note(opts: dict, gen: pd.DataFrame) -> str:
+    """How a generate evaluation was measured, in one paragraph (the `Evaluation`'s "Measured" line)."""
+    parts = [f"generation: mlms-nb's generate loop, {opts.get('scenario', 'generate')} scenario, at most "
+             f"{opts.get('max_new_tokens')} new tokens per request, {opts.get('sampling', 'greedy')}"
+             + (f", stop tokens {opts['stop_tokens']}" if opts.get("stop_tokens") else "")]
+    if not gen.empty and "requests" in gen:
+        lo, hi = int(gen["requests"].min()), int(gen["requests"].max())
+        parts.append(f"{lo if lo == hi else f'{lo} to {hi}'} requests per loop")
+    rule = Timing.rule(opts)
+    if rule:
+        parts.append(f"each loop ran {rule.replace('calls', 'batches')}")
+    if not gen.empty and "warmup_calls" in gen:
+        parts.append(f"after {int(gen['warmup_calls'].min())} to {int(gen['warmup_calls'].max())} untimed batches")
+    threads = opts.get("threads")
+    parts.append(f"{threads} threads" if threads else "threads: the framework's default")
+    parts.append("TTFT, TPOT = (latency - TTFT) / (output tokens - 1), inter-token latency and request latency "
+                 "per request (MLPerf); p90/p99 by nearest rank (MLPerf), *_linear columns interpolated; 95% CI of "
+                 "the median by bootstrap; tokens/s total: output tokens / loop wall time; clock "
+                 f"{opts.get('clock', 'time.perf_counter_ns')}")
+    return "; ".join(parts)
