@@ -256,3 +256,26 @@ def test_magic_shows_the_generation_table(mlms_home):
     [shown] = [o.data for o in captured.outputs]
     for needle in ("TTFT median (ms)", "TPOT 95% CI (ms)", "tokens/s total", "TPOT = (latency - TTFT)"):
         assert needle in shown["text/plain"] and needle in shown["text/html"]
+
+
+def test_agreement_over_step_models_finds_the_first_divergence(steps):
+    import torch
+
+    from mlms_nb.frameworks.torch.generate import TorchStepModel
+    from mlms_nb.generation.agreement import compare_step_models
+    from mlms_nb.zoo.registry import build_torch_model
+
+    prompts = [np.arange(1, 9), np.arange(300, 305)]
+    same = compare_step_models({"kv": steps[True], "no kv": steps[False]}, prompts, 4)
+    assert same.query("kind == 'identical_sequences'")["value"].tolist() == [2.0]
+    assert same.query("kind == 'logits_max_abs_diff'")["value"].max() < 1e-3
+    assert same.query("kind == 'logits_max_abs_diff'")["detail"].iloc[0]["phase"] == "prefill"
+    other = build_torch_model("tiny_gpt2")
+    with torch.no_grad():
+        other.transformer.wte.weight.mul_(-1.0)  # another model: its tokens differ from the first step on
+    differ = compare_step_models({"a": steps[True], "b": TorchStepModel(other, kv_cache=True)}, prompts, 4)
+    rows = differ.query("kind == 'divergence'")
+    assert differ.query("kind == 'identical_sequences'")["value"].tolist() == [2.0 - len(rows)] and len(rows) >= 1
+    for row in rows.itertuples():
+        ref, oth = row.detail["reference_top2"], row.detail["framework_top2"]
+        assert ref[0][0] != oth[0][0] and ref[0][1] >= ref[1][1]  # top-1 tokens differ there; top-2 in order
