@@ -179,6 +179,20 @@ def test_a_save_pretrained_folder_evaluates_in_torch(tmp_path, mlms_home):
     assert ev.options["scenario"] == "generate" and len(ev.generation) == 1
 
 
+def test_a_live_causal_lm_and_token_id_prompts(mlms_home):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=100, n_positions=64, n_embd=32, n_layer=1,
+                                                                 n_head=2))
+    ev = mlms_nb.evaluate(model, scenario="generate", dataset=[[1, 2, 3], [4, 5], [6, 7, 8, 9]], batch_sizes=3,
+                          kv_cache="on", max_new_tokens=4, stop_tokens=[], history=False, **FAST)
+    reqs = ev.generation_requests
+    assert ev.model == "gpt2lmheadmodel" and sorted(set(reqs["prompt_tokens"])) == [2, 3, 4]  # left-padded batch
+    assert (reqs["output_tokens"] == 4).all()
+
+
 def test_a_hub_id_without_a_local_copy_is_refused(mlms_home):
     with pytest.raises(MlmsError, match="downloads nothing") as err:
         mlms_nb.evaluate("Qwen/Qwen2-0.5B", scenario="generate", history=False, progress=False)
