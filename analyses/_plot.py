@@ -190,7 +190,7 @@ class Chart:
                     (self.x_label, "@x{0.[000]}"), (self.y_label, "@y{0.[000]}" if self.categories is None else "@y")]
                 tool.renderers = [*(tool.renderers if isinstance(tool.renderers, list) else []), renderer]
         else:
-            mk = {"circle": "o", "square": "s", "triangle": "^", "diamond": "D"}.get(marker, "o")
+            mk = {"circle": "o", "square": "s", "triangle": "^", "diamond": "D", "x": "X"}.get(marker, "o")
             self.native.scatter(x, y, marker=mk, s=size ** 2 * 0.6, color=color, alpha=0.8, label=label, zorder=3)
         self._legend |= bool(label)
         return self

@@ -87,11 +87,26 @@ def compute(latency, threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
         f"evaluation's untraced sweep); throughput_per_s as the evaluation reports it (inputs/s); its CI columns "
         f"are batch size / the median's CI bounds; saturation batch size = the smallest batch size reaching "
         f">= {threshold:.0%} of the highest throughput measured (per framework and scenario)"
-        + ("; saturation not reached within the measured batch sizes for: "
-           + ", ".join(sorted(set(table.loc[~table['saturated_within_range'], 'framework'].astype(str))))
-           if (~table["saturated_within_range"]).any() else ""))
+        + "; " + "; ".join(saturation_text(part, label)
+                           for label, part in _groups(table)))
     table.attrs["title"] = "Latency and throughput against batch size"
     return table
+
+
+def saturation_text(part: pd.DataFrame, label: str) -> str:
+    """The one sentence on where ``part``'s throughput (one framework and scenario) saturates, used by the note and
+    the plot's legend alike: "saturates at B" only when B is below the largest batch size measured."""
+    sat, largest = int(part["saturation_batch_size"].iloc[0]), int(part["batch_size"].max())
+    if bool(part["saturated_within_range"].iloc[0]):
+        return f"{label}: saturates at {sat}"
+    return f"{label}: saturation not reached up to batch size {largest}"
+
+
+def _groups(df: pd.DataFrame):
+    """``(label, rows)`` per framework and scenario, the scenario in the label only when there are several."""
+    several = df["scenario"].nunique() > 1
+    for (fw, scenario), part in df.groupby(["framework", "scenario"], sort=False):
+        yield (f"{fw} ({scenario})" if several else str(fw)), part
 
 
 def plot(df: pd.DataFrame, backend: str = "bokeh", title: str | None = None):
@@ -108,8 +123,7 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", title: str | None = None):
         dict(title=f"Throughput; dotted: saturation (smallest batch >= {threshold:.0%} of max throughput)",
              x_label="batch size (inputs per call)", y_label="throughput (inputs/s)", x_log=True, x_ticks=ticks),
     ], width=560, height=380)
-    for i, ((fw, scenario), part) in enumerate(df.groupby(["framework", "scenario"], sort=False)):
-        label = fw if df["scenario"].nunique() == 1 else f"{fw} ({scenario})"
+    for i, (label, part) in enumerate(_groups(df)):
         c = _plot.color(i)
         left.line(part["batch_size"], part["median_ms"], label=label, color=c)
         left.points(part["batch_size"], part["median_ms"], color=c)
@@ -117,6 +131,9 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", title: str | None = None):
         right.line(part["batch_size"], part["throughput_per_s"], label=label, color=c)
         right.points(part["batch_size"], part["throughput_per_s"], color=c)
         right.whiskers(part["batch_size"], part["throughput_ci_low_per_s"], part["throughput_ci_high_per_s"], color=c)
-        right.vline(part["saturation_batch_size"].iloc[0], color=c,
-                    label=f"{label}: saturates at {int(part['saturation_batch_size'].iloc[0])}")
+        if bool(part["saturated_within_range"].iloc[0]):  # the line only where saturation was seen
+            right.vline(part["saturation_batch_size"].iloc[0], color=c, label=saturation_text(part, label))
+        else:
+            right.points(part["batch_size"].iloc[-1:], part["throughput_per_s"].iloc[-1:], color=c,
+                         label=saturation_text(part, label))
     return _plot.combine([left, right], title=base)

@@ -12,7 +12,9 @@ Achieved FLOP/s = theoretical FLOPs / measured time.
   size against the evaluation's median latency per call.
 
 Everything is plain numbers and frames in; the ceilings (peak FLOP/s, memory bandwidth) come from wherever
-they were measured or looked up, and the note says which numbers were used.
+they were measured or looked up (per framework: that framework's own best kernels), and the note says which
+numbers were used. Every point above its roof is flagged (:mod:`._roof_check`: ``roof_check``,
+``roof_check_why``) and drawn with its own marker, never silently above 100% of attainable.
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ from mlms_nb.schema.evaluation import LATENCY
 
 from . import _plot
 from ._plot import AnalysisError
+from ._roof_check import ABOVE, WITHIN, RoofContext, check, summary
+
+__all__ = ["RoofContext", "attainable", "classify", "compute", "compute_model", "plot", "ridge_point"]
 
 MODEL_LATENCY = LATENCY.pick("framework", "batch_size", "median_ms", "median_ci_low_ms", "median_ci_high_ms")
 """The latency columns :func:`compute_model` reads (the CI bounds may be missing)."""
@@ -72,11 +77,13 @@ def _ceilings_note(peak: float, bw: float, ridge: float, source: str | None) -> 
 
 
 def compute(costs, layer_latency: pd.DataFrame, peak_flops_per_s: float, bandwidth_bytes_per_s: float, *,
-            ceilings_source: str | None = None) -> pd.DataFrame:
+            ceilings_source: str | None = None, roof: RoofContext | None = None) -> pd.DataFrame:
     """Per layer (and framework, batch size): ``flops, bytes, intensity_flop_per_byte, median_ms, p25_ms,
     p75_ms`` (the layer's measured self time), ``achieved_flops_per_s`` (flops / median time) with
     ``achieved_low_flops_per_s`` / ``achieved_high_flops_per_s`` (at p75 / p25 time), ``attainable_flops_per_s``,
-    ``pct_of_attainable`` and ``bound`` ("memory" | "compute"; "none" for layers with no FLOPs).
+    ``pct_of_attainable`` and ``bound`` ("memory" | "compute"; "none" for layers with no FLOPs); ``roof_check``
+    and ``roof_check_why`` flag every point above its roof (``roof``: the ceilings' spread and what else the
+    check may use, :class:`RoofContext`).
 
     ``costs``: rows with ``layer_name, flops, bytes`` (and ``layer_type``, ``layer_index``), for the batch size
     measured -- or with a ``batch_size`` column, or a ``{batch_size: costs}`` mapping, when the latency frame
@@ -135,6 +142,7 @@ def compute(costs, layer_latency: pd.DataFrame, peak_flops_per_s: float, bandwid
     out["bound"] = np.where(out["flops"] > 0, classify(out["intensity_flop_per_byte"], ridge), "none")
     out["ridge_flop_per_byte"] = ridge
     out = out.sort_values(["framework", "batch_size", "layer_index"], ignore_index=True)
+    check(out, peak, bw, ridge, roof)
     _finish(out, "roofline_layers", peak, bw, ridge)
     out.attrs["note"] = (
         "per layer: theoretical FLOPs and minimum bytes (weights + inputs + outputs) from the costs frame, over "
@@ -144,20 +152,22 @@ def compute(costs, layer_latency: pd.DataFrame, peak_flops_per_s: float, bandwid
         + (f"; left out: {views} layer(s) moving no bytes" if views else "")
         + (f"; {unmatched_costs} cost row(s) without a measured layer of that name (e.g. ops in a container's "
            f"forward)" if unmatched_costs else "")
-        + (f"; {unmatched_layers} measured layer call(s) without costs" if unmatched_layers else ""))
+        + (f"; {unmatched_layers} measured layer call(s) without costs" if unmatched_layers else "")
+        + (f"; {summary(out)}" if summary(out) else ""))
     out.attrs["title"] = "Roofline per layer"
     return out
 
 
 def compute_model(model_costs, latency, peak_flops_per_s: float, bandwidth_bytes_per_s: float, *,
-                  ceilings_source: str | None = None) -> pd.DataFrame:
+                  ceilings_source: str | None = None, roof: RoofContext | None = None) -> pd.DataFrame:
     """Per framework and batch size: the whole model on the roofline.
 
     ``model_costs``: a frame with ``batch_size, flops, bytes`` (the model's totals for one call at that batch
     size), or ``{batch_size: per-layer costs frame}`` (summed here). ``latency``: an evaluation's latency frame
     (or the Evaluation): ``framework, batch_size, median_ms`` (+ ``median_ci_low_ms, median_ci_high_ms``).
     Columns: ``framework, batch_size, flops, bytes, intensity_flop_per_byte, median_ms, achieved_flops_per_s``
-    (+ low/high at the median's 95% CI), ``attainable_flops_per_s, pct_of_attainable, bound``.
+    (+ low/high at the median's 95% CI), ``attainable_flops_per_s, pct_of_attainable, bound``, ``roof_check,
+    roof_check_why`` (as in :func:`compute`).
     """
     ridge = ridge_point(peak_flops_per_s, bandwidth_bytes_per_s)
     peak, bw = float(peak_flops_per_s), float(bandwidth_bytes_per_s)
@@ -189,11 +199,13 @@ def compute_model(model_costs, latency, peak_flops_per_s: float, bandwidth_bytes
     out["bound"] = classify(out["intensity_flop_per_byte"], ridge)
     out["ridge_flop_per_byte"] = ridge
     out = out.sort_values(["framework", "batch_size"], ignore_index=True)
+    check(out, peak, bw, ridge, roof)
     _finish(out, "roofline_model", peak, bw, ridge)
     out.attrs["note"] = ("per framework and batch size: the model's theoretical FLOPs and minimum bytes per call over "
                          "the evaluation's median latency per call (untraced timed loop; low/high at the 95% "
                          "bootstrap CI of the median); " + _ceilings_note(peak, bw, ridge, ceilings_source)
-                         + "; bound: memory if intensity < ridge, else compute")
+                         + "; bound: memory if intensity < ridge, else compute"
+                         + (f"; {summary(out)}" if summary(out) else ""))
     out.attrs["title"] = "Roofline of the whole model per batch size"
     return out
 
@@ -202,13 +214,23 @@ def _finish(out: pd.DataFrame, analysis: str, peak: float, bw: float, ridge: flo
     out.attrs.update(analysis=analysis, peak_flops_per_s=peak, bandwidth_bytes_per_s=bw, ridge_flop_per_byte=ridge)
 
 
+def _roof_of(part: pd.DataFrame, df: pd.DataFrame) -> tuple[float, float, float]:
+    """Peak, bandwidth and ridge of the rows plotted: each framework has its own roof (the rows carry it)."""
+    if "ceiling_peak_flops_per_s" in part and part["ceiling_peak_flops_per_s"].nunique() == 1:
+        peak, bw = float(part["ceiling_peak_flops_per_s"].iloc[0]), float(part["ceiling_bandwidth_bytes_per_s"].iloc[0])
+        return peak, bw, peak / bw
+    return df.attrs["peak_flops_per_s"], df.attrs["bandwidth_bytes_per_s"], df.attrs["ridge_flop_per_byte"]
+
+
 def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = None, batch_size: int | None = None,
          title: str | None = None):
     """Log-log roofline: the roof (bandwidth slope, peak plateau), the ridge point, and each layer (one
     framework and batch size; default the first and the smallest) or each framework x batch size, coloured
-    memory- or compute-bound, with whiskers over the spread of the measured time."""
+    memory- or compute-bound, with whiskers over the spread of the measured time. Points above their roof get a
+    marker and colour of their own (red x: above the roof beyond the spread, a measurement problem; diamond: at
+    the roof within the spread), with a legend entry each. A whole-model frame whose frameworks have different
+    roofs is drawn one framework at a time (``framework``; default the first)."""
     kind = _plot.require_analysis(df, "roofline_layers", "roofline_model")
-    peak, bw, ridge = df.attrs["peak_flops_per_s"], df.attrs["bandwidth_bytes_per_s"], df.attrs["ridge_flop_per_byte"]
     if kind == "roofline_layers":
         from .layers import _select
 
@@ -217,9 +239,14 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
         what = f"{df.attrs['title']} ({which}): theoretical FLOPs / measured median self time, whiskers p25-p75"
     else:
         part, which = df, "every framework and batch size"
-        what = f"{df.attrs['title']}: theoretical FLOPs / median latency per call, whiskers 95% CI"
+        roofs = ["ceiling_peak_flops_per_s", "ceiling_bandwidth_bytes_per_s"]
+        if framework is not None or (set(roofs) <= set(df) and len(df[roofs].drop_duplicates()) > 1):
+            fw = framework if framework is not None else df["framework"].iloc[0]
+            part, which = df[df["framework"] == fw], str(fw)
+        what = f"{df.attrs['title']} ({which}): theoretical FLOPs / median latency per call, whiskers 95% CI"
     if part.empty:
         raise AnalysisError("nothing to plot: no layer with FLOPs in this frame")
+    peak, bw, ridge = _roof_of(part, df)
     x = part["intensity_flop_per_byte"].to_numpy(float)
     lo_x = min(x.min(), ridge) / 4
     hi_x = max(x.max(), ridge) * 4
@@ -230,8 +257,14 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
         width=820, height=480)[0]
     panel.line(xs, attainable(xs, peak, bw), label="roof: min(peak, intensity x bandwidth)", color="#222222")
     panel.vline(ridge, label=f"ridge point {ridge:.3g} FLOP/byte")
-    for bound, color, marker in (("memory", _plot.color(0), "circle"), ("compute", _plot.color(3), "triangle")):
-        sel = part[part["bound"] == bound]
+    check = part["roof_check"] if "roof_check" in part else pd.Series("", index=part.index)
+    groups = [(part[(part["bound"] == "memory") & ~check.isin([ABOVE, WITHIN])], "memory-bound", _plot.color(0),
+               "circle"),
+              (part[(part["bound"] == "compute") & ~check.isin([ABOVE, WITHIN])], "compute-bound", _plot.color(2),
+               "triangle"),
+              (part[check == WITHIN], "at roof, within spread", _plot.color(1), "diamond"),
+              (part[check == ABOVE], "above roof: measurement problem (see roof_check_why)", "#d62728", "x")]
+    for sel, label, color, marker in groups:
         if sel.empty:
             continue
         if kind == "roofline_layers":
@@ -239,8 +272,10 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
                      "type": list(sel.get("layer_type", pd.Series([""] * len(sel))).astype(str))}
         else:
             hover = {"run": [f"{f} batch {b}" for f, b in zip(sel["framework"], sel["batch_size"])]}
+        if "roof_check_why" in sel:
+            hover["check"] = list(sel["roof_check_why"].astype(str))
         panel.points(sel["intensity_flop_per_byte"], sel["achieved_flops_per_s"], color=color, marker=marker,
-                     label=f"{bound}-bound ({len(sel)})", hover=hover)
+                     label=f"{label} ({len(sel)})", hover=hover, size=10 if marker == "x" else 8)
         panel.whiskers(sel["intensity_flop_per_byte"], sel["achieved_low_flops_per_s"],
                        sel["achieved_high_flops_per_s"], color=color)
         if kind == "roofline_model":

@@ -12,11 +12,29 @@ import os as _os
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from mlms_nb._version import __version__  # noqa: E402
-from mlms_nb.api import (  # noqa: E402
-    across, agent, agents, batch_scaling, compare, convert, diverge, evaluate, history, kernels, layers,
-    load_evaluation, load_trace, models, roofline, scheduler, timeline, trace, trust_add, trust_list, trust_remove,
-)
-from mlms_nb.manifest import InputSpec, Manifest, OutputSpec, find_manifest, load_manifest  # noqa: E402
+
+# Lazy (PEP 562): `import mlms_nb` loads no framework, no SQLAlchemy and no facade; the first use of a name below
+# imports the module that defines it. Workers, reader processes and `mlms --help` import only what they use.
+_FACADE = ("across", "agent", "agents", "batch_scaling", "compare", "convert", "diverge", "evaluate", "history",
+           "kernels", "layers", "load_evaluation", "load_trace", "models", "roofline", "scheduler", "timeline", "trace",
+           "trust_add", "trust_list", "trust_remove")
+_MANIFEST = ("InputSpec", "Manifest", "OutputSpec", "find_manifest", "load_manifest")
+
+
+def __getattr__(name: str):
+    if name in _FACADE:
+        from mlms_nb import api as module
+    elif name in _MANIFEST:
+        from mlms_nb import manifest as module
+    else:
+        raise AttributeError(f"module 'mlms_nb' has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def report(runs, pdf=None, html=None, notebook=None, paper: str = "A4", **kwargs):

@@ -322,12 +322,26 @@ class ModelSpec(_Strict):
                                                                      "digits), checked before the asset is used")
     weights: Literal["pretrained", "random"] = Field("pretrained", description="random: performance runs only "
                                                                                "(no accuracy)")
+    reset: str | None = Field(None, examples=["reset_states"],
+                              description="torch only: the name of the model's method that clears the state it keeps "
+                                          "between calls (a TorchScript method exported with @torch.jit.export, or a "
+                                          "Python module's method), called before every item of the full pass and "
+                                          "before every timed loop; a model whose two calls on one input differ is "
+                                          "refused without it (or without explicit state: inputs and outputs)")
     instance: Any = Field(None, exclude=True, repr=False)  # a live model object (mlms_nb.evaluate(obj)); never saved
 
     @field_validator("graph_path", "weights_path", "architecture", mode="before")
     @classmethod
     def _uri(cls, value: Any) -> Any:
         return _text(value, MAX_URI, "an asset URI")
+
+    @field_validator("reset", mode="before")
+    @classmethod
+    def _reset(cls, value: Any) -> Any:
+        _text(value, MAX_URI, "a method name")
+        if isinstance(value, str) and not value.isidentifier():
+            raise ValueError(f"expected the name of a method of the model (a Python identifier), got {value[:100]!r}")
+        return value
 
     @field_validator("entrypoint", mode="before")
     @classmethod

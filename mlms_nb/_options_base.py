@@ -1,6 +1,6 @@
 """The machinery of the options model (:mod:`mlms_nb.options` holds the options themselves): the :class:`Options`
 base, :func:`_opt` (one option: default, help, flag, unit), :func:`fields` (the flat table the CLI and the magic
-read), :func:`takes` (a facade function's signature and validation), :func:`doc`, and how errors spell a name
+read), :func:`cli_words` (flags that give recorded option values back), :func:`takes` (a facade function's signature and validation), :func:`doc`, and how errors spell a name
 (``min_time_s=`` in Python, ``--min-time`` on the command line: :func:`spelling`, :func:`spell`).
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _opt(default: Any, description: str, cli: str | None = None, unit: str = "",
 
 class Options(BaseModel):
     """Base of the option models: unknown keywords are errors, and a failed validation is one `OptionsError`."""
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)  # validated once; below the facade, never changed
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -124,6 +124,27 @@ def register_flags(*models: type[Options]) -> None:
     """Learn the flags of ``models`` (mlms_nb.options registers all of its models at import)."""
     _FLAGS.update({name: (info.json_schema_extra or {})["cli"] for model in models
                    for name, info in fields(model, True) if (info.json_schema_extra or {}).get("cli")})
+
+
+def cli_words(cls: type[Options], values: dict[str, Any]) -> list[str]:
+    """The command-line flags that give ``cls`` the flat option ``values`` (as `Options.flat` or a run's recorded
+    options hold them; names that are no option of ``cls`` are ignored): one flag per option that has one and
+    differs from its default, spelled as the parser reads it back (lists comma-joined, switches bare)."""
+    words: list[str] = []
+    for name, info in fields(cls):
+        flag = (info.json_schema_extra or {}).get("cli")
+        if not flag or name not in values:
+            continue
+        value, default = values[name], info.get_default(call_default_factory=True)
+        if value == default or value is None:
+            continue
+        if isinstance(default, bool):
+            words.append(flag)  # a switch: --trust turns it on, --no-progress off; either way, away from the default
+        elif isinstance(value, (list, tuple)):
+            words += [flag, ",".join(map(str, value))]
+        else:
+            words += [flag, str(value)]
+    return words
 
 
 def _sentence(err: ValidationError, cls: type[Options]) -> str:

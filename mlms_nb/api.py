@@ -5,8 +5,8 @@ Trace: :func:`trace`, :func:`load_trace`. Analyse a run (an `Evaluation`, a `Tra
 evaluation id or a saved ``.json``): :func:`layers`, :func:`roofline`, :func:`batch_scaling`, :func:`compare`,
 :func:`kernels`, :func:`timeline`. Across frameworks: :func:`diverge`.
 
-The data objects know no analysis; this module lends ``Evaluation`` and ``Trace`` their convenience methods
-(``ev.layers()`` is ``layers(ev)``) when it is imported, which ``import mlms_nb`` always does.
+The data objects know no analysis: ``Evaluation`` and ``Trace`` declare their convenience methods as
+:class:`mlms_nb._facade.FacadeMethod` (``ev.layers()`` is ``layers(ev)``), which import this module when called.
 
 One module on purpose (~510 lines): issue 9 asks for one facade that every verb goes through; each function here is
 a few lines that validate options and call the layer below.
@@ -36,6 +36,7 @@ from mlms_nb.fleet.registry import agents_frame, list_agents
 from mlms_nb.fleet.run import evaluate_on_agents, tls_of
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
+from mlms_nb.evaluation.roofline_run import framework_roofline
 from mlms_nb.evaluation.runner import EvaluationRunner, resolve_manifests
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
@@ -118,7 +119,8 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 
     Outputs: ``capture_outputs`` says what ``evaluation.outputs`` keeps of every output (none, summary, all,
     first:N); the kept values of each framework are compared with the first framework's in
-    ``evaluation.output_agreement`` (max/mean abs and rel error, cosine), plus ``metrics``: built-in names (mse,
+    ``evaluation.output_agreement`` (max/mean abs and rel error, cosine of vectors, flipped argmax or 0.5-threshold
+    decisions, outputs not compared with why), plus ``metrics``: built-in names (mse,
     mae, iou, exact_match) or ``{name: fn(output, reference) -> float}``. A dataset with targets per output (``.npz``
     ``target`` / ``target:<output>``, Parquet columns of those names, Python ``(input, targets)`` pairs) also scores
     each framework's outputs against them: ``evaluation.target_metrics`` (mean, std, 95% CI, count, unit).
@@ -132,8 +134,13 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 
         resolve_metrics(metrics)  # an unknown name is refused before anything runs
     manifests = _manifests(model, options, inputs, outputs, preprocess, postprocess)
+    frameworks = [m.framework.name for m in manifests]
+    if options.framework != frameworks:  # the options record what runs (a manifest file names its framework)
+        options = options.model_copy(update={"framework": frameworks})
     if any(m.task == "text-generation" for m in manifests) and not options.scenario.startswith("generate"):
-        options.scenario = "generate-server" if options.scenario == "server" else "generate"  # a causal LM generates
+        # a causal LM generates: the single-stream and offline scenarios become generate, server generate-server
+        options = options.model_copy(update={"scenario": "generate-server" if options.scenario == "server"
+                                             else "generate"})
     for manifest in manifests:
         check_trust(manifest, options.trust)
     if options.remote.on:
@@ -142,7 +149,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics).run()
     if keeper is not None:
         keeper.finish(evaluation)
-        evaluation.saved = keeper.saved
+        evaluation.saved = keeper.kept(evaluation)
+    else:
+        evaluation.saved = False  # history=False: nothing is in the store, and "saved" says so
     return evaluation
 
 
@@ -179,8 +188,6 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
             check_trust(model, options.trust)
             copies = converted_copies(model, others, options.trust)
             return [model if fw == model.framework.name else copies[fw] for fw in options.framework]
-        if not live:
-            options.framework = [model.framework.name]
         return [model]
     return resolve_manifests(model, options.framework)
 
@@ -302,50 +309,44 @@ def layer_costs(model: str, framework: str, batch_size: int) -> pd.DataFrame:
     return costs
 
 
-def machine_ceilings(device: str = "cpu", refresh: bool = False, url: str | None = None) -> Ceilings:
-    """This machine's measured peak fp32 FLOP/s and memory bandwidth for ``device``, cached per stack in the
-    history store (``url``; default store); ``refresh=True`` measures anew (~3 s on a CPU)."""
-    return _machine_ceilings(device, refresh=refresh, cache=HistoryStore(url))
+def machine_ceilings(device: str = "cpu", refresh: bool = False, url: str | None = None, *, framework: str = "torch",
+                     threads: int | None = None, dtype: str = "float32") -> Ceilings:
+    """This machine's measured peak FLOP/s and memory bandwidth for ``framework``'s own kernels on ``device``, with
+    ``threads`` intra-op threads (None: the framework's default) in ``dtype``, cached per stack in the history store
+    (``url``; default store); ``refresh=True`` measures anew (about a second per framework on a CPU)."""
+    return _machine_ceilings(device, refresh=refresh, cache=HistoryStore(url), framework=framework, threads=threads,
+                             dtype=dtype)
 
 
 @takes(RooflineOptions, "run")
 def roofline(run, options: RooflineOptions) -> Analysis:
-    """The roofline: theoretical FLOPs and bytes against measured time, under this machine's measured
-    ceilings (cached in the history store). ``per="layer"``: each traced layer (self time, median over the
-    traced calls); ``per="model"``: the whole model per framework and batch size (the untraced median latency)."""
+    """The roofline: theoretical FLOPs and bytes against measured time, each framework under its own measured
+    ceilings (its best GEMM/convolution and a copy, at the run's threads; cached in the history store); points
+    above their roof are flagged with their likely cause. ``per="layer"``: each traced layer (self time, median
+    over the traced calls); ``per="model"``: the whole model per framework and batch size (the untraced median
+    latency). Costs come from the run's own manifest and artifact, at its traced shapes where sizes are dynamic."""
     evaluation = resolve_run(run)
     if not isinstance(evaluation, Evaluation):
         raise MlmsError("roofline needs an Evaluation (its model and latency), not a bare Trace")
     per, framework, device = options.per, options.framework, options.device
     frameworks = [framework] if framework else list(evaluation.frameworks)
     device = device or str(evaluation.options.get("device") or "cpu")
-    ceilings = machine_ceilings(device)
-    source = f"{ceilings.method}"
-    batch_sizes = sorted(int(b) for b in evaluation.latency["batch_size"].unique())
-    parts = []
-    for fw in frameworks:
-        costs = {bs: layer_costs(evaluation.model, fw, bs) for bs in batch_sizes}
-        if per == "model":
-            lat = evaluation.latency[evaluation.latency["framework"] == fw]
-            parts.append(_roofline.compute_model(costs, lat, ceilings.peak_flops_per_s,
-                                                 ceilings.bandwidth_bytes_per_s, ceilings_source=source))
-        else:
-            trace_of_fw = evaluation.traces.get(fw)
-            if trace_of_fw is None:
-                raise MlmsError(f"roofline per layer needs a trace of {fw}: evaluate with {spell('trace_level', 'FRAMEWORK')}")
-            latency = _layers.latency(_traced_layers(trace_of_fw), by="layer")
-            if fw == "onnxruntime":  # costs of the original graph's nodes summed onto the optimised nodes that ran
-                from mlms_nb.frameworks.onnxruntime.graph_map import fold_costs_onto_trace
-
-                costs = {bs: fold_costs_onto_trace(c, trace_of_fw.spans, bs) for bs, c in costs.items()}
-            parts.append(_roofline.compute(costs, latency, ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s,
-                                           ceilings_source=source))
+    store = HistoryStore()
+    if per == "layer":
+        for fw in frameworks:
+            if evaluation.traces.get(fw) is None:
+                raise MlmsError(f"roofline per layer needs a trace of {fw}: evaluate with "
+                                f"{spell('trace_level', 'FRAMEWORK')}")
+    parts, ceilings = zip(*(framework_roofline(evaluation, fw, per, device, store) for fw in frameworks))
     table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     table.attrs = dict(parts[0].attrs)
-    title = (f"Roofline of {evaluation.model} per {per} on {device} (peak {ceilings.peak_flops_per_s / 1e9:.1f} "
-             f"GFLOP/s, bandwidth {ceilings.bandwidth_bytes_per_s / 1e9:.1f} GB/s, ridge "
-             f"{ceilings.ridge_flop_per_byte:.2f} FLOP/byte)")
-    return Analysis("roofline", title, table, _roofline.plot, extra={"ceilings": ceilings.to_frame()})
+    if len(parts) > 1:
+        table.attrs["note"] = "\n".join(f"{fw}: {p.attrs.get('note', '')}" for fw, p in zip(frameworks, parts))
+    roofs = "; ".join(f"{c.framework} {c.peak_flops_per_s / 1e9:.1f} GFLOP/s, {c.bandwidth_bytes_per_s / 1e9:.1f} "
+                      f"GB/s, ridge {c.ridge_flop_per_byte:.2f} FLOP/byte" for c in ceilings)
+    title = f"Roofline of {evaluation.model} per {per} on {device} (each framework's own ceilings: {roofs})"
+    return Analysis("roofline", title, table, _roofline.plot,
+                    extra={"ceilings": pd.concat([c.to_frame() for c in ceilings], ignore_index=True)})
 
 
 def batch_scaling(run) -> Analysis:
@@ -419,25 +420,6 @@ def _diverge_by_outputs(model: Any, options: DivergeOptions) -> OutputDivergence
     limit = options.limit if "limit" in options.model_fields_set else 16  # the whole of a dataset only when asked
     return _diverge_outputs(manifests, dataset=options.dataset, tolerance=options.tolerance, limit=limit,
                             batch_size=options.batch_size, trust=options.trust, metrics=options.metrics)
-
-
-# ---------------------------------------------------------------------------------------------- object methods
-
-def _lend(cls: type, name: str, function, doc_prefix: str) -> None:
-    def method(self, *args, **kwargs):
-        return function(self, *args, **kwargs)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"{doc_prefix}: ``mlms_nb.{name}(self, ...)``.\n\n{function.__doc__ or ''}"
-    setattr(cls, name, method)
-
-
-for _name, _function in (("layers", layers), ("roofline", roofline), ("batch_scaling", batch_scaling),
-                         ("compare", compare), ("timeline", timeline), ("kernels", kernels)):
-    _lend(Evaluation, _name, _function, "Lent by the facade")
-for _name, _function in (("layers", layers), ("timeline", timeline), ("kernels", kernels)):
-    _lend(Trace, _name, _function, "Lent by the facade")
-del _name, _function
 
 
 # ---------------------------------------------------------------------------------------------- agents

@@ -189,23 +189,25 @@ def run_eval(args: argparse.Namespace) -> Output:
     # progress goes to stderr; with --json only to a terminal, so a captured stderr holds just the messages
     options["progress"] = options.get("progress", True) and (not args.json or sys.stderr.isatty())
     evaluation = api.evaluate(args.model, inputs=inputs, **options)
+    stored = options.get("history", True) is not False  # --no-history: "saved" is false, and that is no failure
     if isinstance(evaluation, list):  # --all: one evaluation per agent
-        outs = [_one_eval(ev) for ev in evaluation]
+        outs = [_one_eval(ev, stored) for ev in evaluation]
         page = display.Page([display.Section(f"agent {ev.stack['agent']['name']}", o.shown)
                              for ev, o in zip(evaluation, outs)] + [api.across(evaluation)])
         return Output(evaluation, page, [o.data for o in outs], exit_code=max(o.exit_code for o in outs))
-    return _one_eval(evaluation)
+    return _one_eval(evaluation, stored)
 
 
-def _one_eval(evaluation) -> Output:
+def _one_eval(evaluation, stored: bool = True) -> Output:
     parts = [evaluation]
     if not evaluation.trace_overhead.empty:
-        parts.append(display.Table(evaluation.trace_overhead, "Tracing overhead (traced ÷ untraced median)"))
+        parts.append(display.Table(display.overhead_frame(evaluation.trace_overhead),
+                                   "Tracing overhead (traced ÷ untraced median, ± the two medians' 95% CIs)"))
         parts += [display.Section(fw, trace) for fw, trace in evaluation.traces.items()]
-    return Output(evaluation, display.Page(parts), display.render_json(evaluation), exit_code=eval_exit_code(evaluation))
+    return Output(evaluation, display.Page(parts), display.render_json(evaluation), exit_code=eval_exit_code(evaluation, stored))
 
 
-def eval_exit_code(evaluation) -> int:
+def eval_exit_code(evaluation, stored: bool = True) -> int:
     """0: everything measured and stored; 130: stopped by Ctrl-C, 143: by a stop signal (what was measured is
     shown and stored); 1: something not measured (an error, a timeout, a crash) or not stored."""
     reasons = {o.get("reason") for o in evaluation.outcomes.values()}
@@ -213,7 +215,7 @@ def eval_exit_code(evaluation) -> int:
         return 130
     if "signal" in reasons:
         return 143
-    return 0 if evaluation.complete and evaluation.saved else 1
+    return 0 if evaluation.complete and (evaluation.saved or not stored) else 1
 
 
 def run_scheduler(args: argparse.Namespace) -> Output:

@@ -64,6 +64,31 @@ def fmt_int(value: Any) -> str:
     return str(int(value))
 
 
+def fmt_overhead(pct: Any, noise: Any = None) -> str:
+    """A tracing overhead (%) against its noise (%): "within noise (±x%)" when it lies inside it (a negative one
+    always: tracing cannot speed a call up), else the percentage with its noise."""
+    if is_missing(pct):
+        return "-"
+    pct = float(pct)
+    if is_missing(noise):
+        return "within noise (spread not recorded)" if pct <= 0 else f"{pct:+.1f}% (spread not recorded)"
+    noise = float(noise)
+    if abs(pct) <= noise or pct < 0:
+        return f"within noise (±{noise:.1f}%)"
+    return f"+{pct:.1f}% (±{noise:.1f}%)"
+
+
+def overhead_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A trace_overhead frame for reading: ``overhead_pct`` and ``noise_pct`` as one text column, "overhead"."""
+    if frame.empty or "overhead_pct" not in frame:
+        return frame
+    out = frame.drop(columns=[c for c in ("overhead_pct", "noise_pct") if c in frame])
+    noise = frame["noise_pct"] if "noise_pct" in frame else [None] * len(frame)
+    out["overhead"] = [fmt_overhead(p, n) for p, n in zip(frame["overhead_pct"], noise)]
+    out.attrs.update(frame.attrs)
+    return out
+
+
 def fmt_pct(fraction: Any) -> str:
     """A fraction 0..1 as a percentage with one decimal."""
     return "-" if is_missing(fraction) else f"{100 * float(fraction):.1f}"
@@ -201,7 +226,7 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
         lines.append(("Accuracy", "top-1/top-5 on " + "; ".join(
             f"{r['framework']}: {r['dataset']} ({fmt_int(r['n'])} inputs"
             + (f", {fmt_int(r['skipped'])} skipped" if not is_missing(r.get("skipped")) and r.get("skipped") else "")
-            + ")" for r in acc.to_dict("records"))))
+            + ")" + (f", n/a: {r['reason']}" if _na_reason(r) else "") for r in acc.to_dict("records"))))
     elif (ev.options or {}).get("dataset"):
         lines.append(("Dataset", str(ev.options["dataset"])))
     full = ev.full_pass
@@ -213,11 +238,26 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
             f"{r.get('framework')}: load {fmt_num(r.get('load_ms'))} ms, first inference "
             f"{fmt_num(r.get('first_inference_ms'))} ms"
             + (f" (batch {fmt_int(r.get('batch_size'))})" if not is_missing(r.get("batch_size")) else "")
+            + (f", hidden state: {r['state_check']}" if isinstance(r.get("state_check"), str) and r["state_check"]
+               else "")
             for r in ev.cold_start.to_dict("records"))))
+    lines += _energy_lines(ev.latency)
     lines += _outputs_lines(ev) + _agreement_line(ev)
     if not ev.complete:
         lines.append(("Incomplete", "; ".join(ev.missing())))
     return lines
+
+
+def _energy_lines(latency) -> list[tuple[str, str]]:
+    """Energy per input over each timed loop, with how it was measured; or, once, why it could not be."""
+    if latency is None or latency.empty or "energy_method" not in latency.columns:
+        return []
+    measured = latency[latency["energy_j_per_input"].notna()]
+    if measured.empty:
+        return [("Energy", str(latency["energy_method"].iloc[0]))]
+    return [("Energy", "; ".join(
+        f"{r['framework']}, batch {fmt_int(r['batch_size'])}: {fmt_num(r['energy_j_per_input'])} J per input"
+        for r in measured.to_dict("records")) + f" (timed loops only; {measured['energy_method'].iloc[0]})")]
 
 
 def _outputs_lines(ev) -> list[tuple[str, str]]:
@@ -237,11 +277,23 @@ def _outputs_lines(ev) -> list[tuple[str, str]]:
     lines = [("Outputs", "; ".join(parts) + f" (Evaluation.outputs{hint})")]
     agreement = getattr(ev, "output_agreement", None)
     if agreement is not None and not agreement.empty:
-        shown = agreement[agreement["metric"].isin(["max_abs_error", "max_rel_error", "cosine"])]
-        text = "; ".join(f"{fw} vs {ref}, {out}: " + ", ".join(f"{m} {fmt_num(v)}" for m, v in zip(g["metric"], g["value"]))
+        shown = agreement[agreement["metric"].isin(["max_abs_error", "max_rel_error", "cosine", "flipped_decisions",
+                                                    "not_compared"])]
+        text = "; ".join(f"{fw} vs {ref}, {out}: " + ", ".join(_agreement_part(r) for r in g.to_dict("records"))
                          for (fw, ref, out), g in shown.groupby(["framework", "reference", "output"], sort=False))
         lines.append(("Output agreement", text + " (rel: of the reference's max |value|; Evaluation.output_agreement)"))
     return lines + target_lines
+
+
+def _agreement_part(r: dict) -> str:
+    """One metric of the output agreement line: decisions as a count of the inputs with their rule, an output not
+    compared with why."""
+    detail = r.get("detail") if isinstance(r.get("detail"), str) else ""
+    if r["metric"] == "not_compared":
+        return f"not compared: {detail}"
+    if r["metric"] == "flipped_decisions":
+        return f"{fmt_int(r['value'])} of {fmt_int(r.get('inputs'))} decisions flipped ({detail})"
+    return f"{r['metric']} {fmt_num(r['value'])}"
 
 
 def target_text(targets: pd.DataFrame) -> str:
@@ -277,6 +329,12 @@ def _full_pass_text(r: dict) -> str:
     return text
 
 
+def _na_reason(row: dict) -> str:
+    """Why a framework's top-1/top-5 are n/a (label spaces differ, every input NaN); "" when they were measured."""
+    reason = row.get("reason")
+    return "" if is_missing(reason) or not reason else str(reason)
+
+
 def _evaluation_rows(ev) -> pd.DataFrame:
     """One row per latency row (or per framework with accuracy only), formatted, units in the headers."""
     lat = ev.latency
@@ -299,7 +357,8 @@ def _evaluation_rows(ev) -> pd.DataFrame:
         if several:
             row["scenario"] = str(r.get("scenario", ""))
         row.update({
-            "top-1 (%)": fmt_pct(a.get("top1")), "top-5 (%)": fmt_pct(a.get("top5")),
+            "top-1 (%)": "n/a" if _na_reason(a) else fmt_pct(a.get("top1")),
+            "top-5 (%)": "n/a" if _na_reason(a) else fmt_pct(a.get("top5")),
             "median (ms)": fmt_num(r.get("median_ms")),
             "95% CI of median (ms)": "-" if is_missing(low) or is_missing(high) else f"{fmt_num(low)} to {fmt_num(high)}",
             "p90 (ms)": fmt_num(r.get("p90_ms")), "p99 (ms)": fmt_num(r.get("p99_ms")),
@@ -456,7 +515,8 @@ def _evaluation_json(ev) -> dict:
         full = rows_of(ev.full_pass, fw)
         results.append({
             "model": ev.model, "model_version": ev.model_version, "framework": fw,
-            "accuracy": {k: acc[0][k] for k in ("top1", "top5", "n", "dataset")} if acc else None,
+            "accuracy": {**{k: acc[0][k] for k in ("top1", "top5", "n", "dataset")},
+                         "reason": _na_reason(acc[0]) or None} if acc else None,
             "cold_start": cold[0] if cold else None, "full_pass": full[0] if full else None,
             "trace_overhead": rows_of(ev.trace_overhead, fw), "latency": rows_of(ev.latency, fw),
             "output_agreement": rows_of(getattr(ev, "output_agreement", pd.DataFrame()), fw),

@@ -135,6 +135,10 @@ class Manifest(_Strict):
         else:
             problems += checks.pipeline_problems(self.inputs[fed], list(self.preprocess), f"inputs[{fed}]")
             problems += self._unfed_problems(fed)
+        if self.model.reset and self.framework.name != "torch":
+            problems.append(("model.reset", f"{self.framework.name} models have no method mlms-nb can call to clear "
+                                            "their state (torch only): describe the state as explicit state: inputs "
+                                            "and outputs"))
         if problems:
             raise _problems(problems)
         return self

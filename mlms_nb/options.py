@@ -22,8 +22,8 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from mlms_nb._options_base import (  # noqa: F401  (the machinery, re-exported: import it from here)
-    Options, OptionsError, _opt, current_spelling, doc, fields, python_default, register_flags, spell, spell_on, spelling,
-    takes)
+    Options, OptionsError, _opt, cli_words, current_spelling, doc, fields, python_default, register_flags, spell,
+    spell_on, spelling, takes)
 from mlms_nb.errors import MlmsError
 from mlms_nb.manifest import FRAMEWORKS, canonical_framework
 from mlms_nb.schema.levels import TraceLevel
@@ -240,7 +240,10 @@ class EvaluateOptions(Options):
                                          "metavar": "SIZES"})
     dataset: Any = _opt(None, "imagenet-samples | synthetic[:N] | a folder of images, audio or .npy | a .npz, "
                         "Parquet or Arrow file; from Python also a Dataset or any iterable of inputs (default: "
-                        "labeled photos for pretrained classifiers, else synthetic)", "--dataset",
+                        "labeled photos for pretrained classifiers, else synthetic). Class labels (integer ids of "
+                        "the manifest's labels file, for top-1/top-5): a folder's subfolder names, a .npz array "
+                        "'y', a Parquet/Arrow column 'label', Python (input, label) pairs; ground truth per output: "
+                        "'target' or 'target:<output>' (docs/datasets.md)", "--dataset",
                         extra={"python_type": "str | os.PathLike | Dataset | Iterable | None", "metavar": "DATASET"})
     scenario: Literal["single-stream", "offline", "server", "generate", "generate-server"] = _opt(
         "single-stream", "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99); for a causal "

@@ -43,7 +43,8 @@ def test_python_outputs_true_compares_every_output_with_user_metrics(streamer):
     assert set(rows.index.get_level_values("output")) == {"out", "new_state"}
     assert (rows["inputs"] == 4).all()
     assert rows.loc[("new_state", "max_rel_error"), "value"] < 1e-4
-    assert rows.loc[("out", "mse"), "unit"] == "output's unit²" and rows.loc[("out", "cosine"), "unit"] == "-1..1"
+    assert rows.loc[("out", "mse"), "unit"] == "output's unit²" and rows.loc[("new_state", "cosine"), "unit"] == "-1..1"
+    assert ("out", "cosine") not in rows.index  # one value per input: a cosine would only say its sign
     assert 0 <= rows.loc[("out", "largest_gap"), "value"] <= rows.loc[("out", "max_abs_error"), "value"]
     assert sorted(set(pairs)) == [(1,), (8,)] and len(pairs) == 2 * 4  # per input, shaped as the output
     bundle = result._repr_mimebundle_()

@@ -309,7 +309,8 @@ def ceilings_store(tmp_path_factory):
     calls = []
     real = ceilings_module.measure_ceilings
     mp = pytest.MonkeyPatch()
-    mp.setattr(ceilings_module, "measure_ceilings", lambda device: calls.append(device) or real(device))
+    mp.setattr(ceilings_module, "measure_ceilings",
+               lambda device, **kw: calls.append(device) or real(device, **kw))
     ceilings_module._memo.clear()
     yield url, calls
     mp.undo()
@@ -325,18 +326,21 @@ def test_cpu_ceilings_are_measured_plausible_and_cached(ceilings_store):
     assert 1e8 < first.bandwidth_bytes_per_s < 1e13  # 0.1 GB/s .. 10 TB/s
     assert first.peak_flops_iqr >= 0 and first.bandwidth_iqr >= 0
     assert first.threads == torch.get_num_threads() and len(first.stack_hash) == 16
-    assert "torch.matmul" in first.method and "triad" in first.method and "24 bytes" in first.method
+    assert first.framework == "torch" and first.dtype == "float32"
+    assert "torch.matmul" in first.method and "conv2d" in first.method and "12 bytes" in first.method
 
     assert machine_ceilings("cpu", url=url) is first  # this process's memo: no new measurement
     ceilings_module._memo.clear()
     loaded = machine_ceilings("cpu", url=url)  # from the history store: no new measurement
     assert loaded == first and calls == ["cpu"]
     stored = HistoryStore(url).ceilings()
-    assert set(stored.metric) == {"cpu/peak_flops_per_s", "cpu/bandwidth_bytes_per_s", "cpu/ridge_flop_per_byte"}
+    key = f"cpu/torch/{torch.get_num_threads()}/float32"
+    assert set(stored.metric) == {f"{key}/peak_flops_per_s", f"{key}/bandwidth_bytes_per_s",
+                                  f"{key}/ridge_flop_per_byte"}
 
     again = machine_ceilings("cpu", url=url, refresh=True)
     assert calls == ["cpu", "cpu"] and again.measured_at > first.measured_at
-    assert HistoryStore(url).load_ceilings(first.stack_hash, "cpu")["measured_at"] == again.measured_at
+    assert HistoryStore(url).load_ceilings(first.stack_hash, key)["measured_at"] == again.measured_at
     assert machine_ceilings("cpu", url=url) is again
 
 
@@ -347,7 +351,7 @@ def test_ceilings_show_their_units():
     text = str(c)
     assert "120.0 GFLOP/s (IQR 2.0)" in text and "20.0 GB/s (IQR 1.0)" in text and "6.00 FLOP/byte" in text
     frame = c.to_frame()
-    assert list(frame.unit) == ["FLOP/s", "bytes/s", "FLOP/byte"]
+    assert list(frame.unit) == ["FLOP/s", "bytes/s", "FLOP/byte"] and "torch, 2 threads, float32" in text
     assert "FLOP/s" in c._repr_html_() and "IQR" in c._repr_html_()
     assert Ceilings.from_dict(c.to_dict()) == c
 

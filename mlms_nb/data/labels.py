@@ -73,3 +73,35 @@ def check_label_count(names: list[str], classes: int | None, manifest: Manifest)
         raise LabelsMismatchError(
             f"labels {manifest.outputs[0].labels} of {manifest.key} has {len(names):,} lines but {said_by} has "
             f"{expected:,} classes; point outputs[0].labels at a file with one line per class")
+
+
+def model_classes(manifest: Manifest) -> tuple[int | None, str]:
+    """How many classes the model's first output has, as known before the model loads, and who says so:
+    ``outputs[0].classes``, else the number of lines of its labels file; ``(None, "")`` when neither is set."""
+    out = manifest.outputs[0]
+    if out.classes is not None:
+        return out.classes, "outputs[0].classes"
+    if out.labels:
+        return len(load_labels(manifest)), f"its labels file ({out.labels})"
+    return None, ""
+
+
+def label_space_problem(labels, classes: int | None, said_by: str) -> str | None:
+    """Why the dataset's class ids cannot be scored against a model of ``classes`` classes (``said_by`` names who
+    says so: ``outputs[0].classes``, the labels file, the model's output); None when they fit or cannot be told.
+    ``labels``: the dataset's class ids (-1: unknown, skipped); one out of ``0..classes-1`` means the two label
+    spaces differ (a 10-class model scored against ImageNet's 1000 ids), so no accuracy figure would be right."""
+    import numpy as np
+
+    if classes is None or labels is None:
+        return None
+    ids = np.asarray(labels).reshape(-1)
+    ids = ids[ids >= 0]
+    if not ids.size:
+        return None
+    outside = ids >= classes
+    if not outside.any():
+        return None
+    return (f"the dataset's labels are class ids up to {int(ids.max()):,} ({int(outside.sum()):,} of {ids.size:,} "
+            f"at {classes:,} or above) but the model has {classes:,} classes ({said_by}): the label spaces differ, "
+            "so top-1/top-5 are n/a; label the data with the model's own class ids (docs/datasets.md)")

@@ -19,7 +19,7 @@ from mlms_nb.generation.agreement import sequence_agreement
 from mlms_nb.generation.records import GenerateLoop, GreedyTokens
 from mlms_nb.generation.work import loop_label
 from mlms_nb.launchers import Outcome
-from mlms_nb.schema.evaluation import FULL_PASS, GENERATION, GENERATION_AGREEMENT, GENERATION_REQUESTS, SampleKey
+from mlms_nb.schema.evaluation import FULL_PASS, GENERATION, GENERATION_AGREEMENT, GENERATION_REQUESTS, LATENCY, SampleKey
 
 STATUSES = ("complete", "partial", "failed", "not run", "running")
 """A framework's status in ``Evaluation.outcomes``: all measured; some measured, then stopped; stopped before
@@ -88,7 +88,8 @@ class Assembler:
             ev.warnings.append(record.text)
         elif isinstance(record, ColdStart):
             self._cold.append({"framework": fw, "batch_size": int(record.batch_size), "load_ms": record.load_ns / 1e6,
-                               "first_inference_ms": record.first_inference_ns / 1e6})
+                               "first_inference_ms": record.first_inference_ns / 1e6,
+                               "state_check": record.state_check})
             ev.cold_start = pd.DataFrame(self._cold)
         elif isinstance(record, FullPass):
             self._full.append({name: record.row.get(name) for name in FULL_PASS.names})
@@ -144,9 +145,15 @@ class Assembler:
                               wall_ns=None if scenario == "single-stream" else loop.wall_ns)
         row = {"framework": fw, "batch_size": batch_size, "scenario": scenario, **stats,
                "warmup_calls": int(loop.warmup_calls), **loop.extra, "complete": bool(loop.complete)}
+        row = {**{k: row[k] for k in LATENCY.names if k in row}, **row}  # the schema's column order
         self.ev.samples[SampleKey(fw, batch_size, scenario)] = np.asarray(loop.samples_ns, dtype=np.int64)
-        if loop.complete and not scenario.startswith("generate-server"):  # server latency includes queueing
-            warning = stability_warning(row)
+        stateful = (f"{fw}: the timed loops timed a model carrying hidden state (model.reset was called before each "
+                    "loop, not between its calls): each call ran from the state the one before left")
+        if loop.extra.get("carries_state") and stateful not in self.ev.warnings:
+            self.ev.warnings.append(stateful)
+        if loop.complete:
+            # a generate-server request's latency includes its queueing: its spread is the scenario's, not noise
+            warning = None if scenario.startswith("generate-server") else stability_warning(row)
             if warning:
                 self.ev.warnings.append(warning)
         else:

@@ -1,10 +1,22 @@
-"""What the runner checks before it loads anything, so a run that cannot succeed fails in a second, not minutes:
-the input batch of every batch size must fit in the memory there is, and a per-call timeout without a worker
-process needs predictors that can cancel a call (ONNX Runtime)."""
+"""What the runner checks before it measures, so a run that cannot succeed (or would measure the wrong thing) fails
+in a second, not minutes. Before loading: the input batch of every batch size must fit in the memory there is, a
+per-call timeout without a worker process needs predictors that can cancel a call (ONNX Runtime), and a manifest's
+labels file must exist and have one line per class (any dataset, synthetic included). After the first call: a model
+that keeps hidden state between calls (:func:`check_hidden_state`) runs only with its declared reset
+(``model.reset``), else it is refused.
+
+And what the full pass checks on every batch (:class:`NonFinite`): inputs and outputs holding NaN or Inf, counted
+per input with the first one's id, with numpy over whole batches (no Python loop per input), so those inputs are
+reported and kept out of every metric."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
+import numpy as np
+
+from mlms_nb.data.feeds import output_names
 from mlms_nb.errors import MlmsError
 from mlms_nb.manifest import Manifest
 from mlms_nb.options import EvaluateOptions, spell, spell_on
@@ -21,6 +33,8 @@ def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, la
         check_batch_memory(manifests, options)
     check_python_dataset(manifests, options, launcher)
     check_generation(manifests, options)
+    if launcher != "dask":  # an agent resolves the manifest's assets itself
+        check_labels_file(manifests)
     if options.isolation.call_timeout_s is not None and launcher in ("inline", "dask"):
         check_cancellable(manifests, options, on_agent=launcher == "dask")
 
@@ -93,6 +107,82 @@ def check_python_dataset(manifests: list[Manifest], options: EvaluateOptions, la
                             f"({spell_on('isolate')}): pass a list, or save it as a .npz file")
 
 
+def check_labels_file(manifests: list[Manifest]) -> None:
+    """Refuse a manifest whose ``outputs[0].labels`` cannot be read, or whose line count differs from
+    ``outputs[0].classes``, before any model loads (whatever the dataset: a synthetic run would otherwise never
+    notice, and a folder dataset would fall back to numeric folder names)."""
+    from mlms_nb.data.labels import load_labels
+    from mlms_nb.errors import ManifestError
+
+    for manifest in manifests:
+        if manifest.outputs[0].labels:
+            try:
+                load_labels(manifest)
+            except MlmsError as err:
+                where = manifest.source or manifest.key
+                raise ManifestError(f"{where}: outputs[0].labels: {err}") from None
+
+
+class NonFinite:
+    """Inputs whose data or outputs hold NaN or Inf, found batch by batch (numpy on whole arrays): how many, and
+    the id of the first; ``mask`` says which rows of a batch are finite (the only ones scored)."""
+
+    def __init__(self) -> None:
+        self.inputs = 0
+        self.outputs = 0
+        self.first_input: str | None = None
+        self.first_output: str | None = None
+        self.seen = 0
+
+    def check(self, ids: list[str], data, outputs) -> np.ndarray | None:
+        """The finite rows of this batch (a boolean per input), or None when every row is finite."""
+        n = len(ids)
+        self.seen += n
+        bad_in, bad_out = bad_rows(data, n), bad_rows(outputs, n)
+        if bad_in is None and bad_out is None:
+            return None
+        if bad_in is not None:
+            self.inputs += int(bad_in.sum())
+            self.first_input = self.first_input or ids[int(np.argmax(bad_in))]
+        if bad_out is not None:
+            self.outputs += int(bad_out.sum())
+            self.first_output = self.first_output or ids[int(np.argmax(bad_out))]
+        bad = bad_in if bad_out is None else bad_out if bad_in is None else bad_in | bad_out
+        return ~bad
+
+    def sentences(self, fw: str) -> list[str]:
+        """What was found, one sentence per side (inputs, outputs); empty when everything was finite."""
+        out = []
+        for side, count, first in (("data", self.inputs, self.first_input),
+                                   ("outputs", self.outputs, self.first_output)):
+            if count:
+                some = f"all {count:,}" if count == self.seen else f"{count:,} of {self.seen:,}"
+                out.append(f"{fw}: {some} inputs held NaN or Inf in their {side} (first: {first}); they are left "
+                           "out of accuracy, output agreement and target metrics")
+        return out
+
+
+def bad_rows(data, n: int) -> np.ndarray | None:
+    """Rows (axis 0, ``n`` of them) of an array, or of any array in a mapping, holding NaN or Inf; None when none
+    does. Integer arrays are finite by construction; an array whose first axis is not the batch counts for all."""
+    arrays = data.values() if isinstance(data, dict) else (data,)
+    bad = None
+    for array in arrays:
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array) if hasattr(array, "__array__") else None
+        if array is None or array.dtype.kind not in "fc" or not array.size:
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(array.sum()):
+                continue  # one pass, no mask: a NaN or Inf anywhere makes the sum NaN or Inf
+        finite = np.isfinite(array)
+        if finite.all():
+            continue
+        rows = (~finite.reshape(n, -1)).any(axis=1) if array.ndim and array.shape[0] == n else np.ones(n, bool)
+        bad = rows if bad is None else bad | rows
+    return bad if bad is not None and bad.any() else None
+
+
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
@@ -105,3 +195,87 @@ def check_generation(manifests: list[Manifest], options: EvaluateOptions) -> Non
         if manifest.task != "text-generation":
             raise MlmsError(f"{spell('scenario', options.scenario)} measures a causal language model, but manifest "
                             f"{manifest.key} has no task: text-generation (docs/language-models.md)")
+
+
+STATE_RTOL = 1e-4
+"""Float noise between two calls on one input: a difference within ``STATE_ATOL + STATE_RTOL * max|output|``."""
+STATE_ATOL = 1e-6
+
+
+@dataclass(frozen=True)
+class StateCheck:
+    """What the hidden-state check saw: ``carries_state`` (two calls on one input differed beyond float noise),
+    ``summary`` (the cold start's ``state_check`` column: what was seen, what it cost) and ``note`` (the sentence
+    the evaluation's warnings carry for a model that carries state; "" otherwise)."""
+    carries_state: bool
+    summary: str
+    note: str = ""
+
+
+def check_hidden_state(manifest: Manifest, predict: Callable, reset: Callable | None, batch: Any,
+                       first: Any) -> StateCheck:
+    """Does the model keep state between calls? ``first`` is what ``predict(batch)`` gave on the model's first
+    call (the cold start); one more call on ``batch`` must give the same outputs within float noise. A model
+    whose calls differ runs only with a declared ``model.reset`` (``reset``) that makes a call after it repeat the
+    first one: else it is refused with a sentence naming the two ways out. Costs one extra call (two when the
+    model carries state and declares its reset). Not for models whose state is explicit (``state:``)."""
+    fw, name = manifest.framework.name, manifest.model.reset
+    gap = _largest_gap(first, predict(batch), output_names(manifest)[0])
+    tolerance = f"float noise: {STATE_ATOL:g} + {STATE_RTOL:g} x the output's max |value|"
+    if gap is None:
+        summary = "none seen (1 extra call)"
+        if name:
+            summary += f", model.reset {name!r} called before every item and timed loop all the same"
+        return StateCheck(False, summary)
+    output, diff = gap
+    seen = (f"two calls on the same input gave outputs that differ by up to {diff:.3g} (output {output!r}, "
+            f"beyond {tolerance})")
+    if reset is None:
+        ways = ("declare the method that clears the state (model.reset: reset_states in the manifest) or describe "
+                "the state as explicit state: inputs and outputs") if fw == "torch" else (
+                "describe the state as explicit state: inputs and outputs (model.reset, a method that clears it, is "
+                "for torch models)")
+        raise MlmsError(f"{fw}: {manifest.key} carries state between calls (or is random): {seen}, so its numbers "
+                        f"would depend on the calls before them; {ways}")
+    reset()
+    again = _largest_gap(first, predict(batch), output_names(manifest)[0])
+    if again is not None:
+        raise MlmsError(
+            f"{fw}: {manifest.key} carries state between calls: {seen}, and calling model.reset {name!r} before a "
+            f"call does not make it repeat the first one (output {again[0]!r} still differs by up to "
+            f"{again[1]:.3g}): declare a method that clears all of the state, or describe the state as explicit "
+            "state: inputs and outputs")
+    return StateCheck(True, f"carried, cleared by model.reset {name!r} (2 extra calls)",
+                      f"{fw}: the model carries hidden state: {seen}; after model.reset {name!r} a call repeats the "
+                      "first one, so it is called before every item of the full pass (one item per call) and before "
+                      "every timed loop")
+
+
+def _outputs(value: Any, name: str) -> dict[str, np.ndarray]:
+    return {str(k): np.asarray(v) for k, v in value.items()} if isinstance(value, Mapping) else {name: np.asarray(value)}
+
+
+def _largest_gap(first: Any, second: Any, name: str) -> tuple[str, float] | None:
+    """The output that differs most between two calls' results and by how much (its max |difference|), or None
+    when every output is the same within float noise (NaN in the same places counts as the same). ``name``: the
+    first output's, for a call that returned it alone."""
+    a, b = _outputs(first, name), _outputs(second, name)
+    worst: tuple[str, float] | None = None
+    for key in a.keys() | b.keys():
+        x, y = a.get(key), b.get(key)
+        if x is None or y is None or x.shape != y.shape:
+            return key, float("inf")
+        if x.dtype.kind not in "biufc" or y.dtype.kind not in "biufc":
+            if not np.array_equal(x, y):
+                return key, float("inf")
+            continue
+        x, y = x.astype(np.float64), y.astype(np.float64)
+        both_nan = np.isnan(x) & np.isnan(y)
+        diff = np.where(both_nan, 0.0, np.abs(x - y))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        finite = np.abs(x[np.isfinite(x)])
+        scale = float(finite.max()) if finite.size else 0.0
+        largest = float(diff.max()) if diff.size else 0.0
+        if largest > STATE_ATOL + STATE_RTOL * scale and (worst is None or largest > worst[1]):
+            worst = (key, largest)
+    return worst

@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from mlms_nb.data.feeds import fed_name, moved_axes, to_model_layout
-from mlms_nb.data.labels import check_label_count, load_labels
+from mlms_nb.data.labels import check_label_count, label_space_problem, load_labels
 from mlms_nb.data.pipeline import Batch, default_workers, map_inputs
 from mlms_nb.data.transforms import Postprocessor
+from mlms_nb.evaluation.checks import NonFinite
 from mlms_nb.evaluation.records import AccuracyPass, FullPass
 from mlms_nb.manifest import Manifest
 
@@ -44,7 +45,9 @@ def make_batch(inputs: Any, batch_size: int, manifest: Manifest | None = None) -
 def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, batch_size: int, *, limit: int | None,
                   keep_probabilities: bool, trust: bool, reporter=None, workers: int | None = None,
                   prefetch: int | None = None, recorder=None, targets=None, reader: str | None = None,
-                  niceness: int | None = None, note: Callable[[str], None] | None = None) -> tuple[FullPass, AccuracyPass | None]:
+                  niceness: int | None = None, note: Callable[[str], None] | None = None,
+                  reset: Callable[[], None] | None = None,
+                  label_problem: str | None = None) -> tuple[FullPass, AccuracyPass | None]:
     """Stream the dataset through ``predict`` at ``batch_size``; returns the pass's record and, for a classifier
     on labeled data, its accuracy record (``framework`` filled in by the caller's records: see `work`).
     ``recorder`` (:class:`~mlms_nb.evaluation.outputs.OutputRecorder`): every output of every input is recorded
@@ -53,7 +56,13 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
     it. Datasets stack inputs on axis 0; an input whose ``batch_axis`` is another gets its batch moved there before
     each call. ``reader``: threads or processes, ``niceness`` steps below the model's priority
     (:class:`~mlms_nb.data.pipeline.Stream`); ``note`` gets the
-    sentence saying why a dataset asked to be read by processes was read by threads.
+    sentence saying why a dataset asked to be read by processes was read by threads, and the sentences saying how
+    many inputs held NaN or Inf in their data or outputs (:class:`~mlms_nb.evaluation.checks.NonFinite`, checked on
+    whole batches): those inputs are left out of accuracy, the recorded outputs (so of agreement) and the targets.
+    ``label_problem``: why the dataset's labels do not fit the model's classes (found before it loaded); accuracy is
+    then n/a with that reason, as it is when the labels reach past the output's width. ``reset``: the model keeps
+    hidden state (its declared ``model.reset``): called before every item, outside the timed calls, items then
+    going one per call (``batch_size`` 1).
 
     Items cut into ordered chunks (a ``chunk`` step) run ``batch_size`` side by side, each row with its own state
     (:func:`~mlms_nb.evaluation.lockstep.run_lockstep`); the stream then reads one item at a time (items differ in
@@ -65,9 +74,11 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
 
     fw = manifest.framework.name
     sequences = bool(getattr(preprocess, "chunked", False))
+    if reset is not None and batch_size != 1:
+        raise ValueError(f"a model reset before each item runs one item per call, not {batch_size}")
     fed = fed_name(manifest)
     axes = moved_axes(manifest)
-    scorer = _Scorer(manifest, trust, keep_probabilities) if (
+    scorer = _Scorer(manifest, trust, keep_probabilities, label_problem) if (
         dataset.labeled and manifest.outputs[0].type == "classification" and not sequences) else None
     size = dataset.size()
     total = None if size is None else (size if limit is None else min(size, limit))
@@ -75,6 +86,7 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
         reporter.start("full pass", total)
     inference_ns = post_ns = 0
     batches = 0
+    finite = NonFinite()
     clock = time.perf_counter_ns
     start = clock()
     with dataset.iter_batches(1 if sequences else batch_size, preprocess, limit=limit,
@@ -85,11 +97,15 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
         if sequences:
             timed = _TimedCalls(predict)
             t0 = clock()
+            if reset is not None:
+                reset()
             run_lockstep(timed, manifest, _items(stream), batch_size, recorder=recorder, keep=False,
-                         on_item=(lambda _id: reporter.advance(1)) if reporter is not None else None)
+                         on_item=_after_item(reporter, reset))
             inference_ns, batches = timed.ns, timed.calls
             post_ns = max(0, clock() - t0 - inference_ns - stream.stats.wait_ns)
         for batch in () if sequences else stream:
+            if reset is not None:  # outside the timed call: inference_s is the model's calls alone
+                reset()
             t0 = clock()
             named = None
             data = to_model_layout(batch.data, axes, fed)
@@ -99,12 +115,15 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
             else:
                 outputs = predict(data)
             t1 = clock()
-            if named is not None and recorder is not None:
-                recorder.add(batch.ids, named)
-            if named is not None and targets is not None:
-                targets.add(batch.ids, named, batch.targets)
+            keep = finite.check(batch.ids, batch.data, outputs if named is None else named)
+            ids, kept, truth = (batch.ids, named, batch.targets) if keep is None else _finite_rows(
+                batch.ids, named, batch.targets, keep)
+            if kept is not None and recorder is not None and ids:
+                recorder.add(ids, kept)
+            if kept is not None and targets is not None and ids:
+                targets.add(ids, kept, truth)
             if scorer is not None:
-                scorer.add(batch, outputs)
+                scorer.add(batch, outputs, keep)
             inference_ns += t1 - t0
             post_ns += clock() - t1
             batches += 1
@@ -114,19 +133,47 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
     wall_ns = clock() - start
     if reporter is not None:
         reporter.finish()
+    for sentence in finite.sentences(fw) if note is not None else ():
+        note(sentence)
     row = {"framework": fw, "dataset": dataset.name, "batch_size": int(batch_size), "inputs": int(stats.inputs),
            "batches": int(batches), "skipped": int(stats.skipped), "wall_s": wall_ns / 1e9,
            "inputs_per_s": stats.inputs / (wall_ns / 1e9) if wall_ns else float("nan"),
            "preprocess_s": stats.read_ns / 1e9, "inference_s": inference_ns / 1e9, "postprocess_s": post_ns / 1e9,
            "wait_s": stats.wait_ns / 1e9, "workers": int(stats.workers), "reader": stats.reader,
-           "prefetch": int(stats.prefetch)}
+           "prefetch": int(stats.prefetch), "nonfinite_inputs": -1 if sequences else finite.inputs,
+           "nonfinite_outputs": -1 if sequences else finite.outputs}
     accuracy = None
     if scorer is not None and scorer.count:
         acc, preds, probs = scorer.result()
         acc.update({"framework": fw, "dataset": dataset.name, "skipped": int(stats.skipped)})
+        acc["reason"] = acc.pop("reason")  # last, as the schema orders it
         preds.insert(0, "framework", fw)
         accuracy = AccuracyPass(fw, acc, preds, probs)
     return FullPass(fw, row), accuracy
+
+
+def _after_item(reporter, reset: Callable[[], None] | None) -> Callable[[str], None] | None:
+    """What runs when an item's last chunk is done: progress, and the model's reset before the next item."""
+    if reporter is None and reset is None:
+        return None
+
+    def done(_id: str) -> None:
+        if reporter is not None:
+            reporter.advance(1)
+        if reset is not None:
+            reset()
+
+    return done
+
+
+def _finite_rows(ids: list[str], named, targets, keep: np.ndarray):
+    """The rows of one batch that are finite: their ids, outputs (name -> array, batch first) and targets."""
+    def rows(array):
+        array = np.asarray(array)
+        return array[keep] if array.ndim and array.shape[0] == len(ids) else array
+
+    return ([i for i, k in zip(ids, keep) if k], None if named is None else {n: rows(a) for n, a in named.items()},
+            None if targets is None else {n: rows(a) for n, a in targets.items()})
 
 
 def _items(stream) -> Iterator[tuple[str, Any]]:
@@ -157,8 +204,11 @@ class _Scorer:
     """Top-1/top-5 of a classifier, batch by batch: keeps the top-5 classes and probabilities per input (and all
     probabilities only when asked)."""
 
-    def __init__(self, manifest: Manifest, trust: bool, keep_probabilities: bool):
+    def __init__(self, manifest: Manifest, trust: bool, keep_probabilities: bool, problem: str | None = None):
         self.manifest = manifest
+        self.problem = problem  # why the labels cannot be scored (label spaces differ): accuracy n/a
+        self.finite: list[np.ndarray] = []
+        self.width: int | None = None
         self.post = Postprocessor(manifest, trust=trust)
         self.names = load_labels(manifest) if manifest.outputs[0].labels else None
         self.keep = keep_probabilities
@@ -169,10 +219,14 @@ class _Scorer:
         self.probs: list[np.ndarray] = []
         self.count = 0
 
-    def add(self, batch: Batch, outputs) -> None:
+    def add(self, batch: Batch, outputs, finite: np.ndarray | None = None) -> None:
+        """One batch; ``finite``: which of its inputs held no NaN/Inf (None: all), the only ones scored."""
         pred = self.post(outputs)
+        width = pred.probabilities.shape[1]
         if self.names is not None and not self.count:  # labels of another length than the model's classes: refused
-            check_label_count(self.names, pred.probabilities.shape[1], self.manifest)
+            check_label_count(self.names, width, self.manifest)
+        self.width = width
+        self.finite.append(np.ones(len(batch), bool) if finite is None else np.asarray(finite, bool))
         self.ids.extend(batch.ids)
         self.labels.append(np.asarray(batch.labels))
         self.top_idx.append(np.asarray(pred.top_k_indices)[:, :TOP_K])
@@ -185,7 +239,10 @@ class _Scorer:
         labels = np.concatenate(self.labels)
         top_idx, top_p = np.concatenate(self.top_idx), np.concatenate(self.top_p)
         names = self.names
-        known = labels >= 0
+        if self.problem is None:  # labels past the output's width: the label spaces differ
+            self.problem = label_space_problem(labels, self.width, "the width of the model's output")
+        labeled = labels >= 0
+        known = labeled & np.concatenate(self.finite) if self.problem is None else np.zeros(len(labels), bool)
         correct1 = top_idx[:, 0] == labels
         correct5 = (top_idx == labels[:, None]).any(axis=1)
 
@@ -205,6 +262,8 @@ class _Scorer:
             "correct_top5": correct5 & known,
         })
         n = int(known.sum())
+        reason = self.problem or ("" if n or not labeled.any() else
+                                  "every labeled input held NaN or Inf in its data or outputs, so none was scored")
         acc = {"n": n, "top1": float(correct1[known].mean()) if n else float("nan"),
-               "top5": float(correct5[known].mean()) if n else float("nan")}
+               "top5": float(correct5[known].mean()) if n else float("nan"), "reason": reason}
         return acc, preds, (np.concatenate(self.probs) if self.keep and self.probs else None)

@@ -31,11 +31,13 @@ class Note:
 
 @dataclass(frozen=True)
 class ColdStart:
-    """Loading the model (assets already fetched) and its first inference, timed once (ns)."""
+    """Loading the model (assets already fetched) and its first inference, timed once (ns); ``state_check``: what
+    the hidden-state check after the first inference saw (:func:`mlms_nb.evaluation.checks.check_hidden_state`)."""
     framework: str
     batch_size: int
     load_ns: int
     first_inference_ns: int
+    state_check: str = ""
 
 
 @dataclass(frozen=True)

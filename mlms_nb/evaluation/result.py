@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from mlms_nb import display
+from mlms_nb._facade import FacadeMethod
 from mlms_nb._clock import new_id, now_utc
 from mlms_nb._fs import atomic_write_text
 from mlms_nb.errors import MlmsError
@@ -88,6 +89,14 @@ class Evaluation:
     saved: bool = True
     #: traced runs only: framework -> Trace (kept beside the evaluation, not inside its JSON)
     traces: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ analyses (the facade's functions)
+    layers = FacadeMethod("per-layer latency of a traced run")
+    roofline = FacadeMethod("achieved against attainable FLOP/s per layer")
+    batch_scaling = FacadeMethod("latency and throughput across batch sizes")
+    compare = FacadeMethod("this run against another, layer by layer")
+    timeline = FacadeMethod("the trace's spans on a timeline")
+    kernels = FacadeMethod("GPU against CPU time per layer")
 
     # ------------------------------------------------------------------ derived views
     def missing(self) -> list[str]:

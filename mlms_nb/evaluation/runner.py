@@ -6,7 +6,8 @@ per batch size, the traced pass) runs where the launcher puts it: in this proces
 from them (:class:`~mlms_nb.evaluation.assemble.Assembler`) and hands it to ``sink(evaluation, framework)`` after
 every measurement, so the caller can store it at once (the facade appends it to the history store).
 
-Nothing measured is lost: an error, a timeout or a crash in one framework is that framework's outcome (the others
+Every framework asked for leaves a row in the history, a `failed` one with its reason when nothing was measured
+(an error, a stop before its first measurement, not run at all). Nothing measured is lost: an error, a timeout or a crash in one framework is that framework's outcome (the others
 go on); Ctrl-C, SIGTERM or SIGHUP stop the evaluation in order, keeping every record that arrived, the cut-short
 loop included, and the frameworks not run are listed with why. When nothing at all was measured because every
 framework failed with an error, that error is raised as it came (bad input gets its own sentence).
@@ -73,17 +74,18 @@ class EvaluationRunner:
                                                                       iso.memory_limit_bytes))
 
     def run(self) -> Evaluation:
-        opts = self.options
         first = self.manifests[0]
-        if opts.dataset is None:
-            opts.dataset = default_dataset(first)
+        if self.options.dataset is None:
+            self.options = self.options.model_copy(update={"dataset": default_dataset(first)})
+        opts = self.options
         check_before_loading(self.manifests, opts, self.launcher.name)
         _sweep_orphans()
         frameworks = [m.framework.name for m in self.manifests]
         evaluation = Evaluation(
             model=first.name, model_version=first.version, frameworks=frameworks,
             manifests={m.framework.name: m.to_dict() for m in self.manifests},
-            stack=self.launcher.stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe()})
+            stack=self.launcher.stack(frameworks), options={**opts.record(), "isolation": self.launcher.describe(),
+                                                            **_manifest_file(first)})
         assembler = Assembler(evaluation, opts.batch_sizes, opts.scenario, metrics=self.metrics)
         progress = ProgressDisplay(first.name, opts.progress)
         stop: BaseException | None = None
@@ -116,6 +118,7 @@ class EvaluationRunner:
                 with deferred():
                     why = outcome_of(stop, fw)
                     assembler.not_run(fw, why.status, f"not run: the evaluation was {why.message} before it")
+                    self._store(evaluation, fw)  # a failed row with its reason: the history shows it was asked for
                 return stop
             with deferred():
                 assembler.started(fw)
@@ -149,14 +152,26 @@ class EvaluationRunner:
         _warn_missing(evaluation, fw)
         if not outcome.ok:
             log.debug("%s ended: %s\n%s", fw, outcome.message, outcome.detail)
-        if fw in assembler.measured:
-            self._store(evaluation, fw)
+        self._store(evaluation, fw)  # with nothing measured, a failed row with its reason
         if result["status"] != "complete" and outcome.message:
             log.warning("%s", outcome.message if outcome.message.startswith(fw) else f"{fw}: {outcome.message}")
 
     def _store(self, evaluation: Evaluation, fw: str) -> None:
         if self.sink is not None:
             self.sink(evaluation, fw)
+
+
+def _manifest_file(manifest: Manifest) -> dict:
+    """``{"manifest": absolute path}`` for a manifest read from the user's file (the reproduce command names it);
+    empty for a built-in one (its name finds it) or one built in memory."""
+    from pathlib import Path
+
+    from mlms_nb.paths import builtin_manifest_dir
+
+    if not manifest.source:
+        return {}
+    path = Path(manifest.source).resolve()
+    return {} if path.is_relative_to(builtin_manifest_dir().resolve()) else {"manifest": str(path)}
 
 
 def _warn_missing(evaluation: Evaluation, fw: str) -> None:

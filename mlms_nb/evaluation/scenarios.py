@@ -21,6 +21,7 @@ from mlms_nb.data.feeds import count
 
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import Timing, spell
+from mlms_nb.profilers.energy import EnergyMeter
 
 SCENARIOS = ("single-stream", "offline", "server")
 
@@ -151,19 +152,25 @@ def sleep_until(deadline_ns: int, clock: Callable[[], int]) -> None:
         pass
 
 
-def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timing, progress=None) -> TimingResult:
+def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timing, progress=None,
+                 energy: EnergyMeter | None = None) -> TimingResult:
     """Warm up, then time one scenario at the batch's size. ``progress``: an object with ``warm_up()`` and
     ``timed(scenario)``, each returning the `OnCall` of that phase and ``done()`` (see
-    :mod:`mlms_nb.evaluation.progress`); None: no reports."""
+    :mod:`mlms_nb.evaluation.progress`); None: no reports. ``energy``: a meter read around the timed loop (not
+    the warm-up); its joules, per input and how they were measured (or why not) join the result's ``extra``."""
     if scenario not in SCENARIOS:
         raise MlmsError(f"unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
     warm = warm_up(predict, batch, cfg, progress.warm_up() if progress else None)
     try:
+        if energy is not None:
+            energy.start()
         if scenario == "server":
             samples, wall, extra = time_server(predict, batch, cfg, progress.timed(scenario) if progress else None)
         else:
             samples, wall = time_closed_loop(predict, batch, cfg, progress.timed(scenario) if progress else None)
             extra = {}
+        if energy is not None:
+            extra.update(energy.stop().as_columns(len(samples) * count(batch)))
     except BaseException as stop:  # the partial loop keeps its warm-up count
         if getattr(stop, "partial", None) is not None:
             stop.partial = stop.partial._replace(warmup_calls=warm)  # type: ignore[attr-defined]

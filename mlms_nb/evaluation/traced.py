@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mlms_nb.evaluation.stats import bootstrap_median_ci
+
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.tracing.tracer import Tracer, use_tracer
 
@@ -38,8 +40,11 @@ def start_traced_pass(level: TraceLevel, trace_id: str, framework: str) -> Trace
 
 
 def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int, np.ndarray],
-                  untraced_median_ns: dict[int, float], repeats: int = 5) -> None:
-    """Run each batch ``repeats`` times under the tracer; record the overhead against the untraced median."""
+                  untraced_median_ns: dict[int, float], repeats: int = 5,
+                  untraced_ci_ns: dict[int, tuple[float, float]] | None = None) -> None:
+    """Run each batch ``repeats`` times under the tracer; record the overhead against the untraced median, and its
+    noise: the half-widths of the two medians' 95% CIs (untraced: ``untraced_ci_ns``; traced: bootstrapped from the
+    traced calls) relative to each median, summed, in % (`noise_pct`; NaN when either is unknown)."""
     tracer = traced.tracer
     level = tracer.level
     framework = predictor.framework
@@ -84,6 +89,7 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
                         "untraced_median_ms": base / 1e6 if base else float("nan"),
                         "traced_median_ms": traced_ns / 1e6, "traced_calls": repeats,
                         "overhead_pct": 100.0 * (traced_ns / base - 1.0) if base else float("nan"),
+                        "noise_pct": _noise_pct(base, (untraced_ci_ns or {}).get(batch_size), traced_ns, durations),
                     })
             finally:
                 if kernels is not None:
@@ -95,6 +101,14 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
         if profilers is not None:
             profilers.stop()
             tracer.add_counters(profilers.counters())
+
+
+def _noise_pct(base: float | None, base_ci: tuple[float, float] | None, traced_ns: float, durations: list[int]) -> float:
+    """The overhead's noise (%): each median's 95% CI half-width over that median, summed; NaN when unknown."""
+    if not base or base_ci is None or len(durations) < 2 or not traced_ns:
+        return float("nan")
+    low, high = bootstrap_median_ci(np.asarray(durations, dtype=float))
+    return 100.0 * ((base_ci[1] - base_ci[0]) / 2 / base + (high - low) / 2 / traced_ns)
 
 
 def _supported(how: str | None) -> bool:

@@ -24,11 +24,14 @@ from mlms_nb.data.datasets import open_dataset
 from mlms_nb.data.transforms import Postprocessor, Preprocessor
 from mlms_nb.errors import DatasetError
 from mlms_nb.data.feeds import take
+from mlms_nb.evaluation.checks import check_hidden_state
+from mlms_nb.data.labels import label_space_problem, model_classes
 from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
 from mlms_nb.evaluation.outputs import OutputRecorder
 from mlms_nb.evaluation.progress import Reporter
 from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TargetsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
+from mlms_nb.evaluation.stats import bootstrap_median_ci
 from mlms_nb.evaluation.targets import TargetScores
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
@@ -37,6 +40,7 @@ from mlms_nb.generation.work import measure_generation
 from mlms_nb.launchers import CallTimeout, StopRequested
 from mlms_nb.manifest import Manifest
 from mlms_nb.options import EvaluateOptions
+from mlms_nb.profilers.energy import energy_meter
 from mlms_nb.schema.levels import TraceLevel
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,11 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     if dataset.labeled and not manifest.pretrained:
         raise DatasetError(
             f"{manifest.key} has random weights: only performance runs accept it; use dataset 'synthetic'")
+    label_problem = None
+    if dataset.labeled and manifest.outputs[0].type == "classification":  # the label spaces, before the model loads
+        label_problem = label_space_problem(dataset.label_ids(), *model_classes(manifest))
+        if label_problem:
+            emit(Note(fw, f"{fw}: {label_problem}"))
     preprocess = Preprocessor(manifest, trust=opts.trust)
     if opts.reader == "processes":  # the readers' fork server starts while the model loads and is timed
         from mlms_nb.data.processes import start_server
@@ -95,7 +104,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         traced.tracer.add_span("preprocess sample", TraceLevel.APPLICATION, "application", t_pre,
                                time.perf_counter_ns(), inputs=len(head), dataset=dataset.name)
 
-    _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
+    asset_sha256 = _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
     watch.phase = "loading the model"
     t0 = time.perf_counter_ns()
     predictor = open_predictor(manifest, device=opts.device, options=PredictorOptions(
@@ -107,34 +116,55 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     watch.on_timeout(predictor.cancel if getattr(predictor, "cancellable", False) else None)
     predict = watch.guard(predictor.predict)
     try:
-        emit(Opened(fw, predictor.info().to_dict()))
+        emit(Opened(fw, {**predictor.info().to_dict(), "asset_sha256": asset_sha256}))
         watch.phase = "the first inference"
         first_batch = make_batch(inputs, opts.batch_sizes[0], manifest)
         t0 = time.perf_counter_ns()
-        predict(first_batch)
-        emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t0))
+        first = predict(first_batch)
+        first_ns = time.perf_counter_ns() - t0
+        # the model's declared reset, called before every item and timed loop; hidden state without one is refused
+        reset = watch.guard(predictor.reset) if manifest.model.reset else None
+        carries_state, state_check = False, "not checked (explicit state: inputs)"
+        if not manifest.state:  # explicit state is fed by the evaluation itself: nothing hidden to look for
+            watch.phase = "the hidden-state check"
+            check = check_hidden_state(manifest, predict, reset, first_batch, first)
+            if check.note:
+                emit(Note(fw, check.note))
+            carries_state, state_check = check.carries_state, check.summary
+        emit(ColdStart(fw, opts.batch_sizes[0], load_ns, first_ns, state_check))
 
         untraced_median_ns: dict[int, float] = {}
+        untraced_ci_ns: dict[int, tuple[float, float]] = {}  # the 95% CI of each median: the overhead's noise
         for batch_size in opts.batch_sizes:
             watch.phase = f"timing batch size {batch_size}"
             log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
-            untraced_median_ns[batch_size] = _time_one(fw, batch_size, predict, inputs, opts, emit, reporter,
-                                                       manifest)
+            if reset is not None:
+                reset()
+            untraced_median_ns[batch_size], untraced_ci_ns[batch_size] = _time_one(
+                fw, batch_size, predict, inputs, opts, emit, reporter, manifest,
+                {"carries_state": True} if carries_state else {})
 
         watch.phase = "the full pass"
         t_full = time.perf_counter_ns()
         recorder = OutputRecorder(manifest, fw, opts.capture_outputs)
-        # inputs of their own sizes run one at a time; ordered chunks run the largest batch of items in lockstep
+        # inputs of their own sizes, or a model reset before each item, run one at a time; ordered chunks run the
+        # largest batch of items in lockstep
+        one_at_a_time = preprocess.input.dynamic or reset is not None
         full, accuracy = run_full_pass(predict, manifest, dataset, preprocess,
-                                       1 if preprocess.input.dynamic else max(opts.batch_sizes), limit=opts.limit,
+                                       1 if one_at_a_time else max(opts.batch_sizes), limit=opts.limit, reset=reset,
                                        keep_probabilities=opts.keep_probabilities, trust=opts.trust, reporter=reporter,
                                        recorder=recorder if recorder.enabled else None, targets=targets,
-                                       reader=opts.reader, niceness=opts.reader_niceness, note=lambda text: emit(Note(fw, f"{fw}: {text}")))
+                                       reader=opts.reader, niceness=opts.reader_niceness,
+                                       note=lambda text: emit(Note(fw, text if text.startswith(f"{fw}: ") else f"{fw}: {text}")),
+                                       label_problem=label_problem)
         if dataset.skipped:
             emit(Note(fw, f"{fw}: skipped {len(dataset.skipped)} unreadable input(s): "
                           + "; ".join(f"{i} ({why})" for i, why in dataset.skipped[:3])))
         emit(full)
         if accuracy is not None:
+            reason = accuracy.row.get("reason")
+            if reason and reason != label_problem:  # found in the pass (labels past the output's width, all NaN)
+                emit(Note(fw, f"{fw}: top-1/top-5 n/a: {reason}"))
             emit(accuracy)
         if recorder.rows:
             emit(OutputsPass(fw, recorder.frame()))
@@ -144,30 +174,36 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
             traced.tracer.add_span("full pass", TraceLevel.APPLICATION, "application", t_full, time.perf_counter_ns(),
                                    inputs=full.row["inputs"], dataset=dataset.name)
             watch.phase = "the traced pass"
-            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit)
+            if reset is not None:
+                reset()
+            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit, untraced_ci_ns)
     finally:
         predictor.close()
 
 
 def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, emit: Callable, reporter=None,
-              manifest: Manifest | None = None) -> float:
-    """One timed loop, emitted; returns its median (ns). Cut short, what it measured is emitted (marked
-    incomplete, with why) before the stop goes on. ``manifest``: inputs get their batch on their own batch axis."""
+              manifest: Manifest | None = None, extra: dict | None = None) -> tuple[float, tuple[float, float]]:
+    """One timed loop, emitted; returns its median (ns) and the median's 95% bootstrap CI (ns). Cut short, what it
+    measured is emitted (marked incomplete, with why) before the stop goes on. ``manifest``: inputs get their batch
+    on their own batch axis; ``extra``: columns of the loop's latency row (``carries_state``)."""
     try:
         batch = make_batch(inputs, batch_size, manifest)
         result = run_scenario(opts.scenario, predict, batch, opts.timing,
-                              reporter.loop(batch_size, opts.timing) if reporter else None)
+                              reporter.loop(batch_size, opts.timing) if reporter else None,
+                              energy=energy_meter(opts.device))
     except BaseException as stop:
         partial = getattr(stop, "partial", None)
         if partial is not None and len(partial.samples_ns):
             emit(TimedLoop(fw, batch_size, opts.scenario, partial.samples_ns, partial.wall_ns, partial.warmup_calls,
-                           {}, complete=False, reason=_reason(stop)))
+                           dict(extra or {}), complete=False, reason=_reason(stop)))
         if isinstance(stop, MemoryError):
             raise MemoryError(f"at batch size {batch_size}: {stop or 'an allocation failed'}") from None
         raise
     emit(TimedLoop(fw, batch_size, opts.scenario, result.samples_ns, result.wall_ns, result.warmup_calls,
-                   result.extra))
-    return float(np.median(result.samples_ns)) if len(result.samples_ns) else float("nan")
+                   {**result.extra, **(extra or {})}))
+    if not len(result.samples_ns):
+        return float("nan"), (float("nan"), float("nan"))
+    return float(np.median(result.samples_ns)), bootstrap_median_ci(np.asarray(result.samples_ns, dtype=float))
 
 
 def _reason(stop: BaseException) -> str:
@@ -179,23 +215,34 @@ def _reason(stop: BaseException) -> str:
 
 
 def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
-           untraced_median_ns: dict[int, float], emit: Callable) -> None:
+           untraced_median_ns: dict[int, float], emit: Callable,
+           untraced_ci_ns: dict[int, tuple[float, float]] | None = None) -> None:
     """The traced pass after the untraced sweep; its overhead is measured against that sweep's medians."""
     fw = manifest.framework.name
     log.info("tracing %s at level %s", fw, traced.tracer.level.name)
     batches = {b: make_batch(inputs, b, manifest) for b in opts.batch_sizes}
     post = Postprocessor(manifest, trust=opts.trust)
-    trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns,
+    trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns, untraced_ci_ns=untraced_ci_ns,
                   repeats=opts.tracing.trace_repeats)
     emit(TracedPass(fw, traced.tracer.trace(), traced.tracer.trace_id, list(traced.overhead)))
 
 
-def _prepare_assets(manifest: Manifest) -> None:
-    """Fetch, convert and verify the model's assets before its load is timed."""
+def _prepare_assets(manifest: Manifest) -> dict[str, str]:
+    """Fetch, convert and verify the model's assets before its load is timed; returns the sha256 of each asset
+    that ran (declared in the manifest, or read from the file for a conversion mlms-nb built, ``artifact://``),
+    so the run pins exactly what it measured."""
+    from mlms_nb._fs import sha256_file
     from mlms_nb.data.assets import resolve_asset
 
     base = Path(manifest.source).parent if manifest.source else None
+    digests: dict[str, str] = {}
     for field_name in ("graph_path", "weights_path"):
         uri = getattr(manifest.model, field_name)
         if uri:
-            resolve_asset(uri, manifest.model.sha256.get(field_name), base)
+            declared = manifest.model.sha256.get(field_name)
+            path = resolve_asset(uri, declared, base)
+            if declared:
+                digests[field_name] = declared
+            elif str(uri).startswith("artifact://") and Path(path).is_file():
+                digests[field_name] = sha256_file(path)
+    return digests

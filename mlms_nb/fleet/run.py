@@ -89,13 +89,14 @@ def _launcher(client, agent: dict, options: EvaluateOptions) -> DaskLauncher:  #
 def _run_on(client, agent: dict, manifests: list[Manifest], options: EvaluateOptions,  # noqa: ANN001
             launcher: DaskLauncher | None = None, metrics=None):
     """One evaluation on ``agent``: kept in the caller's history as it is measured; returns it and its launcher."""
-    opts = options.model_copy(deep=True)
-    if opts.threads is None:
-        opts.threads = int(agent.get("threads") or 1)
+    opts = options if options.threads is not None else options.model_copy(
+        update={"threads": int(agent.get("threads") or 1)})
     launcher = launcher or _launcher(client, agent, opts)
     keeper = HistoryKeeper(None if opts.history is True else str(opts.history)) if opts.history else None
     evaluation = EvaluationRunner(manifests, opts, sink=keeper, launcher=launcher, metrics=metrics).run()
     if keeper is not None:
         keeper.finish(evaluation)
-        evaluation.saved = keeper.saved
+        evaluation.saved = keeper.kept(evaluation)
+    else:
+        evaluation.saved = False  # history=False: nothing is in the store
     return evaluation, launcher

@@ -7,7 +7,8 @@ else is read from a predictor outside its own framework folder (``mlms_nb/framew
   manifest's fed input (NCHW or NHWC) to a numpy array of the first output (logits for classifiers), and a
   mapping input name -> array (:mod:`mlms_nb.data.feeds`: constants and zero states are added, shapes checked) to
   a mapping output name -> array of every output; ``close()`` frees it, ``info()`` says what ran it;
-  ``manifest``, ``device`` and ``options`` are what ``open`` was given;
+  ``manifest``, ``device`` and ``options`` are what ``open`` was given; ``reset()`` calls the model's declared
+  reset method (``model.reset``, torch) that clears the state it keeps between calls;
 - ``native_model``: the framework's own model object; ``artifact_path``: the file it was loaded from;
 - ``capture(...)``: per-layer outputs keyed by PyTorch module calls (:mod:`mlms_nb.frameworks.capture`);
 - tracing, below.
@@ -128,6 +129,12 @@ class Predictor(ABC):
         if self._tracer is not None:
             self.stop_tracing()
         self.manifest = None
+
+    def reset(self) -> None:
+        """Clear the state the model keeps between calls: call the method the manifest's ``model.reset`` names
+        (torch only; the evaluation calls it before every item of the full pass and before every timed loop)."""
+        raise PredictorError(f"{self.framework} models have no reset method mlms-nb can call (model.reset is torch "
+                             "only): describe the state as explicit state: inputs and outputs")
 
     def cancel(self) -> None:
         """Stop the ``predict`` call in progress (called from another thread); it then raises. Only where

@@ -24,59 +24,108 @@ def _architecture(m: Manifest) -> str:
     return m.model.architecture
 
 
-def _static(m) -> None:
-    """Theoretical costs are counted at one shape: every input's dimensions must be numbers."""
+def _static(m, shapes) -> None:
+    """Theoretical costs are counted at one shape: every input's dimensions must be numbers, or given."""
     dynamic = [spec.name or f"inputs[{i}]" for i, spec in enumerate(m.inputs) if spec.dynamic]
-    if dynamic:
+    if dynamic and not shapes:
         raise MlmsError(f"manifest {m.key}: theoretical costs are counted at one input shape, but "
-                        f"{', '.join(dynamic)} has dynamic dimensions; use a manifest with every size given")
+                        f"{', '.join(dynamic)} has dynamic dimensions; use a manifest with every size given, or "
+                        "count them at a traced call's shapes (the roofline of a traced run does)")
 
 
-def _torch_costs(name: str, batch_size: int) -> pd.DataFrame:
+def _nchw_dims(m: Manifest) -> list:
+    spec = m.inputs[0]
+    if spec.layout == "NCHW":
+        return list(spec.dimensions)
+    if spec.layout == "NHWC" and len(spec.dimensions or ()) == 3:  # a Keras copy of a PyTorch architecture
+        h, w, c = spec.dimensions
+        return [c, h, w]
+    raise MlmsError(f"manifest {m.key}: expected an NCHW (or NHWC) image input to count PyTorch costs, got "
+                    f"{spec.layout}")
+
+
+def _torch_costs(m: Manifest, batch_size: int, shape: list[int] | None = None) -> pd.DataFrame:
+    """Costs of the manifest's architecture as an eager module, at ``shape`` (the whole NCHW input shape, batch
+    included) or the manifest's dimensions."""
     import torch
 
     from mlms_nb.zoo.registry import build_torch_model
     from mlms_nb.frameworks.torch.costs import torch_layer_costs
 
-    m = find_manifest(name, framework="torch")
-    _static(m)
-    spec = m.inputs[0]
-    if spec.layout != "NCHW":
-        raise MlmsError(f"manifest {m.key}: expected an NCHW input for PyTorch, got {spec.layout}")
+    _static(m, shape)
+    full = list(shape) if shape else [batch_size, *_nchw_dims(m)]
     model = build_torch_model(_architecture(m))
-    frame = torch_layer_costs(model, torch.zeros(batch_size, *spec.dimensions))
-    frame.attrs.update(model=m.name, model_version=m.version, batch_size=batch_size,
-                       note="eager PyTorch module of the manifest's architecture (costs do not depend on weights)")
+    frame = torch_layer_costs(model, torch.zeros(*full))
+    frame.attrs.update(model=m.name, model_version=m.version, batch_size=batch_size, input_shape=full,
+                       note="eager PyTorch module of the manifest's architecture (costs do not depend on weights)"
+                       + (f", at the traced input shape {full}" if shape else ""))
     return frame
 
 
-def _onnx_costs(name: str, batch_size: int) -> pd.DataFrame:
+def _onnx_costs(m: Manifest, batch_size: int, graph: str | None = None,
+                shapes: dict[str, list[int]] | None = None) -> pd.DataFrame:
+    """Costs of the ONNX graph ``graph`` (default: the manifest's graph_path), at ``shapes`` (graph input name ->
+    whole shape, batch included) or the manifest's dimensions."""
+    from pathlib import Path
+
     from mlms_nb.data.assets import resolve_asset
     from mlms_nb.frameworks.onnxruntime.costs import _load, onnx_node_costs
 
-    m = find_manifest(name, framework="onnxruntime")
-    _static(m)
-    if not m.model.graph_path:
-        raise MlmsError(f"manifest {m.key} has no model.graph_path (an ONNX file) to cost")
-    from pathlib import Path
-
-    base = Path(m.source).parent if m.source else None
-    path = resolve_asset(m.model.graph_path, sha256=m.model.sha256.get("graph_path"), base_dir=base)
+    _static(m, shapes)
+    if graph is not None:
+        path = Path(graph)
+        if not path.is_file():
+            raise MlmsError(f"the ONNX graph the run used, {path}, is no longer there: its costs cannot be counted")
+    else:
+        if not m.model.graph_path:
+            raise MlmsError(f"manifest {m.key} has no model.graph_path (an ONNX file) to cost")
+        base = Path(m.source).parent if m.source else None
+        path = resolve_asset(m.model.graph_path, sha256=m.model.sha256.get("graph_path"), base_dir=base)
     proto = _load(path)
     initializers = {t.name for t in proto.graph.initializer}
     graph_inputs = [i.name for i in proto.graph.input if i.name not in initializers]
     if len(graph_inputs) != len(m.inputs):
         raise MlmsError(f"{path} has {len(graph_inputs)} inputs but manifest {m.key} describes {len(m.inputs)}")
-    shapes = {n: list(with_batch(spec, spec.dimensions, batch_size)) for n, spec in zip(graph_inputs, m.inputs)}
+    if not shapes:
+        shapes = {n: list(with_batch(spec, spec.dimensions, batch_size)) for n, spec in zip(graph_inputs, m.inputs)}
     module_names = None
     if m.model.architecture:
         from mlms_nb.zoo.registry import build_torch_model
 
         module_names = dict(build_torch_model(m.model.architecture).named_modules())
     frame = onnx_node_costs(proto, shapes, module_names=module_names)
-    frame.attrs.update(model=m.name, model_version=m.version, batch_size=batch_size,
-                       note=f"ONNX graph {path.name} of manifest {m.key}, shapes from ONNX shape inference")
+    frame.attrs.update(model=m.name, model_version=m.version, batch_size=batch_size, input_shapes=shapes,
+                       note=f"ONNX graph {path.name} of manifest {m.key}, shapes from ONNX shape inference"
+                       f" from the inputs {shapes}")
     return frame
+
+
+def manifest_costs(m: Manifest, framework: str, batch_size: int, *, graph: str | None = None,
+                   input_shapes: dict[str, list[int]] | None = None) -> pd.DataFrame:
+    """Per-layer costs of the model a manifest describes (as :func:`model_costs`), for ``framework``: of the ONNX
+    file ``graph`` when given (the artifact a run used), at ``input_shapes`` (input name -> whole shape, batch
+    included; the traced shapes of a manifest with dynamic sizes) when given."""
+    fw = canonical_framework(str(framework))
+    if fw == "onnxruntime":
+        return _onnx_costs(m, batch_size, graph, input_shapes)
+    shape = next(iter(input_shapes.values())) if input_shapes else None
+    if fw == "tensorflow":
+        from mlms_nb.naming import torch_to_keras_name
+        from mlms_nb.zoo.registry import get_architecture
+
+        if get_architecture(_architecture(m)).build_keras is None:
+            raise MlmsError(f"manifest {m.key}: architecture {m.model.architecture!r} has no Keras definition")
+        if shape is not None and m.inputs[0].layout == "NHWC":
+            shape = [shape[0], shape[3], shape[1], shape[2]]
+        frame = _torch_costs(m, batch_size, shape)
+        frame.insert(frame.columns.get_loc("layer_name") + 1, "keras_name",
+                     [torch_to_keras_name(n) for n in frame["layer_name"]])
+        frame.attrs.update(framework="tensorflow", note=(
+            "PyTorch costs reused: the Keras copy is the same architecture with the PyTorch weights ported, one "
+            "Keras layer per PyTorch module (keras_name = naming.torch_to_keras_name(layer_name)); Keras pads "
+            "with ZeroPadding2D layers and adds residuals with Add layers named after their block, as here"))
+        return frame
+    return _torch_costs(m, batch_size, shape)
 
 
 def model_costs(model: str, framework: str = "torch", batch_size: int = 1) -> pd.DataFrame:
@@ -90,21 +139,4 @@ def model_costs(model: str, framework: str = "torch", batch_size: int = 1) -> pd
     fw = canonical_framework(str(framework))
     if fw not in FRAMEWORKS:
         raise MlmsError(f"framework {framework!r} is not one of {', '.join(FRAMEWORKS)}")
-    if fw == "onnxruntime":
-        return _onnx_costs(model, batch_size)
-    if fw == "tensorflow":
-        from mlms_nb.naming import torch_to_keras_name
-        from mlms_nb.zoo.registry import get_architecture
-
-        m = find_manifest(model, framework="tensorflow")
-        if get_architecture(_architecture(m)).build_keras is None:
-            raise MlmsError(f"manifest {m.key}: architecture {m.model.architecture!r} has no Keras definition")
-        frame = _torch_costs(model, batch_size)
-        frame.insert(frame.columns.get_loc("layer_name") + 1, "keras_name",
-                     [torch_to_keras_name(n) for n in frame["layer_name"]])
-        frame.attrs.update(framework="tensorflow", note=(
-            "PyTorch costs reused: the Keras copy is the same architecture with the PyTorch weights ported, one "
-            "Keras layer per PyTorch module (keras_name = naming.torch_to_keras_name(layer_name)); Keras pads "
-            "with ZeroPadding2D layers and adds residuals with Add layers named after their block, as here"))
-        return frame
-    return _torch_costs(model, batch_size)
+    return manifest_costs(find_manifest(model, framework=fw), fw, batch_size)

@@ -186,15 +186,12 @@ class DaskLauncher(Launcher):
                 try:
                     item = pickle.loads(queue.get(timeout=LIVENESS_S))
                 except TimeoutError:  # nothing for a while: is the agent still there, the task still running?
+                    if self._gone():  # first: a killed agent's task may also read as errored or finished
+                        return self._lost_outcome(work.label)
                     if future.status == "finished":  # it ended before running the work (see run_on_agent)
                         return future.result()
                     if future.status == "error":
                         return outcome_of(future.exception(), work.label)
-                    if self.agent["address"] not in self.client.nthreads():
-                        self.lost = True
-                        return Outcome("crash", f"{work.label}: agent {self.agent['name']} at {self.agent['address']} "
-                                                "left the cluster before it finished (killed, or its machine went "
-                                                "away); what it measured before is kept")
                     continue
                 if isinstance(item, _End):
                     return item.outcome
@@ -204,6 +201,8 @@ class DaskLauncher(Launcher):
             future.cancel()
             raise
         except Exception as err:  # noqa: BLE001 - Dask itself failed (the scheduler went away, ...)
+            if self._gone():  # the queue or the task failed because the agent died: run it again elsewhere
+                return self._lost_outcome(work.label)
             return outcome_of(err, work.label)
         finally:
             if not future.done():
@@ -212,6 +211,19 @@ class DaskLauncher(Launcher):
                 queue.close()
             except Exception:  # noqa: BLE001 - the scheduler may be gone; nothing to keep
                 pass
+
+    def _gone(self) -> bool:
+        """Whether the agent has left the cluster (the scheduler no longer lists it)."""
+        try:
+            return self.agent["address"] not in self.client.nthreads()
+        except Exception:  # noqa: BLE001 - the scheduler itself is unreachable: that is not the agent's loss
+            return False
+
+    def _lost_outcome(self, label: str) -> Outcome:
+        self.lost = True
+        return Outcome("crash", f"{label}: agent {self.agent['name']} at {self.agent['address']} left the cluster "
+                                "before it finished (killed, or its machine went away); what it measured before is "
+                                "kept")
 
     def cancel(self) -> None:
         """Stop the run in progress as Ctrl-C would (from another thread; within ``LIVENESS_S``): what arrived is

@@ -46,17 +46,23 @@ def _limit_memory(limit_bytes: int) -> None:
 
 
 def _out_of_memory(err: BaseException) -> bool:
-    """An allocation that failed under the memory limit: a MemoryError, or a library (an extension module and
-    its shared objects) that could not be loaded -- which is how a too-low limit shows while importing."""
+    """An allocation that failed under the memory limit: a MemoryError, a library (an extension module and its
+    shared objects) that could not be loaded, or an extension module whose allocation failed without setting an
+    exception (Python's SystemError "error return without exception set") -- which is how a too-low limit shows
+    while importing."""
     from mlms_nb.errors import FrameworkNotInstalledError
 
-    return isinstance(err, (MemoryError, ImportError, FrameworkNotInstalledError))
+    return isinstance(err, (MemoryError, ImportError, FrameworkNotInstalledError, SystemError))
 
 
 def main(argv: list[str]) -> None:
     fd, clock_fd, parent_pid, memory_limit = (int(a) for a in argv[:4])
     call_timeout_s, log_level, spelled = float(argv[4]) or None, int(argv[5]), argv[6]
     _follow_parent(parent_pid)
+    # numpy before the cap: its BLAS sizes per-thread buffers at import and, refused them, exits the process without
+    # a Python error (no outcome could say why). What the work loads after this counts against the limit.
+    import numpy  # noqa: F401
+
     _limit_memory(memory_limit)
     logging.basicConfig(level=log_level, format="%(message)s", stream=sys.stderr)
 

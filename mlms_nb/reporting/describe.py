@@ -8,6 +8,8 @@ from typing import Sequence
 
 import pandas as pd
 
+from mlms_nb.options import EvaluateOptions, cli_words
+
 #: Options shown (in this order) with the label they get; the rest follow under their own names.
 OPTION_LABELS = {
     "batch_sizes": "batch sizes (inputs per call)", "dataset": "dataset", "limit": "input limit",
@@ -108,7 +110,8 @@ def manifests_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
         for fw, manifest in (e.manifests or {}).items():
             model = manifest.get("model") or {}
             framework = manifest.get("framework") or {}
-            checksums = model.get("sha256") or {}
+            ran = ((e.options or {}).get("predictors") or {}).get(fw) or {}
+            checksums = {**(ran.get("asset_sha256") or {}), **(model.get("sha256") or {})}  # a conversion's, read
             assets = [k for k in ("graph_path", "weights_path") if model.get(k)] + [
                 k for k in checksums if not model.get(k)]
             for asset in assets or [None]:
@@ -125,17 +128,16 @@ def manifests_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
 
 
 def reproduce_command(evaluation) -> str:
-    """The ``mlms eval`` command line that repeats this evaluation's measurement."""
-    o = evaluation.options or {}
-    words = ["mlms", "eval", evaluation.model or "MODEL", "--framework", ",".join(evaluation.frameworks)]
-    if o.get("batch_sizes"):
-        words += ["--batch-sizes", ",".join(str(b) for b in o["batch_sizes"])]
-    flags = (("dataset", "--dataset", None), ("limit", "--limit", None), ("scenario", "--scenario", "single-stream"),
-             ("device", "--device", "cpu"), ("threads", "--threads", None), ("trace_level", "--trace-level", "NONE"),
-             ("warmup", "--warmup", "auto"), ("min_repeats", "--min-repeats", 20), ("min_time_s", "--min-time", 1.0),
-             ("target_qps", "--qps", None), ("latency_bound_ms", "--latency-bound", None))
-    for key, flag, default in flags:
-        value = o.get(key)
-        if value is not None and value != default:
-            words += [flag, _text(value)]
-    return " ".join(shlex.quote(w) for w in words)
+    """The ``mlms eval`` command line that repeats this evaluation's measurement: the model (its manifest's path
+    when it was run from the user's file: ``options["manifest"]``), the frameworks, and every recorded option that differs from its default, spelled
+    by the options model (:func:`mlms_nb.options.cli_words`), so no option is left out or spelled by hand. A
+    dataset that was a Python object cannot be named on a command line: the command says so in a comment."""
+    o = dict(evaluation.options or {})
+    words = ["mlms", "eval", o.get("manifest") or evaluation.model or "MODEL", "--framework",
+             ",".join(evaluation.frameworks)]
+    dataset = o.get("dataset")
+    python_data = isinstance(dataset, str) and dataset.startswith("python:")
+    if python_data:
+        o.pop("dataset")
+    command = " ".join(shlex.quote(w) for w in words + cli_words(EvaluateOptions, o))
+    return command + (f"  # the dataset was a Python object ({dataset}): pass it again" if python_data else "")

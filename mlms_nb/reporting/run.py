@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from mlms_nb._fs import atomic_write
 from mlms_nb.errors import MlmsError
 
 TEMPLATE = Path(__file__).resolve().parent / "report.ipynb"
@@ -256,9 +257,5 @@ def _browser_available() -> bool:
 
 def _write(path: Path, data: bytes) -> None:
     """Write atomically (a temp file in the same folder, then a rename): a reader never sees half a PDF."""
-    import os
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    with atomic_write(path, "wb") as handle:
+        handle.write(data)

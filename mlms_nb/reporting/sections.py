@@ -10,6 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from mlms_nb.display import overhead_frame
 from mlms_nb.reporting import _api, describe
 from mlms_nb.reporting._show import Block, detail, figure, heading, left_out, note, section
 from mlms_nb.reporting.tables import show_table
@@ -186,19 +187,36 @@ def layers(runs, labels, backend: str = "matplotlib") -> None:
 
 
 def ceilings_frame(extra: pd.DataFrame) -> pd.DataFrame:
-    """The roofline's ceilings (metric, value, IQR, unit, how) with each value written in its own unit."""
+    """The roofline's ceilings (framework, metric, value, IQR, unit, how) with each value written in its own unit."""
     rows = []
     scales = {"FLOP/s": (1e9, "GFLOP/s"), "bytes/s": (1e9, "GB/s")}
     for rec in extra.to_dict("records"):
         factor, unit = scales.get(rec.get("unit"), (1.0, rec.get("unit") or ""))
         value, iqr = rec.get("value"), rec.get("iqr")
-        rows.append({"metric": str(rec.get("metric", "")).replace("_", " "),
+        rows.append({"framework": rec.get("framework", ""), "metric": str(rec.get("metric", "")).replace("_", " "),
                      "value": "-" if pd.isna(value) else f"{value / factor:,.2f} {unit}",
                      "IQR": "-" if iqr is None or pd.isna(iqr) else f"{iqr / factor:,.2f} {unit}",
                      "how": rec.get("how", "")})
     frame = pd.DataFrame(rows)
-    frame.attrs["keys"] = ["metric"]
+    frame.attrs["keys"] = ["framework", "metric"]
     return frame
+
+
+FLAGGED_SHOWN = 12
+
+
+def _flagged(table: pd.DataFrame, note: str | None = None) -> None:
+    """The points above their roof, with why: never a silent point above 100% of attainable."""
+    if "roof_check" not in table:
+        return
+    above = table[table["roof_check"] != "below roof"]
+    if above.empty:
+        return
+    columns = [c for c in ("framework", "batch_size", "layer_index", "layer_name", "median_ms", "pct_of_attainable",
+                           "roof_check", "roof_check_why") if c in above]
+    shown = above.sort_values("pct_of_attainable", ascending=False).groupby("framework").head(FLAGGED_SHOWN)
+    show_table(shown[columns], f"Points above their roof ({len(above)} of {len(table)}): measurement problems and "
+               f"their likely causes (up to {FLAGGED_SHOWN} per framework, highest first)", note=note)
 
 
 @section
@@ -206,19 +224,26 @@ def roofline(runs, labels, backend: str = "matplotlib") -> None:
     for label, run in _each_run(runs, labels):
         model = run.roofline(per="model")
         detail(model.title)
-        show_table(ceilings_frame(model.extra["ceilings"]), "Measured ceilings of this machine", key=["metric"])
+        show_table(ceilings_frame(model.extra["ceilings"]), "Measured ceilings of this machine, per framework",
+                   key=["framework", "metric"])
         show_table(model.table, "Whole model per framework and batch size",
                    columns=["framework", "batch_size", "flops", "bytes", "intensity_flop_per_byte", "median_ms",
-                            "achieved_flops_per_s", "attainable_flops_per_s", "pct_of_attainable", "bound"])
-        figure(model.plot(backend), backend)
+                            "achieved_flops_per_s", "attainable_flops_per_s", "pct_of_attainable", "bound",
+                            "roof_check"])
+        _flagged(model.table)
+        for fw in model.table["framework"].unique():
+            figure(model.plot(backend, framework=fw), backend)
         if not _traced(run, label):
             continue
         per_layer = run.roofline(per="layer")
         counts = (per_layer.table.groupby(["framework", "batch_size", "bound"]).size().unstack(fill_value=0)
                   .reset_index())
         counts.columns = [str(c) if c in ("framework", "batch_size") else f"{c}-bound layers" for c in counts.columns]
-        show_table(counts, "Layers per bound (per-layer roofline: theoretical FLOPs over measured self time)",
-                   note=per_layer.note)
+        checks = per_layer.table.groupby(["framework", "batch_size", "roof_check"]).size().unstack(fill_value=0)
+        counts = counts.merge(checks.reset_index(), on=["framework", "batch_size"], how="left")
+        show_table(counts, "Layers per bound and against their roof (per-layer roofline: theoretical FLOPs over "
+                   "measured self time)", note=per_layer.note)
+        _flagged(per_layer.table)
         smallest = int(per_layer.table["batch_size"].min())
         for fw in per_layer.table["framework"].unique():
             figure(per_layer.plot(backend, framework=fw, batch_size=smallest), backend)
@@ -290,9 +315,11 @@ def trace_overhead(runs, labels) -> None:
     if frame.empty:
         left_out(f"no traced pass, so no tracing overhead: {TRACE_HINT}")
         return
+    frame = overhead_frame(frame)
     frame.attrs["note"] = ("traced median of the traced pass over the untraced median of the timed loop, per "
-                           "framework and batch size; the per-layer numbers above include this overhead; a "
-                           "negative overhead means the traced calls ran faster (noise on a busy machine)")
+                           "framework and batch size, ± its noise (the two medians' 95% CI half-widths, summed); "
+                           "the per-layer numbers above include this overhead; one inside its noise, or negative, "
+                           "is shown as within noise")
     show_table(frame, "Tracing overhead (traced vs untraced median)")
 
 

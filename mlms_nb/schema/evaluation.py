@@ -167,12 +167,24 @@ LATENCY = FrameSchema("latency", (
     Column("latency_bound_ms", "float64", "ms", "p99 bound asked for", "server scenario with a bound"),
     Column("meets_bound", "bool", "", "p99_ms <= latency_bound_ms", "server scenario with a bound"),
     Column("complete", "bool", "", "False when the loop was cut short before its stopping rule held (indicative only)"),
+    Column("carries_state", "bool", "", "True: the model keeps hidden state between calls (model.reset called before "
+           "the loop, not between its calls): each timed call ran from the state the one before left",
+           "models that carry hidden state"),
+    Column("energy_j", "float64", "J", "energy spent during the timed loop (RAPL for CPUs, NVML for GPUs); NaN "
+           "where it cannot be read, with why in energy_method", "evaluations made since issue 26"),
+    Column("energy_j_per_input", "float64", "J/input", "energy_j / inputs processed in the timed loop",
+           "evaluations made since issue 26"),
+    Column("energy_method", "str", "", "how the energy was measured, or 'unavailable: <why>'",
+           "evaluations made since issue 26"),
 ), key=("framework", "batch_size", "scenario"))
 
 COLD_START = FrameSchema("cold_start", (
     _FRAMEWORK, _BATCH,
     Column("load_ms", "float64", "ms", "opening the predictor (assets already fetched and converted)"),
     Column("first_inference_ms", "float64", "ms", "the first predict call, at the first batch size"),
+    Column("state_check", "str", "", "hidden state: whether a second call on the first input repeated the first "
+           "call's outputs (the model keeps no state between calls), and the extra calls the check cost",
+           "evaluations made since the check (issue 20)"),
 ), key=("framework",))
 
 FULL_PASS = FrameSchema("full_pass", (
@@ -194,6 +206,10 @@ FULL_PASS = FrameSchema("full_pass", (
     Column("reader", "str", "", "what read the dataset: threads, or processes (the reader option)",
            when="in runs recorded since the reader option"),
     Column("prefetch", "int64", "batches", "batches read ahead at most"),
+    Column("nonfinite_inputs", "int64", "inputs", "inputs whose data held NaN or Inf (left out of every metric); -1: "
+           "not checked (inputs cut into ordered chunks)", when="in runs recorded since issue 20"),
+    Column("nonfinite_outputs", "int64", "inputs", "inputs whose outputs held NaN or Inf (left out of every metric); "
+           "-1: not checked", when="in runs recorded since issue 20"),
 ), key=("framework",))
 
 ACCURACY = FrameSchema("accuracy", (
@@ -203,6 +219,9 @@ ACCURACY = FrameSchema("accuracy", (
     _FRAMEWORK,
     Column("dataset", "str", "", "the dataset's name"),
     Column("skipped", "int64", "inputs", "unreadable inputs left out"),
+    Column("reason", "str", "", "why top1/top5 are n/a (NaN): the dataset's label space differs from the model's "
+           "classes, or every labeled input held NaN/Inf; empty when they were measured",
+           when="in runs recorded since issue 20"),
 ), key=("framework",))
 
 PREDICTIONS = FrameSchema("predictions", (
@@ -234,6 +253,9 @@ TRACE_OVERHEAD = FrameSchema("trace_overhead", (
     Column("traced_median_ms", "float64", "ms", "median of the traced calls"),
     Column("traced_calls", "int64", "calls", "traced calls per batch size"),
     Column("overhead_pct", "float64", "%", "100 * (traced / untraced - 1)"),
+    Column("noise_pct", "float64", "%", "the overhead's noise: the 95% CI half-widths of the untraced and traced "
+           "medians over each median, summed; an overhead within it is shown as 'within noise (±x%)'",
+           when="in runs recorded since issue 20"),
 ), key=("framework", "batch_size"))
 
 OUTPUTS = FrameSchema("outputs", (
@@ -255,11 +277,16 @@ OUTPUT_AGREEMENT = FrameSchema("output_agreement", (
     _FRAMEWORK,
     Column("reference", "str", "", "the framework compared against"),
     Column("output", "str", "", "the output's name"),
-    Column("metric", "str", "", "max_abs_error, mean_abs_error, max_rel_error, mean_rel_error, cosine, or a "
-                                "built-in (mse, mae, iou, exact_match) or user metric"),
-    Column("value", "float64", "", "the metric: errors in the output's unit (rel: fraction), cosine -1..1; built-in "
-                                   "and user metrics averaged over the inputs compared"),
-    Column("inputs", "int64", "inputs", "inputs (x chunks) compared: those whose values both frameworks captured"),
+    Column("metric", "str", "", "max_abs_error, mean_abs_error, max_rel_error, mean_rel_error, cosine (outputs of "
+                                "2 or more elements), flipped_decisions (argmax or a 0.5 threshold), not_compared, "
+                                "or a built-in (mse, mae, iou, exact_match) or user metric"),
+    Column("value", "float64", "", "the metric: errors in the output's unit (rel: fraction), cosine -1..1, "
+                                   "flipped_decisions a count of inputs; built-in and user metrics averaged over the "
+                                   "inputs compared; NaN for not_compared"),
+    Column("inputs", "int64", "inputs", "inputs (x chunks) the metric covers: those whose values both frameworks "
+                                        "captured (cosine: of 2 or more elements; flipped_decisions: a rule applied)"),
+    Column("detail", "str", "", "flipped_decisions: the rule that made the decisions; not_compared: why; cosine: "
+                                "which inputs, when not all; else empty", "evaluations made since issue 20"),
 ), key=("framework", "reference", "output", "metric"))
 
 TARGET_METRICS = FrameSchema("target_metrics", (

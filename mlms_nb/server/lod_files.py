@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mlms_nb._fs import atomic_write_text, temp_path_beside
 from mlms_nb.server import runs
 
 FORMAT = "mlms-nb/timeline-lod"
@@ -118,15 +119,13 @@ def write_index(folder: Path, meta: dict, pyramid: dict, spans: dict) -> None:
     import pyarrow as pa
 
     for name, table, compression in ((ROWS_FILE, pyramid, None), (SPANS_FILE, spans, "lz4")):
-        tmp = folder / f"{name}.{os.getpid()}.part"
         batch = pa.record_batch({k: pa.array(v) for k, v in table.items()})
         options = pa.ipc.IpcWriteOptions(compression=compression)
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema, options=options) as writer:
-            writer.write_batch(batch)
-        os.replace(tmp, folder / name)
-    tmp = folder / f"{META_FILE}.{os.getpid()}.part"
-    tmp.write_text(json.dumps(meta), encoding="utf-8")
-    os.replace(tmp, folder / META_FILE)
+        with temp_path_beside(folder / name) as tmp:
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema, options=options) as writer:
+                writer.write_batch(batch)
+            os.replace(tmp, folder / name)
+    atomic_write_text(folder / META_FILE, json.dumps(meta))
 
 
 def read_arrays(path: Path) -> dict[str, np.ndarray]:

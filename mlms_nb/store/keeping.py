@@ -10,10 +10,9 @@ store's error, and ``saved`` is False (the CLI exits non-zero).
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
-from mlms_nb._fs import owned
+from mlms_nb._fs import atomic_write_text
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.paths import mlms_home
 from mlms_nb.store.history import HistoryStore
@@ -40,6 +39,11 @@ class HistoryKeeper:
     @property
     def saved(self) -> bool:
         return self.error is None
+
+    def kept(self, evaluation: Evaluation) -> bool:
+        """Whether every framework of ``evaluation`` has its row in the store (a failed row when nothing was
+        measured): what ``Evaluation.saved`` and ``--json``'s ``"saved"`` say, never just "no error"."""
+        return self.saved and all(fw in self.ids for fw in evaluation.frameworks)
 
     def __call__(self, evaluation: Evaluation, framework: str) -> None:
         if self.error is None:
@@ -77,10 +81,7 @@ class HistoryKeeper:
     def _write_fallback(self, evaluation: Evaluation) -> None:
         path = fallback_path(evaluation)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(owned(f".{path.name}.") + ".tmp")
-            tmp.write_text(evaluation.to_json(), encoding="utf-8")
-            os.replace(tmp, path)  # whole or absent, never half written
+            atomic_write_text(path, evaluation.to_json())  # whole or absent, never half written
             self.fallback = path
         except Exception as err:  # noqa: BLE001 - the result in memory is all that is left; say so
             self.error = f"{self.error}; the fallback file {path} could not be written either ({err})"

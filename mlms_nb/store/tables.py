@@ -58,7 +58,7 @@ ceilings = Table(
     "ceilings", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("stack_hash", String(16), nullable=False),
-    Column("device", String(64), nullable=False),  # cpu | cuda:N
+    Column("device", String(64), nullable=False),  # e.g. cpu/torch/2/float32 (ceilings_key)
     Column("peak_flops_per_s", Float, nullable=False),
     Column("peak_flops_iqr", Float),
     Column("bandwidth_bytes_per_s", Float, nullable=False),

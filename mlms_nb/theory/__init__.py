@@ -4,11 +4,12 @@
   parameters, weight/input/output bytes and arithmetic intensity (FLOP/byte). Each framework's cost model
   lives in its folder (:mod:`mlms_nb.frameworks.torch.costs`, :mod:`mlms_nb.frameworks.onnxruntime.costs`);
   :func:`mlms_nb.frameworks.costs.model_costs` picks one for a manifest.
-- :func:`machine_ceilings`: measured peak fp32 FLOP/s (GEMM) and memory bandwidth (STREAM triad) of the CPU or
-  a CUDA GPU, with spread; the caller passes where to cache them (the facade passes the history store);
+- :func:`machine_ceilings`: measured peak fp32 FLOP/s and memory bandwidth per framework, thread count and dtype
+  (on the CPU that framework's own GEMM, convolution and STREAM add, :mod:`.kernels`; on a CUDA GPU torch's GEMM
+  and triad), with spread; the caller passes where to cache them (the facade passes the history store);
   ridge = peak / bandwidth.
 
-PyTorch is imported on first use.
+The frameworks are imported on first use.
 """
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from mlms_nb._facade import FacadeMethod
 from mlms_nb._fs import temp_path_beside
 from mlms_nb.errors import TraceFormatError, TraceSchemaError
 from mlms_nb.schema.columns import LEVEL_DTYPE, canonical_categorical
@@ -49,6 +50,10 @@ class Trace:
     ``metadata``: a JSON-serialisable dict (``trace_id``, ``source``, ``clock``, unavailable profilers and
     why, ...).
     """
+
+    layers = FacadeMethod("per-layer latency")
+    timeline = FacadeMethod("the spans on a timeline")
+    kernels = FacadeMethod("GPU against CPU time per layer")
 
     def __init__(self, spans: pd.DataFrame | None = None, counters: pd.DataFrame | None = None,
                  metadata: dict[str, Any] | None = None):

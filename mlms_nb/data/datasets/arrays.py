@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from mlms_nb.data.datasets.base import Dataset, cast_to, read_items, target_key
+from mlms_nb.data.datasets.base import Dataset, cast_to, check_label_keys, read_items, target_key
 from mlms_nb.data.datasets.files import _LabeledFolder
 from mlms_nb.data.pipeline import Batch
 from mlms_nb.errors import DatasetError
@@ -115,6 +115,7 @@ class NpzDataset(Dataset):
                 self._data_offset = None if self.compressed else _member_offset(self.path, info) + header_len
                 self.targets = {key: _member_array(self.path, archive, name) for name in names
                                 if (key := target_key(name)) is not None}
+            self.names = names
             y = None
             if "y" in names:
                 with np.load(self.path, allow_pickle=False) as npz:
@@ -147,6 +148,8 @@ class NpzDataset(Dataset):
         self.manifest = manifest
         if manifest is not None:
             self.check(manifest)
+        else:
+            check_label_keys(self, None)
 
     def __len__(self) -> int:
         return int(self.shape[0])
@@ -173,8 +176,13 @@ class NpzDataset(Dataset):
         with np.load(self.path, allow_pickle=False) as npz:
             return npz["x"]
 
+    def label_ids(self) -> np.ndarray | None:
+        return self.y
+
     def check(self, manifest: Manifest) -> None:
-        """Raise `DatasetError` unless ``x`` is shaped ``(N, *inputs[0].dimensions)``."""
+        """Raise `DatasetError` unless ``x`` is shaped ``(N, *inputs[0].dimensions)`` and every label-like array is
+        one mlms-nb reads (`check_label_keys`)."""
+        check_label_keys(self, manifest)
         dims = list(manifest.fed_input.dimensions)
         actual = list(self.shape[1:])
         if not shape_fits(tuple(actual), dims):

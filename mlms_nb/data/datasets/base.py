@@ -56,6 +56,11 @@ class Dataset:
         size = self.size()
         return f"{type(self).__name__}({self.name!r}, {'?' if size is None else size} inputs, labeled={self.labeled})"
 
+    def label_ids(self) -> np.ndarray | None:
+        """Every input's class id (-1: unknown) when known without reading the inputs; None otherwise (unlabeled,
+        or a Python iterator whose labels come as it is read). Checked against the model's classes before it loads."""
+        return None
+
     def chunks(self, size: int) -> Iterator[Any]:
         """Descriptors of ``size`` consecutive inputs each (the last may hold fewer), in order."""
         n = len(self)
@@ -113,6 +118,27 @@ def target_key(name: str) -> str | None:
     if name.startswith("target:") and len(name) > len("target:"):
         return name[len("target:"):]
     return None
+
+
+LABEL_LIKE = ("label", "labels", "targets", "class", "classes", "class_ids", "Y", "y_true", "gt", "ground_truth")
+"""Array names that look like labels or targets but that mlms-nb does not read: refused with the name to use."""
+
+
+def check_label_keys(npz, manifest) -> None:
+    """Refuse an array that looks like labels but would be ignored (``labels``, ``targets``...), and, for a
+    classifier, a ``target`` of one integer per input (class ids are ``y``; ``target`` is compared value by value
+    with the output), each with the name to use (docs/datasets.md)."""
+    classifier = manifest is not None and manifest.outputs[0].type == "classification"
+    ids_name = "'y' (integer class ids, for top-1/top-5 accuracy)"
+    truth_name = "'target' or 'target:<output>' (ground truth compared with the output's values)"
+    for name in getattr(npz, "names", ()):
+        if name in LABEL_LIKE:
+            use = ids_name if classifier else truth_name if manifest is not None else f"{ids_name} or {truth_name}"
+            raise DatasetError(f"{npz.path}: an array named {name!r} is not read by mlms-nb; rename it {use}")
+    target = npz.targets.get("")
+    if classifier and target is not None and target.ndim == 1 and target.dtype.kind in "iu":
+        raise DatasetError(f"{npz.path}: 'target' holds one integer per input, class ids, but 'target' is compared "
+                           f"value by value with the output; rename it {ids_name}")
 
 
 def short_reason(reason: str) -> str:

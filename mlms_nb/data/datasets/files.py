@@ -41,6 +41,9 @@ class FileDataset(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
+    def label_ids(self) -> np.ndarray | None:
+        return self.labels
+
     def read(self, chunk: range, preprocess) -> Batch:
         if preprocess is None:
             raise DatasetError(f"dataset {self.name!r} holds {self.kind} files: reading it needs a Preprocessor "

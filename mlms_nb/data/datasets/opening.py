@@ -10,7 +10,7 @@ from mlms_nb.data.datasets.arrays import IterableDataset, NpyFolder, NpzDataset,
 from mlms_nb.data.datasets.base import Dataset
 from mlms_nb.data.datasets.files import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, AudioFolder, ImageFolder, ImageNetSamples
 from mlms_nb.data.datasets.tables import TABLE_SUFFIXES, TableDataset
-from mlms_nb.errors import DatasetError, MlmsError
+from mlms_nb.errors import DatasetError
 from mlms_nb.manifest import Manifest
 
 ACCEPTED = ("'imagenet-samples' (20 labeled ImageNet photos; pip install --no-deps foolbox)",
@@ -79,13 +79,10 @@ def _folder(path: Path, manifest: Manifest) -> Dataset:
 
 
 def _class_names(manifest: Manifest) -> list[str] | None:
-    """The manifest's labels, to match subfolder names; None when it has none or they cannot be read
-    (numeric subfolder names still work then)."""
+    """The manifest's labels, to match subfolder names; None when it has none. A labels file that cannot be read
+    (missing, too long) is refused: ignoring it would score the folder by its numeric names alone, silently."""
     if not manifest.outputs[0].labels:
         return None
     from mlms_nb.data.labels import load_labels
 
-    try:
-        return load_labels(manifest)
-    except MlmsError:
-        return None
+    return load_labels(manifest)

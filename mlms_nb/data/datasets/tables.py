@@ -68,6 +68,20 @@ class TableDataset(Dataset):
         self.column, self.label_column = column, label_column
         self.labeled = label_column is not None
 
+    def label_ids(self) -> np.ndarray | None:
+        """The label column alone (Parquet and Arrow read one column without the others)."""
+        if self.label_column is None:
+            return None
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if self.parquet:
+            column = pq.read_table(self.path, columns=[self.label_column]).column(0)
+        else:
+            with pa.memory_map(str(self.path)) as source:
+                column = pa.ipc.open_file(source).read_all().column(self.label_column)
+        return column.fill_null(-1).to_numpy().astype(np.int64)
+
     def _schema(self):
         import pyarrow as pa
         import pyarrow.parquet as pq

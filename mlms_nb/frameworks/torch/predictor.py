@@ -72,6 +72,10 @@ class TorchPredictor(Predictor):
                 f"(TorchScript {', '.join(TORCHSCRIPT_SUFFIXES)} or torch.export .pt2)")
         # a torch.export program is in the mode it was exported in, and its module cannot switch (.eval() raises)
         self.model = model if self.kind == "export" else model.to(device).eval()
+        if spec.reset and not callable(getattr(self.model, spec.reset, None)):
+            exported = " exported with @torch.jit.export" if self.kind == "torchscript" else ""
+            raise PredictorError(f"model.reset: {self.artifact} has no method {spec.reset!r}{exported} to clear its "
+                                 f"state (manifest {manifest.key})")
         self._keywords = None
         return self
 
@@ -93,6 +97,17 @@ class TorchPredictor(Predictor):
                 out = self.model(*tensors.values())
         outputs = self._named(out)
         return outputs if isinstance(batch, Mapping) else next(iter(outputs.values()))
+
+    def reset(self) -> None:
+        """Call the module's ``model.reset`` method (in inference mode, as its forward runs: state tensors its forward
+        made are inference tensors, which only inference mode may change in place)."""
+        if self.model is None:
+            raise PredictorError("reset() before open(), or after close()")
+        name = self.manifest.model.reset
+        if not name:
+            raise PredictorError(f"manifest {self.manifest.key} declares no model.reset method")
+        with torch.inference_mode():
+            getattr(self.model, name)()
 
     def _named(self, out) -> dict[str, np.ndarray]:
         """forward's result (a tensor, a tuple or list by position, a dict by key) as numpy, named by outputs[]."""
