@@ -202,6 +202,16 @@ def test_a_hub_id_without_a_local_copy_is_refused(mlms_home):
         mlms_nb.evaluate("bert_tiny", scenario="generate", history=False, progress=False)
 
 
+def test_a_manifest_naming_a_hub_id_is_refused_in_one_sentence(tmp_path, mlms_home):
+    (tmp_path / "qwen.yaml").write_text(
+        "name: qwen\nframework: {name: torch}\ntask: text-generation\n"
+        "inputs: [{name: input_ids, type: tensor, element_type: int64, dimensions: [null]}]\n"
+        "outputs: [{name: logits, type: tensor}]\nmodel: {graph_path: Qwen/Qwen2-0.5B}\n")
+    with pytest.raises(MlmsError, match="downloads nothing") as err:
+        mlms_nb.evaluate(str(tmp_path / "qwen.yaml"), history=False, progress=False)
+    assert "model.graph_path 'Qwen/Qwen2-0.5B' is not a local folder" in str(err.value)
+
+
 @pytest.mark.slow  # a subprocess importing torch and transformers: ~25 s on 2 busy cores
 def test_cli_generate_json_carries_the_requests(mlms_home):
     env = {**os.environ, "MLMS_HOME": str(mlms_home)}
