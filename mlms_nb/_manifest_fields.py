@@ -307,8 +307,8 @@ class ModelSpec(_Strict):
     folder, used first when given) or ``entrypoint`` (your own code building the model); ``weights_path`` holds
     weights for an architecture or an entrypoint. Paths are asset URIs; ``sha256`` maps an asset field to its digest."""
     architecture: str | None = Field(None, description="a built-in architecture: efficientnet_lite0, "
-                                                       "efficientnet_lite1, efficientnet_lite2, resnet50, vit_tiny "
-                                                       "or bert_tiny")
+                                                       "efficientnet_lite1, efficientnet_lite2, resnet50, vit_tiny, "
+                                                       "bert_tiny or tiny_gpt2 (a causal LM)")
     graph_path: str | None = Field(None, description="a model file (asset URI): TorchScript .pt/.ts/.jit, torch.export "
                                                      ".pt2, .onnx, .keras/.h5, or a SavedModel folder")
     weights_path: str | None = Field(None, description="weights for an architecture or an entrypoint (asset URI): "

@@ -45,6 +45,7 @@ from mlms_nb.frameworks.convert import convert as _convert
 from mlms_nb.frameworks.costs import model_costs
 from mlms_nb.frameworks.live import check_trust
 from mlms_nb.frameworks.modelfiles import file_kind
+from mlms_nb.generation.manifests import causal_lm_manifest, causal_lm_source
 from mlms_nb.manifest import ManifestCatalog, canonical_framework
 from mlms_nb.options import (
     AgentOptions, AgentsOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions,
@@ -134,6 +135,8 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
         from mlms_nb.evaluation.agreement import resolve_metrics
 
         resolve_metrics(metrics)  # an unknown name is refused before anything runs
+    if causal_lm_source(model, options.scenario, inputs):  # a save_pretrained folder, a hub id, a live causal LM
+        model = causal_lm_manifest(model)
     failed: dict[str, str] = {}  # a framework whose converted copy could not be made: its outcome, not the end
     manifests = manifests_for(model, options.framework, explicit="framework" in options.model_fields_set,
                               trust=options.trust, live=(inputs, outputs, preprocess, postprocess), failed=failed)
@@ -141,6 +144,10 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     frameworks = ran + [fw for fw in failed if fw not in ran]
     if options.framework != frameworks:  # the options record what was run (a manifest file names its framework)
         options = options.model_copy(update={"framework": frameworks})
+    if any(m.task == "text-generation" for m in manifests) and not options.scenario.startswith("generate"):
+        # a causal LM generates: the single-stream and offline scenarios become generate, server generate-server
+        options = options.model_copy(update={"scenario": "generate-server" if options.scenario == "server"
+                                             else "generate"})
     for manifest in manifests:
         check_trust(manifest, options.trust)
     if options.remote.on:

@@ -55,7 +55,7 @@ def arguments(cls: type[Options]) -> list[Argument]:
     return out
 
 
-_METAVARS = {"s": "SECONDS", "ms": "MS", "calls": "N", "inputs": "N", "rows": "N", "queries/s": "QPS"}
+_METAVARS = {"s": "SECONDS", "ms": "MS", "calls": "N", "inputs": "N", "rows": "N", "tokens": "N", "queries/s": "QPS"}
 
 
 def given(cls: type[Options], namespace: argparse.Namespace) -> dict[str, Any]:

@@ -10,7 +10,7 @@ every header, how the numbers were measured (the note), the 95% CI of the median
 - :class:`Table` (a frame with a title and a note), :class:`Notes` (a titled list), :class:`Section` (a titled
   part) and :class:`Page` (parts shown one after another) compose what a verb shows.
 
-One module on purpose (~500 lines): issue 9 asks for the text, HTML and JSON rendering of every result in one
+One module on purpose (~570 lines, the generation table of issue 21 included): issue 9 asks for the text, HTML and JSON rendering of every result in one
 module, the way torch.utils.benchmark keeps it in `Compare`.
 """
 from __future__ import annotations
@@ -242,7 +242,7 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
                else "")
             for r in ev.cold_start.to_dict("records"))))
     lines += _energy_lines(ev.latency)
-    lines += _outputs_lines(ev)
+    lines += _outputs_lines(ev) + _agreement_line(ev)
     if not ev.complete:
         lines.append(("Incomplete", "; ".join(ev.missing())))
     return lines
@@ -338,6 +338,8 @@ def _na_reason(row: dict) -> str:
 def _evaluation_rows(ev) -> pd.DataFrame:
     """One row per latency row (or per framework with accuracy only), formatted, units in the headers."""
     lat = ev.latency
+    if not lat.empty and "scenario" in lat:  # generate loops have their own table (_generation_rows)
+        lat = lat[~lat["scenario"].astype(str).str.startswith("generate")]
     acc_by_fw = {r["framework"]: r for r in ev.accuracy.to_dict("records")} if "framework" in ev.accuracy else {}
     server = "target_qps" in lat
     several = "scenario" in lat and lat["scenario"].nunique() > 1
@@ -374,16 +376,80 @@ def _evaluation_rows(ev) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _ci(low: Any, high: Any) -> str:
+    return "-" if is_missing(low) or is_missing(high) else f"{fmt_num(low)} to {fmt_num(high)}"
+
+
+def _generation_rows(ev) -> pd.DataFrame:
+    """One row per generate loop (framework x batch size x scenario x KV cache): MLPerf's TTFT and TPOT with their
+    spread, tokens/s, and goodput / achieved rate where they apply; units in the headers."""
+    gen = getattr(ev, "generation", None)
+    if gen is None or gen.empty:
+        return pd.DataFrame()
+    server = (gen["scenario"] == "generate-server").any()
+    limits = "goodput_fraction" in gen and gen["goodput_fraction"].notna().any()
+    out = []
+    for r in gen.to_dict("records"):
+        row = {"framework": str(r["framework"]), "batch size": fmt_int(r["batch_size"]),
+               "KV cache": "yes" if r.get("kv_cache") else "no"}
+        if gen["scenario"].nunique() > 1:
+            row["scenario"] = str(r["scenario"])
+        row.update({
+            "TTFT median (ms)": fmt_num(r.get("ttft_median_ms")),
+            "TTFT 95% CI (ms)": _ci(r.get("ttft_ci_low_ms"), r.get("ttft_ci_high_ms")),
+            "TTFT p99 (ms)": fmt_num(r.get("ttft_p99_ms")),
+            "TPOT median (ms)": fmt_num(r.get("tpot_median_ms")),
+            "TPOT 95% CI (ms)": _ci(r.get("tpot_ci_low_ms"), r.get("tpot_ci_high_ms")),
+            "TPOT p99 (ms)": fmt_num(r.get("tpot_p99_ms")),
+            "ITL p99 (ms)": fmt_num(r.get("itl_p99_ms")),
+            "tokens/s per request": fmt_num(r.get("tokens_per_s_median")),
+            "tokens/s total": fmt_num(r.get("output_tokens_per_s")),
+            "prefill tokens/s": fmt_num(r.get("prefill_tokens_per_s_median")),
+            "requests": fmt_int(r.get("requests")) + (" unstable" if r.get("unstable") is True else ""),
+        })
+        if server:
+            row["achieved (req/s)"] = f"{fmt_num(r.get('achieved_qps'))} of {fmt_num(r.get('target_qps'))}"
+        if limits:
+            row["goodput (%)"] = fmt_pct(r.get("goodput_fraction"))
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _agreement_line(ev) -> list[tuple[str, str]]:
+    """Greedy tokens across frameworks / KV-cache settings, in one line."""
+    agree = getattr(ev, "generation_agreement", None)
+    if agree is None or agree.empty:
+        return []
+    parts = []
+    for (fw, kv, ref), rows in agree.groupby(["framework", "kv_cache", "reference"], sort=False):
+        same = rows[rows["kind"] == "identical_sequences"].iloc[0]
+        logits = rows[rows["kind"] == "logits_max_abs_diff"]
+        text = (f"{fw} ({'KV cache' if kv else 'no KV cache'}) vs {ref}: {int(same['value'])} of "
+                f"{same['detail']['sequences']} greedy sequences identical")
+        if not logits.empty:
+            text += f", max |logit difference| {fmt_num(float(logits['value'].max()))}"
+        parts.append(text)
+    return [("Greedy agreement", "; ".join(parts))]
+
+
+def _text_table(table: pd.DataFrame) -> str:
+    """The first column left-aligned, the others right-aligned, two spaces apart."""
+    first = table.columns[0]
+    width = max(len(first), table[first].str.len().max())
+    table = table.rename(columns={c: first.ljust(width) if c == first else f" {c}" for c in table.columns})
+    return table.to_string(index=False, formatters={first.ljust(width): lambda s: s.ljust(width)})
+
+
 def _evaluation_text(ev) -> str:
     out = [f"{label}: {text}" for label, text in _evaluation_header(ev)]
-    table = _evaluation_rows(ev)
-    if table.empty:
+    table, generation = _evaluation_rows(ev), _generation_rows(ev)
+    if table.empty and generation.empty:
         out.append("(nothing measured)")
-    else:  # the first column left-aligned, the others right-aligned, two spaces apart
-        first = table.columns[0]
-        width = max(len(first), table[first].str.len().max())
-        table = table.rename(columns={c: first.ljust(width) if c == first else f" {c}" for c in table.columns})
-        out += ["", table.to_string(index=False, formatters={first.ljust(width): lambda s: s.ljust(width)})]
+    if not table.empty:
+        out += ["", _text_table(table)]
+    if not generation.empty:
+        out += ["", "Generation (TTFT: time to first token; TPOT: time per output token, MLPerf; p99 by nearest "
+                    "rank):", _text_table(generation)]
     if ev.warnings:
         out += ["", "Warnings:"] + [f"  - {w}" for w in ev.warnings]
     return "\n".join(out)
@@ -395,10 +461,10 @@ def _evaluation_html(ev) -> str:
     for label, text in _evaluation_header(ev):
         style = ' style="color:#b00"' if label == "Incomplete" else ""
         parts.append(f"<div{style}><b>{esc(label)}:</b> {esc(text)}</div>")
-    table = _evaluation_rows(ev)
-    if table.empty:
+    table, generation = _evaluation_rows(ev), _generation_rows(ev)
+    if table.empty and generation.empty:
         parts.append("<div><i>nothing measured</i></div>")
-    else:
+    for table in [t for t in (table, generation) if not t.empty]:
         left = {table.columns[0], "scenario"}
         parts.append('<table class="mlms-table"><thead><tr>'
                      + "".join(f"<th>{esc(c)}</th>" for c in table.columns) + "</tr></thead><tbody>")
@@ -454,7 +520,10 @@ def _evaluation_json(ev) -> dict:
             "cold_start": cold[0] if cold else None, "full_pass": full[0] if full else None,
             "trace_overhead": rows_of(ev.trace_overhead, fw), "latency": rows_of(ev.latency, fw),
             "output_agreement": rows_of(getattr(ev, "output_agreement", pd.DataFrame()), fw),
-            "target_metrics": rows_of(getattr(ev, "target_metrics", pd.DataFrame()), fw)})
+            "target_metrics": rows_of(getattr(ev, "target_metrics", pd.DataFrame()), fw),
+            "generation": rows_of(getattr(ev, "generation", pd.DataFrame()), fw),
+            "generation_requests": rows_of(getattr(ev, "generation_requests", pd.DataFrame()), fw),
+            "generation_agreement": rows_of(getattr(ev, "generation_agreement", pd.DataFrame()), fw)})
     return {"evaluation_id": ev.id, "complete": ev.complete, "saved": ev.saved, "missing": ev.missing(),
             "outcomes": ev.outcomes, "warnings": ev.warnings, "stack": ev.stack, "options": ev.options,
             "results": results}

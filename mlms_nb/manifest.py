@@ -21,7 +21,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import semantic_version
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -76,6 +76,15 @@ class Manifest(_Strict):
     postprocess: list[Step] = Field(default_factory=list, examples=[["softmax", {"top_k": {"k": 5}}]],
                                     description="steps from the output to class probabilities (softmax, top_k, code)")
     model: ModelSpec = Field(description="where the model comes from (see ModelSpec)")
+    task: Literal["text-generation"] | None = Field(
+        None, description="text-generation: a causal language model (a Hugging Face transformers model: a local "
+                          "save_pretrained folder as model.graph_path, model.architecture or model.entrypoint), "
+                          "measured by mlms-nb's generate loop (TTFT, TPOT, tokens/s; docs/language-models.md); "
+                          "absent: one call per batch of inputs")
+    tokenizer: str | None = Field(None, description="text-generation: the tokenizer (asset URI) that turns text prompts "
+                                                    "into token ids: a tokenizer.json, or a GPT-2 style vocabulary "
+                                                    "(vocab.json or encoder.json, with merges.txt or vocab.bpe beside "
+                                                    "it); not needed with datasets of token ids")
     attributes: dict[str, Any] = Field(default_factory=dict, examples=[{"top1": 75.1}],
                                        description="free key/values kept with results (top1: published accuracy, %)")
     source: str | None = Field(default=None, exclude=True)  # the file it was read from

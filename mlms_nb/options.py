@@ -87,6 +87,51 @@ class Tracing(Options):
             raise ValueError(str(err)) from None
 
 
+class Generation(Options):
+    """Text generation (``scenario`` generate or generate-server, a ``task: text-generation`` manifest): mlms-nb's
+    generate loop (:mod:`mlms_nb.generation.loop`) and MLPerf's latency definitions (docs/language-models.md)."""
+    max_new_tokens: int = _opt(32, "generate: new tokens per request, at most (fewer when a stop token comes)",
+                               "--max-new-tokens", "tokens", ge=1)
+    sampling: Literal["greedy", "sample"] = _opt("greedy", "generate: greedy (argmax; the same tokens in every "
+                                                 "framework) or sample (seeded, at --temperature among --top-k)",
+                                                 "--sampling")
+    temperature: float = _opt(1.0, "generate, sampling: divide the logits by this", "--temperature", gt=0)
+    top_k: int = _opt(0, "generate, sampling: only the k most likely tokens (0: all)", "--top-k", "tokens", ge=0)
+    sampling_seed: int = _opt(0, "generate, sampling: the seed (the same seed gives the same tokens)",
+                              "--sampling-seed")
+    stop_tokens: list[int] = _opt([], "generate: token ids that end a request (it keeps them), e.g. 50256",
+                                  "--stop-tokens", extra={"metavar": "IDS", "python_type": "str | Iterable[int]",
+                                                          "python_default": ()})
+    kv_cache: Literal["both", "on", "off"] = _opt("both", "generate: with the model's KV cache (on), without it (off: "
+                                                  "the whole sequence again per token) or both, each measured",
+                                                  "--kv-cache")
+    prompt_column: str | None = _opt(None, "generate: the prompts' column of a JSONL or Parquet dataset (default: "
+                                     "prompt, text or input_ids)", "--prompt-column", extra={"metavar": "NAME"})
+    prompt_length: int = _opt(16, "generate: tokens per synthetic prompt (the default dataset: seeded random ids)",
+                              "--prompt-length", "tokens", ge=1)
+    ttft_limit_ms: float | None = _opt(None, "generate: goodput counts requests whose time to first token is at most "
+                                       "this", "--ttft-limit", "ms", gt=0)
+    tpot_limit_ms: float | None = _opt(None, "generate: goodput counts requests whose time per output token is at "
+                                       "most this", "--tpot-limit", "ms", gt=0)
+
+    @field_validator("stop_tokens", mode="before")
+    @classmethod
+    def _ids(cls, value: Any) -> list[int]:
+        items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else (
+            [value] if isinstance(value, int) else list(value or []))
+        out = []
+        for item in items:
+            if isinstance(item, bool) or not str(item).lstrip("-").isdigit() or int(item) < 0:
+                raise ValueError(f"{item!r} is not a token id (an integer >= 0)")
+            out.append(int(item))
+        return out
+
+    @property
+    def kv_modes(self) -> list[bool]:
+        """The KV-cache settings to measure, in order."""
+        return {"both": [True, False], "on": [True], "off": [False]}[self.kv_cache]
+
+
 _BYTE_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -210,8 +255,10 @@ class EvaluateOptions(Options):
                         "'y', a Parquet/Arrow column 'label', Python (input, label) pairs; ground truth per output: "
                         "'target' or 'target:<output>' (docs/datasets.md)", "--dataset",
                         extra={"python_type": "str | os.PathLike | Dataset | Iterable | None", "metavar": "DATASET"})
-    scenario: Literal["single-stream", "offline", "server"] = _opt(
-        "single-stream", "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99)", "--scenario")
+    scenario: Literal["single-stream", "offline", "server", "generate", "generate-server"] = _opt(
+        "single-stream", "single-stream (p90), offline (throughput) or server (Poisson arrivals; p99); for a causal "
+        "language model generate (static batches: TTFT, TPOT, tokens/s) or generate-server (Poisson arrivals at --qps, "
+        "batched as they arrive; goodput)", "--scenario")
     device: str = _opt("cpu", "cpu or cuda[:N]", "--device")
     threads: int | None = _opt(None, "intra-op threads (default: the framework's)", "--threads", ge=1)
     graph_optimization_level: Literal["disabled", "basic", "extended", "all"] | None = _opt(
@@ -220,6 +267,7 @@ class EvaluateOptions(Options):
 
     tracing: Tracing = Field(default_factory=Tracing)
     timing: Timing = Field(default_factory=Timing)
+    generation: Generation = Field(default_factory=Generation)
     isolation: Isolation = Field(default_factory=Isolation)
     remote: Remote = Field(default_factory=Remote)
     limit: int | None = _opt(None, "use at most this many dataset inputs", "--limit", "inputs", ge=1)
@@ -289,7 +337,7 @@ class EvaluateOptions(Options):
 
     @model_validator(mode="after")
     def _server_needs_a_rate(self) -> "EvaluateOptions":
-        if self.scenario == "server" and self.timing.target_qps is None:
+        if self.scenario in ("server", "generate-server") and self.timing.target_qps is None:
             raise ValueError(f"the server scenario needs a target rate: {spell('target_qps')} (queries per second)")
         if self.remote.on and self.isolation.isolate:
             raise ValueError(f"{spell_on('isolate')} runs each framework in a worker process here; with "
@@ -441,6 +489,6 @@ class AgentsOptions(Tls, _AgentsWhere):
     """See :func:`mlms_nb.agents`."""
 
 
-MODELS: tuple[type[Options], ...] = (EvaluateOptions, Timing, Tracing, Isolation, Remote, DivergeOptions, HistoryOptions,
+MODELS: tuple[type[Options], ...] = (EvaluateOptions, Timing, Tracing, Generation, Isolation, Remote, DivergeOptions, HistoryOptions,
                                       LayersOptions, RooflineOptions, SchedulerOptions, AgentOptions, AgentsOptions)
 register_flags(*MODELS)

@@ -137,3 +137,12 @@ def test_08_agents(shared_home):
     assert "p_value" in text_of(code[5])
     assert text_of(code[6]).count(" at tcp://127.0.0.1:") >= 2  # the history's agent column
     assert "stopped" in text_of(code[-1])
+
+
+@pytest.mark.slow  # a kernel importing torch and transformers, then four short generate runs of a 2-layer decoder
+def test_09_language_models(shared_home):
+    nb = run_notebook("09_language_models.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "TTFT median (ms)" in text_of(code[0]) and "Greedy agreement" in text_of(code[0])
+    assert "goodput_fraction" in text_of(code[4])
+    assert "prefill" in text_of(code[5]) and "decode" in text_of(code[5])

@@ -15,8 +15,11 @@ from mlms_nb.evaluation.records import (
 )
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.stats import latency_stats, stability_warning
+from mlms_nb.generation.agreement import sequence_agreement
+from mlms_nb.generation.records import GenerateLoop, GreedyTokens
+from mlms_nb.generation.work import loop_label
 from mlms_nb.launchers import Outcome
-from mlms_nb.schema.evaluation import FULL_PASS, LATENCY, SampleKey
+from mlms_nb.schema.evaluation import FULL_PASS, GENERATION, GENERATION_AGREEMENT, GENERATION_REQUESTS, LATENCY, SampleKey
 
 STATUSES = ("complete", "partial", "failed", "not run", "running")
 """A framework's status in ``Evaluation.outcomes``: all measured; some measured, then stopped; stopped before
@@ -40,6 +43,10 @@ class Assembler:
         self._predictions: list[pd.DataFrame] = []
         self._overhead: list[dict] = []
         self.measured: set[str] = set()
+        self._generation: list[dict] = []
+        self._requests: list[pd.DataFrame] = []
+        self._greedy_reference: GreedyTokens | None = None  # the first greedy run; its logits are not stored
+        self._agreement: list[pd.DataFrame] = []
 
     # ------------------------------------------------------------------ per framework
     def started(self, framework: str) -> None:
@@ -55,8 +62,10 @@ class Assembler:
     def finish(self, framework: str, outcome: Outcome) -> dict:
         lat = self.ev.latency
         mine = lat[lat["framework"] == framework] if not lat.empty else lat
-        measured = [int(b) for b in mine["batch_size"]] if not mine.empty else []
-        cut = [int(b) for b in mine.loc[~mine["complete"].astype(bool), "batch_size"]] if not mine.empty else []
+        # a batch size appears once, though several loops (generate: with and without the KV cache) measured it
+        measured = list(dict.fromkeys(int(b) for b in mine["batch_size"])) if not mine.empty else []
+        cut = list(dict.fromkeys(int(b) for b in mine.loc[~mine["complete"].astype(bool), "batch_size"])) \
+            if not mine.empty else []
         missing = [b for b in self.batch_sizes if b not in measured or b in cut]
         if outcome.ok and not missing:
             status = "complete"
@@ -107,6 +116,16 @@ class Assembler:
             running = ev.outcomes.get(fw)
             if running is not None and running.get("status") == "running" and record.complete:
                 running.setdefault("measured_batch_sizes", []).append(int(record.batch_size))
+        elif isinstance(record, GenerateLoop):
+            self._add_generation(record)
+        elif isinstance(record, GreedyTokens):
+            if self._greedy_reference is None:
+                self._greedy_reference = record
+            else:
+                self._agreement.append(_schema_frame(GENERATION_AGREEMENT, sequence_agreement(
+                    self._greedy_reference, record).to_dict("records")))
+                ev.generation_agreement = pd.concat(self._agreement, ignore_index=True)
+                self._warn_divergence(self._agreement[-1])
         elif isinstance(record, TracedPass):
             ev.traces[fw] = record.trace
             ev.trace_ids.append(record.trace_id)
@@ -119,10 +138,11 @@ class Assembler:
             self.measured.add(fw)
         return is_measurement
 
-    def _latency_row(self, loop: TimedLoop) -> dict:
+    def _latency_row(self, loop: TimedLoop, inputs_per_sample: int | None = None) -> dict:
         scenario, fw, batch_size = loop.scenario, loop.framework, int(loop.batch_size)
         # single-stream: throughput = batch / mean latency; offline and server: inputs served / loop wall time
-        stats = latency_stats(loop.samples_ns, batch_size, wall_ns=None if scenario == "single-stream" else loop.wall_ns)
+        stats = latency_stats(loop.samples_ns, inputs_per_sample or batch_size,
+                              wall_ns=None if scenario == "single-stream" else loop.wall_ns)
         row = {"framework": fw, "batch_size": batch_size, "scenario": scenario, **stats,
                "warmup_calls": int(loop.warmup_calls), **loop.extra, "complete": bool(loop.complete)}
         row = {**{k: row[k] for k in LATENCY.names if k in row}, **row}  # the schema's column order
@@ -132,7 +152,8 @@ class Assembler:
         if loop.extra.get("carries_state") and stateful not in self.ev.warnings:
             self.ev.warnings.append(stateful)
         if loop.complete:
-            warning = stability_warning(row)
+            # a generate-server request's latency includes its queueing: its spread is the scenario's, not noise
+            warning = None if scenario.startswith("generate-server") else stability_warning(row)
             if warning:
                 self.ev.warnings.append(warning)
         else:
@@ -141,3 +162,43 @@ class Assembler:
                 f"timed call(s) in {loop.wall_ns / 1e9:.3g} s, before its stopping rule held: its numbers are "
                 "indicative only")
         return row
+
+    def _add_generation(self, loop: GenerateLoop) -> None:
+        """A generate loop: its statistics row, its requests, and a ``latency`` row of its request latencies (so
+        outcomes, the history and the summary see it like any timed loop)."""
+        fw, keys = loop.framework, {"framework": loop.framework, "batch_size": int(loop.batch_size),
+                                    "scenario": loop.scenario, "kv_cache": bool(loop.kv_cache)}
+        self._generation.append({**keys, **loop.row, **loop.extra, "complete": bool(loop.complete)})
+        self.ev.generation = _schema_frame(GENERATION, self._generation)
+        self._requests.append(_schema_frame(GENERATION_REQUESTS, [{**keys, **r} for r in loop.requests]))
+        self.ev.generation_requests = pd.concat(self._requests, ignore_index=True)
+        if len(loop.latency_ns):
+            timed = TimedLoop(fw, loop.batch_size, loop_label(loop.scenario, loop.kv_cache), loop.latency_ns,
+                              loop.wall_ns, loop.warmup_calls, {}, loop.complete, loop.reason)
+            self._rows.append(self._latency_row(timed, inputs_per_sample=1))  # a sample is one request
+            self.ev.latency = pd.DataFrame(self._rows)
+        running = self.ev.outcomes.get(fw)
+        if running is not None and running.get("status") == "running" and loop.complete:
+            measured = running.setdefault("measured_batch_sizes", [])
+            if int(loop.batch_size) not in measured:
+                measured.append(int(loop.batch_size))
+
+    def _warn_divergence(self, rows: pd.DataFrame) -> None:
+        same = rows[rows["kind"] == "identical_sequences"]
+        if same.empty:
+            return
+        first = same.iloc[0]
+        total = int(first["detail"]["sequences"])
+        if int(first["value"]) < total:
+            what = f"{first['framework']} ({'KV cache' if first['kv_cache'] else 'no KV cache'})"
+            self.ev.warnings.append(
+                f"{first['framework']}: greedy decoding gave {total - int(first['value'])} of {total} sequences that "
+                f"differ from {first['reference']}'s: {what}, see Evaluation.generation_agreement for the first "
+                "divergent position and both top-2 logits there")
+
+
+def _schema_frame(schema, rows: list[dict]) -> pd.DataFrame:
+    """``rows`` as ``schema`` says (columns in order, dtypes), without its conditional columns nobody filled."""
+    frame = schema.frame(rows)
+    unused = [c.name for c in schema.columns if c.when and frame[c.name].isna().all()]
+    return frame.drop(columns=unused)

@@ -32,6 +32,7 @@ def check_before_loading(manifests: list[Manifest], options: EvaluateOptions, la
     if launcher != "dask":  # an agent's memory is not this machine's
         check_batch_memory(manifests, options)
     check_python_dataset(manifests, options, launcher)
+    check_generation(manifests, options)
     if launcher != "dask":  # an agent resolves the manifest's assets itself
         check_labels_file(manifests)
     if options.isolation.call_timeout_s is not None and launcher in ("inline", "dask"):
@@ -184,6 +185,16 @@ def bad_rows(data, n: int) -> np.ndarray | None:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
+
+
+def check_generation(manifests: list[Manifest], options: EvaluateOptions) -> None:
+    """The generate scenarios measure causal language models (``task: text-generation``) only."""
+    if not options.scenario.startswith("generate"):
+        return
+    for manifest in manifests:
+        if manifest.task != "text-generation":
+            raise MlmsError(f"{spell('scenario', options.scenario)} measures a causal language model, but manifest "
+                            f"{manifest.key} has no task: text-generation (docs/language-models.md)")
 
 
 STATE_RTOL = 1e-4

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mlms_nb.generation.records import GenerateLoop
+
 
 @dataclass(frozen=True)
 class Opened:
@@ -108,5 +110,5 @@ class TracedPass:
     overhead: list = field(default_factory=list)
 
 
-MEASUREMENTS = (ColdStart, FullPass, AccuracyPass, OutputsPass, TargetsPass, TimedLoop, TracedPass)
+MEASUREMENTS = (ColdStart, FullPass, AccuracyPass, OutputsPass, TargetsPass, TimedLoop, TracedPass, GenerateLoop)
 """The records that hold a measurement (the history store keeps a framework's row from the first of them on)."""

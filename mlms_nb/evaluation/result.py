@@ -24,6 +24,7 @@ from mlms_nb._fs import atomic_write_text
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation import codec
 from mlms_nb.evaluation.codec import EvaluationFormatError, plain
+from mlms_nb.generation.metrics import generation_note
 from mlms_nb.options import Timing, spell
 from mlms_nb.schema.evaluation import FRAMES, SUMMARY, SampleKey
 from mlms_nb.schema.trace import counters_frame, spans_frame
@@ -68,6 +69,12 @@ class Evaluation:
     output_agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: per framework x output x metric, against the dataset's targets: mean over the inputs, std, 95% CI, count
     target_metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: causal LMs: per framework x batch size x generate scenario x KV cache, TTFT/TPOT/ITL/tokens/s statistics
+    generation: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: causal LMs: one row per request of those loops (arrival, TTFT, latency, TPOT, inter-token latencies, tokens)
+    generation_requests: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: causal LMs: greedy tokens and logits of each framework / KV-cache setting against the first
+    generation_agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
     complete: bool = True
     #: per framework: ``status`` (complete | partial | failed | not run), ``reason`` (None or error, interrupt,
     #: signal, timeout, crash), ``message``, ``measured_batch_sizes``, ``missing_batch_sizes``,
@@ -173,6 +180,8 @@ class Evaluation:
         lat = self.latency
         parts = []
         scenario = opts.get("scenario")
+        if str(scenario).startswith("generate") or not self.generation.empty:
+            return generation_note(opts, self.generation)
         if scenario is None and not lat.empty and "scenario" in lat:
             scenario = ", ".join(map(str, lat["scenario"].unique()))
         if not lat.empty and "samples" in lat:
@@ -237,7 +246,8 @@ class Evaluation:
             accuracy=rows(self.accuracy),
             predictions=rows(self.predictions), trace_overhead=rows(self.trace_overhead),
             outputs=rows(self.outputs), output_agreement=rows(self.output_agreement),
-            target_metrics=rows(self.target_metrics),
+            target_metrics=rows(self.target_metrics), generation=rows(self.generation),
+            generation_requests=rows(self.generation_requests), generation_agreement=rows(self.generation_agreement),
             traces={k: v for k, v in self.traces.items() if k == framework},
             samples={SampleKey(*k): v.copy() for k, v in self.samples.items() if k[0] == framework},
             probabilities={k: v.copy() for k, v in self.probabilities.items() if k == framework},
@@ -313,7 +323,8 @@ class Evaluation:
             accuracy=concat("accuracy"),
             predictions=concat("predictions"), trace_overhead=concat("trace_overhead"),
             outputs=concat("outputs"), output_agreement=concat("output_agreement"),
-            target_metrics=concat("target_metrics"),
+            target_metrics=concat("target_metrics"), generation=concat("generation"),
+            generation_requests=concat("generation_requests"), generation_agreement=concat("generation_agreement"),
             traces={k: v for p in parts for k, v in p.traces.items()},
             samples={k: v for p in parts for k, v in p.samples.items()},
             probabilities={k: v for p in parts for k, v in p.probabilities.items()},

@@ -121,7 +121,7 @@ def time_server(predict: Callable, batch: np.ndarray, cfg: Timing, on_call: OnCa
             arrival = int(arrivals[n])
             now = clock()
             if now < arrival:
-                _sleep_until(arrival, clock)
+                sleep_until(arrival, clock)
             predict(batch)
             samples[n] = clock() - arrival
             on_call()
@@ -143,7 +143,7 @@ def time_server(predict: Callable, batch: np.ndarray, cfg: Timing, on_call: OnCa
     return done, wall, extra
 
 
-def _sleep_until(deadline_ns: int, clock: Callable[[], int]) -> None:
+def sleep_until(deadline_ns: int, clock: Callable[[], int]) -> None:
     """Sleep most of the way, then spin the last ~200 µs for an accurate arrival time."""
     remaining = deadline_ns - clock()
     if remaining > 300_000:

@@ -35,6 +35,8 @@ from mlms_nb.evaluation.stats import bootstrap_median_ci
 from mlms_nb.evaluation.targets import TargetScores
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
+from mlms_nb.generation.loop import GENERATE_SCENARIOS
+from mlms_nb.generation.work import measure_generation
 from mlms_nb.launchers import CallTimeout, StopRequested
 from mlms_nb.manifest import Manifest
 from mlms_nb.options import EvaluateOptions
@@ -61,6 +63,8 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     """Run one framework's part of an evaluation, emitting each measurement as it is made (see the module)."""
     manifest, opts = job.manifest, job.options
     fw = manifest.framework.name
+    if opts.scenario in GENERATE_SCENARIOS or manifest.task == "text-generation":  # a causal LM: its own loop
+        return measure_generation(job, emit, watch)
     watch.phase = "reading the dataset"
     dataset = open_dataset(opts.dataset, manifest)
     if dataset.labeled and not manifest.pretrained:

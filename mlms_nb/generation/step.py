@@ -18,7 +18,11 @@ Shapes and dtypes (B rows, T prompt positions, V vocabulary entries):
 - Returned logits are materialised host numpy arrays: when ``prefill``/``decode`` returns, the device work is
   done, so the loop's clock stamp after the call is the token's arrival.
 
-``kv_cache_bytes(state)`` gives the bytes the cache holds now (0 without a cache), from the state's shapes.
+``kv_cache_bytes(state)`` gives the bytes the cache holds now (0 without a cache), from the state's shapes; an
+optional ``num_layers`` attribute (decoder layers) lets the loop report KV-cache bytes per token per layer.
+
+Each ``frameworks/<name>/generate.py`` exposes ``open_step_model(manifest, *, kv_cache, device, threads, trust)``
+(:func:`open_step_model` below finds it by the framework's name).
 """
 from __future__ import annotations
 
@@ -45,3 +49,23 @@ class StepModel(Protocol):
 def position_ids(attention_mask: np.ndarray) -> np.ndarray:
     """``cumsum(mask) - 1`` clipped at 0: left padding does not shift the real tokens' positions."""
     return np.maximum(np.cumsum(attention_mask, axis=1) - 1, 0).astype(np.int64)
+
+
+def open_step_model(manifest, *, kv_cache: bool, device: str = "cpu", threads: int | None = None,
+                    trust: bool = False) -> StepModel:
+    """The step model of a text-generation manifest in its framework: ``frameworks/<name>/generate.py`` exposes
+    ``open_step_model(manifest, *, kv_cache, device, threads, trust)``; a framework without one is refused in one
+    sentence."""
+    import importlib
+
+    from mlms_nb.errors import PredictorError
+
+    name = manifest.framework.name
+    try:
+        module = importlib.import_module(f"mlms_nb.frameworks.{name}.generate")
+    except ModuleNotFoundError as err:
+        if not str(err.name or "").startswith(f"mlms_nb.frameworks.{name}"):
+            raise
+        raise PredictorError(f"{name} has no step model for text generation yet (mlms_nb/frameworks/{name}/"
+                             "generate.py): generate in torch") from None
+    return module.open_step_model(manifest, kv_cache=kv_cache, device=device, threads=threads, trust=trust)

@@ -31,6 +31,14 @@ values (:mod:`mlms_nb.evaluation.agreement`).
 
 **trace_overhead** -- traced runs only: per framework and batch size, the traced median against the untraced.
 
+**generation** -- one row per framework x batch size x generate scenario x KV-cache setting: MLPerf's TTFT, TPOT,
+inter-token latency, request latency and tokens/s, each with its median, mean, std, nearest-rank and interpolated
+percentiles and the median's 95% CI; total and prefill tokens/s, KV-cache bytes, goodput (:mod:`mlms_nb.generation`).
+
+**generation_requests** -- one row per request of those loops (``--json`` carries them).
+
+**generation_agreement** -- greedy tokens and logits of each framework (and KV-cache setting) against the first.
+
 **history** -- :meth:`mlms_nb.store.history.HistoryStore.query`: one row per stored evaluation x framework.
 
 ``samples`` (raw latencies) are keyed by :class:`SampleKey` ``(framework, batch_size, scenario)`` and hold int64
@@ -295,6 +303,94 @@ TARGET_METRICS = FrameSchema("target_metrics", (
                               "a fraction (iou, exact_match), or a user metric's own"),
 ), key=("framework", "output", "metric"))
 
+GENERATION_METRICS: dict[str, tuple[str, str]] = {
+    "ttft": ("ms", "time to first token: the first token's arrival - the request's arrival"),
+    "tpot": ("ms", "time per output token (MLPerf): (request latency - TTFT) / (output tokens - 1); requests of one "
+                   "token left out"),
+    "itl": ("ms", "inter-token latency: each token's arrival - the previous token's, over every request's tokens"),
+    "latency": ("ms", "request latency: the last token's arrival - the request's arrival"),
+    "tokens_per_s": ("tokens/s", "output tokens per second of one request: output tokens / request latency"),
+}
+"""The per-request generation metrics the ``generation`` frame summarises, with their unit and meaning."""
+GENERATION_STATISTICS: dict[str, str] = {
+    "median": "median", "mean": "mean", "std": "sample standard deviation (ddof=1)",
+    "p90": "90th percentile by nearest rank (MLPerf's rule: the smallest value with 90% at or below it)",
+    "p99": "99th percentile by nearest rank (MLPerf's rule)",
+    "p90_linear": "90th percentile by linear interpolation (numpy's default; vLLM's benchmark's)",
+    "p99_linear": "99th percentile by linear interpolation",
+    "ci_low": "95% bootstrap CI of the median, low end (2000 resamples, seeded)", "ci_high": "its high end",
+}
+
+
+def generation_column(metric: str, stat: str) -> str:
+    """The ``generation`` frame's column of ``stat`` of ``metric``: ``ttft_p99_ms``, ``tokens_per_s_median``."""
+    unit = GENERATION_METRICS[metric][0]
+    return f"{metric}_{stat}_ms" if unit == "ms" else f"{metric}_{stat}"
+
+
+GENERATION = FrameSchema("generation", (
+    _FRAMEWORK, _BATCH,
+    Column("scenario", "str", "", "generate (offline: static batches back to back) or generate-server (Poisson "
+                                  "arrivals at target_qps, batched as they arrive, up to batch_size)"),
+    Column("kv_cache", "bool", "", "True: the model's KV cache; False: the whole sequence again per token"),
+    Column("requests", "int64", "requests", "requests timed"),
+    Column("batches", "int64", "calls", "batches (generate calls) timed"),
+    Column("warmup_calls", "int64", "calls", "untimed batches before timing"),
+    Column("wall_s", "float64", "s", "the timed loop's wall time"),
+    *(Column(generation_column(m, st), "float64", unit, f"{doc} -- {GENERATION_STATISTICS[st]}")
+      for m, (unit, doc) in GENERATION_METRICS.items() for st in GENERATION_STATISTICS),
+    Column("itl_count", "int64", "intervals", "inter-token intervals summarised"),
+    Column("tpot_iqr_over_median", "float64", "fraction", "interquartile range of TPOT over its median"),
+    Column("unstable", "bool", "", "tpot_iqr_over_median > 0.1: TPOT moves between runs"),
+    Column("output_tokens_mean", "float64", "tokens", "output tokens per request, mean"),
+    Column("prompt_tokens_mean", "float64", "tokens", "prompt tokens per request (padding excluded), mean"),
+    Column("output_tokens_per_s", "float64", "tokens/s", "total output tokens / the loop's wall time"),
+    Column("prefill_tokens_per_s_median", "float64", "tokens/s", "prompt tokens of a batch / its prefill time, "
+                                                                 "median over batches"),
+    Column("kv_cache_peak_bytes", "int64", "bytes", "the KV cache's bytes at the end of the largest batch, from its "
+                                                    "tensors' shapes (0 without a cache)"),
+    Column("kv_cache_bytes_per_token_per_layer", "float64", "bytes", "peak / (rows x positions x layers); NaN "
+                                                                     "without a cache or a layer count"),
+    Column("ttft_limit_ms", "float64", "ms", "the TTFT limit goodput counts against (missing: none)"),
+    Column("tpot_limit_ms", "float64", "ms", "the TPOT limit goodput counts against (missing: none)"),
+    Column("goodput_fraction", "float64", "fraction", "requests meeting every limit set / requests; NaN without "
+                                                      "limits"),
+    Column("goodput_per_s", "float64", "requests/s", "requests meeting every limit set / the loop's wall time"),
+    Column("target_qps", "float64", "requests/s", "generate-server: the Poisson arrival rate", "generate-server"),
+    Column("achieved_qps", "float64", "requests/s", "generate-server: requests served / wall time", "generate-server"),
+    Column("complete", "bool", "", "False when the loop was cut short"),
+), key=("framework", "batch_size", "scenario", "kv_cache"))
+
+GENERATION_REQUESTS = FrameSchema("generation_requests", (
+    _FRAMEWORK, _BATCH, GENERATION["scenario"], GENERATION["kv_cache"],
+    Column("request", "int64", "", "the request's index in its loop"),
+    Column("batch", "int64", "", "the index of the batch that served it"),
+    Column("batch_rows", "int64", "requests", "requests in that batch"),
+    Column("prompt_tokens", "int64", "tokens", "its prompt's tokens (padding excluded)"),
+    Column("output_tokens", "int64", "tokens", "tokens generated (a stop token included)"),
+    Column("arrival_ms", "float64", "ms", "its arrival, from the loop's first arrival"),
+    Column("queue_ms", "float64", "ms", "its batch's start - its arrival (0 offline)"),
+    Column("ttft_ms", "float64", "ms", GENERATION_METRICS["ttft"][1]),
+    Column("latency_ms", "float64", "ms", GENERATION_METRICS["latency"][1]),
+    Column("tpot_ms", "float64", "ms", GENERATION_METRICS["tpot"][1] + "; NaN for one token"),
+    Column("tokens_per_s", "float64", "tokens/s", GENERATION_METRICS["tokens_per_s"][1]),
+    Column("itl_ms", "object", "ms", "list of its inter-token latencies"),
+    Column("output_ids", "object", "token ids", "list of its output tokens"),
+), key=("framework", "batch_size", "scenario", "kv_cache", "request"))
+
+GENERATION_AGREEMENT = FrameSchema("generation_agreement", (
+    _FRAMEWORK,
+    Column("reference", "str", "", "the framework compared against (the first greedy run: its KV cache if measured)"),
+    Column("kv_cache", "bool", "", "the compared run's KV-cache setting"),
+    Column("kind", "str", "", "identical_sequences (value: how many), divergence (one per differing sequence; "
+                              "value: its first divergent position) or logits_max_abs_diff (per step)"),
+    Column("sequence", "int64", "", "the prompt's index; -1 for a row over every sequence"),
+    Column("step", "int64", "tokens", "the new token's position (0: the prefill's); -1 for identical_sequences"),
+    Column("value", "float64", "", "see kind: a count, a position, or a logit difference (logits' unit)"),
+    Column("detail", "object", "", "divergence: both frameworks' top-2 [token, logit]; logits: phase, sequences "
+                                   "compared, max_rel_diff; identical_sequences: sequences, tokens_each"),
+), key=("framework", "kv_cache", "kind", "sequence", "step"))
+
 HISTORY = FrameSchema("history", (
     Column("id", "int64", "", "row id in the store (one row per evaluation and framework)"),
     Column("evaluation_id", "str", "", "the evaluation's 32-hex id"),
@@ -316,5 +412,6 @@ HISTORY = FrameSchema("history", (
 ), key=("id",))
 
 FRAMES: dict[str, FrameSchema] = {s.name: s for s in (LATENCY, COLD_START, FULL_PASS, ACCURACY, PREDICTIONS,
-                                                      TRACE_OVERHEAD, OUTPUTS, OUTPUT_AGREEMENT, TARGET_METRICS)}
+                                                      TRACE_OVERHEAD, OUTPUTS, OUTPUT_AGREEMENT, TARGET_METRICS,
+                                                      GENERATION, GENERATION_REQUESTS, GENERATION_AGREEMENT)}
 """The frames an `Evaluation` stores, by attribute name."""

@@ -55,6 +55,9 @@ ARCHITECTURES: dict[str, Architecture] = {
     "vit_tiny": Architecture("vit_tiny", 224, _lazy("transformer_models", "build_torch", "vit_tiny")),
     "bert_tiny": Architecture("bert_tiny", 0, _lazy("transformer_models", "build_torch", "bert_tiny"),
                               input_shape=(128,), input_dtype="int64"),
+    # causal language models (task: text-generation), driven by mlms-nb's generate loop
+    "tiny_gpt2": Architecture("tiny_gpt2", 0, _lazy("decoders", "build_torch", "tiny_gpt2"),
+                              input_shape=(16,), input_dtype="int64"),
 }
 
 

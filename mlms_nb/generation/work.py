@@ -1,0 +1,110 @@
+"""One framework's part of a generate evaluation (the generation counterpart of
+:func:`mlms_nb.evaluation.work.measure_framework`, which hands ``generate`` and ``generate-server`` runs and
+``task: text-generation`` manifests here): open the step model (per KV-cache setting asked for), time its load and
+first batch (cold), read the prompts, then per KV-cache setting and batch size run the scenario's timed loop
+(:func:`mlms_nb.generation.loop.run_generate`) and emit its record the moment it is measured; finally decode the
+agreement prompts greedily, so the runner can compare the tokens across frameworks and KV-cache settings.
+A loop cut short is emitted as it stands, marked incomplete, before the stop goes on up.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import numpy as np
+
+from mlms_nb.evaluation.records import ColdStart, Note, Opened, TracedPass
+from mlms_nb.generation.agreement import AGREEMENT_PROMPTS, greedy_tokens
+from mlms_nb.generation.loop import Sampling, generate_batch, loop_partial, run_generate
+from mlms_nb.generation.metrics import generation_row, request_records
+from mlms_nb.generation.prompts import open_prompts
+from mlms_nb.generation.records import GenerateLoop
+from mlms_nb.generation.step import open_step_model
+from mlms_nb.generation.traced import trace_generation
+from mlms_nb.schema.levels import TraceLevel
+
+log = logging.getLogger(__name__)
+
+
+def loop_label(scenario: str, kv_cache: bool) -> str:
+    """The ``latency`` frame's scenario of a generate loop: ``generate (KV cache)``, ``generate (no KV cache)``."""
+    return f"{scenario} ({'KV cache' if kv_cache else 'no KV cache'})"
+
+
+def measure_generation(job, emit: Callable, watch) -> None:
+    """Run one framework's generate scenario, emitting each measurement as it is made (see the module)."""
+    manifest, opts = job.manifest, job.options
+    gen, fw = opts.generation, manifest.framework.name
+    scenario = opts.scenario if opts.scenario in ("generate", "generate-server") else (
+        "generate-server" if opts.scenario == "server" else "generate")
+    sampling = Sampling(greedy=gen.sampling == "greedy", temperature=gen.temperature, top_k=gen.top_k,
+                        seed=gen.sampling_seed)
+    greedy_runs = len(opts.framework) > 1 or len(gen.kv_modes) > 1
+    for index, kv in enumerate(gen.kv_modes):
+        watch.phase = f"loading the model ({'with' if kv else 'without'} KV cache)"
+        t0 = time.perf_counter_ns()
+        step = open_step_model(manifest, kv_cache=kv, device=opts.device, threads=opts.threads, trust=opts.trust)
+        load_ns = time.perf_counter_ns() - t0
+        try:
+            if index == 0:
+                emit(Opened(fw, {"framework": fw, "device": opts.device, "threads": opts.threads,
+                                 "artifact": manifest.model.graph_path or manifest.model.architecture or "",
+                                 "details": {"kind": "step model", "vocab_size": int(step.vocab_size)}}))
+                watch.phase = "reading the prompts"
+                prompts = open_prompts(opts.dataset, manifest, int(step.vocab_size), gen.prompt_length,
+                                       gen.prompt_column, opts.limit)
+                first = [prompts.ids[i % len(prompts)] for i in range(opts.batch_sizes[0])]
+                t1 = time.perf_counter_ns()
+                generate_batch(step, first, gen.max_new_tokens, sampling, gen.stop_tokens)
+                emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t1))
+                if scenario == "generate-server" and max(opts.batch_sizes) > 1:
+                    emit(Note(fw, f"{fw}: in the generate-server scenario a batch size is the most requests batched "
+                                  "together; each batch takes the requests that have arrived"))
+            for batch_size in opts.batch_sizes:
+                watch.phase = f"generating at batch size {batch_size} ({'with' if kv else 'without'} KV cache)"
+                _time_one(fw, step, prompts.ids, batch_size, scenario, kv, opts, sampling, emit)
+            level = TraceLevel.parse(opts.tracing.trace_level)
+            if level > TraceLevel.NONE and index == 0:
+                watch.phase = "the traced generate pass"
+                trace = trace_generation(step, prompts.ids, opts.batch_sizes, gen.max_new_tokens, level, job.trace_id)
+                emit(TracedPass(fw, trace, job.trace_id, []))
+            if greedy_runs:
+                watch.phase = "greedy decoding for the agreement across frameworks"
+                emit(greedy_tokens(step, prompts.ids[:AGREEMENT_PROMPTS], gen.max_new_tokens))
+        finally:
+            step.close()
+
+
+def _time_one(fw: str, step, prompts, batch_size: int, scenario: str, kv: bool, opts, sampling: Sampling,
+              emit: Callable) -> None:
+    gen = opts.generation
+    try:
+        timing = run_generate(scenario, step, prompts, batch_size, gen.max_new_tokens, opts.timing, sampling,
+                              gen.stop_tokens)
+    except BaseException as stop:
+        partial = loop_partial(stop)
+        if partial is not None and partial.batches:
+            emit(_record(fw, step, partial, batch_size, scenario, kv, gen, complete=False, reason=_reason(stop)))
+        raise
+    emit(_record(fw, step, timing, batch_size, scenario, kv, gen))
+
+
+def _reason(stop: BaseException) -> str:
+    """Why a loop was cut short, in the words of the timed loops' records: interrupt, signal, timeout or error."""
+    from mlms_nb.launchers import CallTimeout, StopRequested
+
+    if isinstance(stop, KeyboardInterrupt):
+        return "interrupt"
+    if isinstance(stop, StopRequested):
+        return "signal"
+    return "timeout" if isinstance(stop, CallTimeout) else "error"
+
+
+def _record(fw: str, step, timing, batch_size: int, scenario: str, kv: bool, gen, complete: bool = True,
+            reason: str = "") -> GenerateLoop:
+    requests = request_records(timing)
+    row = generation_row(timing, requests, gen.ttft_limit_ms, gen.tpot_limit_ms, getattr(step, "num_layers", None))
+    latency = np.asarray([round(r["latency_ms"] * 1e6) for r in requests], dtype=np.int64)
+    return GenerateLoop(fw, batch_size, scenario, kv, row, requests, latency, timing.wall_ns, timing.warmup_calls,
+                        dict(timing.extra), complete, reason)
