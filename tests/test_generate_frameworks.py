@@ -191,3 +191,23 @@ def test_a_model_without_a_transformers_config_is_refused_in_one_sentence():
     with pytest.raises(ConversionError) as refused:
         causal_lm_to_onnx(torch.nn.Linear(2, 2), label="linear")
     assert "linear" in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.slow  # the decoder exported to ONNX (cached) and ported to Keras, then timed in three frameworks
+def test_the_zoo_decoder_generates_in_three_frameworks_with_identical_greedy_tokens(tmp_path, monkeypatch):
+    """Issue 21's must-show through the Python API: tiny_gpt2 (a torch manifest) runs in ONNX Runtime and TensorFlow
+    as is (their step models export or port it when they open), TTFT/TPOT/tokens/s per framework, batch size and KV
+    setting, and every framework's greedy tokens identical to PyTorch's."""
+    pytest.importorskip("keras_hub")
+    import mlms_nb
+
+    monkeypatch.setenv("MLMS_HOME", str(tmp_path / "home"))
+    ev = mlms_nb.evaluate("tiny_gpt2", framework="torch,onnxruntime,tensorflow", scenario="generate",
+                          batch_sizes=[1, 2], max_new_tokens=4, dataset="synthetic:2", warmup=1, min_repeats=2,
+                          min_time_s=0, threads=1, progress=False, history=False)
+    assert ev.complete, ev.missing()
+    gen = ev.generation
+    assert set(gen["framework"]) == {"torch", "onnxruntime", "tensorflow"} and set(gen["kv_cache"]) == {True, False}
+    assert len(gen) == 12 and (gen["ttft_median_ms"] > 0).all() and (gen["output_tokens_per_s"] > 0).all()
+    same = ev.generation_agreement.query("kind == 'identical_sequences'")
+    assert len(same) == 5 and (same["value"] == 2.0).all()  # 2 prompts, every framework and KV setting vs torch

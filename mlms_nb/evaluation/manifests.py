@@ -8,7 +8,9 @@ preprocess, postprocess; :func:`mlms_nb.frameworks.live.manifest_for`).
 - A framework the model has a manifest for runs that manifest.
 - A framework it has none for runs the copy the kept converters make of its PyTorch manifest, when that manifest
   builds its module (entrypoint, architecture, live object: an ``nn.Module`` to export) and the framework is one
-  they convert to (:data:`~mlms_nb.frameworks.converters.manifests.CONVERTIBLE`); by name and by path alike.
+  they convert to (:data:`~mlms_nb.frameworks.converters.manifests.CONVERTIBLE`); by name and by path alike. A
+  causal LM (``task: text-generation``) runs in that framework as is: its step model there exports (ONNX Runtime)
+  or ports (TensorFlow, keras-hub) the PyTorch model when it opens.
 - Else that framework is refused with one sentence, before anything runs.
 
 A conversion that fails is not a refusal: with ``failed`` (a dict) that framework is left out and its sentence is
@@ -69,8 +71,17 @@ def manifests_for(model: Any, frameworks: list[str], *, explicit: bool = True, t
 
 
 def _convertible(manifest: Manifest, others: list[str]) -> bool:
+    if manifest.task == "text-generation":  # a causal LM's step model exports or ports it when opened
+        return manifest.framework.name == "torch" and set(others) <= set(CONVERTIBLE)
     eager = manifest.framework.name == "torch" and not manifest.model.graph_path  # an nn.Module we can export
     return eager and set(others) <= set(CONVERTIBLE)
+
+
+def _generating_in(manifest: Manifest, framework: str) -> Manifest:
+    """A text-generation manifest run by ``framework``: the same causal LM (its step model there exports or ports
+    the PyTorch model when it opens, cached by sha256; a failure then is that framework's outcome)."""
+    spec = manifest.framework.model_copy(update={"name": framework, "version": "*"})
+    return manifest.model_copy(update={"framework": spec})
 
 
 def _with_copies(manifest: Manifest, frameworks: list[str], trust: bool,
@@ -84,6 +95,8 @@ def _with_copies(manifest: Manifest, frameworks: list[str], trust: bool,
                         "(one file per framework), or its model name; only a PyTorch manifest that builds its module "
                         f"(model.entrypoint or model.architecture) is converted to {' and '.join(CONVERTIBLE)}")
     check_trust(manifest, trust)  # converting opens the module: its code runs only when trusted
+    if manifest.task == "text-generation":
+        return [manifest if fw == manifest.framework.name else _generating_in(manifest, fw) for fw in frameworks]
     copies = converted_copies(manifest, others, trust, failed)
     return [manifest if fw == manifest.framework.name else copies[fw] for fw in frameworks
             if fw == manifest.framework.name or fw in copies]

@@ -99,3 +99,15 @@ class OrtCausalLM:
 
     def close(self) -> None:
         self._prefill = self._decode = None
+
+
+def open_step_model(manifest, *, kv_cache: bool, device: str = "cpu", threads: int | None = None,
+                    trust: bool = False) -> OrtCausalLM:
+    """The ONNX Runtime step model of a text-generation manifest: its PyTorch causal LM
+    (:func:`~mlms_nb.frameworks.causal_lm.load_causal_lm`) exported as prefill and decode-step graphs by the kept
+    converter (cached by sha256, checked against PyTorch), run with ``threads`` intra-op threads."""
+    from mlms_nb.frameworks.causal_lm import load_causal_lm
+
+    return OrtCausalLM.from_torch(load_causal_lm(manifest, trust), kv_cache=kv_cache, threads=threads, device=device,
+                                  label=manifest.name)
+

@@ -191,3 +191,18 @@ def _check(step: KerasCausalLM, model) -> tuple[float, float]:
                          position_ids=torch.from_numpy(positions)).logits[:, -1, :].float().numpy()
     actual, _ = step._forward(ids, mask, step._empty_cache(3, 6), 0)
     return float(np.max(np.abs(actual - expected))), max(1.0, float(np.max(np.abs(expected))))
+
+
+def open_step_model(manifest, *, kv_cache: bool, device: str = "cpu", threads: int | None = None,
+                    trust: bool = False) -> KerasCausalLM:
+    """The TensorFlow step model of a text-generation manifest: keras-hub's implementation of its PyTorch causal LM's
+    architecture (:func:`~mlms_nb.frameworks.causal_lm.load_causal_lm`) with the weights ported, checked against
+    PyTorch; an architecture keras-hub lacks is refused in one sentence."""
+    from mlms_nb.frameworks.causal_lm import load_causal_lm
+
+    if device != "cpu":
+        from mlms_nb.errors import PredictorError
+
+        raise PredictorError(f"TensorFlow generation runs on the CPU here (tensorflow-cpu), not on {device}")
+    return KerasCausalLM.from_torch(load_causal_lm(manifest, trust), kv_cache=kv_cache)
+
