@@ -10,11 +10,12 @@ Reported per batch size: output tokens/s of each (total output tokens / the roun
 of every round, with its IQR; target: each median within the other's IQR).
 
 Any framework plugs in with :func:`compare`: give it a StepModel and a bare loop ``bare(prompts (B, T) int64,
-max_new_tokens) -> (first_token_ns_from_start, total_ns)``; :func:`torch_case` builds the PyTorch pair. An ONNX
-Runtime case is the ONNX Runtime StepModel (frameworks/onnxruntime/generate.py) and a bare ``session.run`` loop.
+max_new_tokens) -> (first_token_ns_from_start, total_ns)``; :func:`torch_case` builds the PyTorch pair (KV cache),
+:func:`ort_case` the ONNX Runtime one (the kept converter's prefill and decode graphs, two bare ``session.run``
+calls with the cache fed back by hand).
 
 Run: ``.venv/bin/python benchmarks/generate.py [--rounds 6] [--round-time 1.0] [--threads 1] [--max-new-tokens 32]
-[--batch-sizes 1,4]``.
+[--batch-sizes 1,4] [--frameworks torch,onnxruntime]``.
 """
 from __future__ import annotations
 
@@ -56,6 +57,43 @@ def torch_case(threads: int) -> tuple[StepModel, Bare]:
         return first - start, time.perf_counter_ns() - start
 
     return TorchStepModel(model, kv_cache=True), bare
+
+
+def ort_case(threads: int) -> tuple[StepModel, Bare]:
+    """tiny_gpt2 exported by the kept converter (prefill + decode-step graphs, cached): mlms-nb's ONNX Runtime step
+    model, and a bare loop calling the same two sessions with the KV cache fed back by hand."""
+    import onnxruntime as ort
+
+    from mlms_nb.frameworks.onnxruntime.generate import OrtCausalLM
+    from mlms_nb.zoo.registry import build_torch_model
+
+    step = OrtCausalLM.from_torch(build_torch_model("tiny_gpt2"), kv_cache=True, threads=threads, label="tiny_gpt2")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    prefill = ort.InferenceSession(str(step.paths["prefill"]), so, providers=["CPUExecutionProvider"])
+    decode = ort.InferenceSession(str(step.paths["decode"]), so, providers=["CPUExecutionProvider"])
+    past_names = [i.name for i in decode.get_inputs() if i.name.startswith("past.")]
+
+    def bare(prompts: np.ndarray, max_new_tokens: int) -> tuple[int, int]:
+        start = time.perf_counter_ns()
+        rows, length = prompts.shape
+        mask = np.ones((rows, length), np.int64)
+        positions = np.broadcast_to(np.arange(length, dtype=np.int64), (rows, length))
+        logits, *past = prefill.run(None, {"input_ids": prompts, "attention_mask": mask, "position_ids": positions})
+        token = logits.argmax(-1).reshape(-1, 1).astype(np.int64)
+        first = time.perf_counter_ns()
+        for k in range(max_new_tokens - 1):
+            mask = np.ones((rows, length + k + 1), np.int64)
+            feed = {"input_ids": token, "attention_mask": mask,
+                    "position_ids": np.full((rows, 1), length + k, np.int64), **dict(zip(past_names, past))}
+            logits, *past = decode.run(None, feed)
+            token = logits.argmax(-1).reshape(-1, 1).astype(np.int64)
+        return first - start, time.perf_counter_ns() - start
+
+    return step, bare
+
+
+CASES = {"torch": torch_case, "onnxruntime": ort_case}
 
 
 def _mlms_round(step: StepModel, prompts: np.ndarray, max_new_tokens: int, seconds: float) -> tuple[float, list[float]]:
@@ -114,14 +152,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--batch-sizes", default="1,4")
+    parser.add_argument("--frameworks", default="torch,onnxruntime")
     args = parser.parse_args()
-    step, bare = torch_case(args.threads)
     print(f"greedy, {args.max_new_tokens} new tokens from 16-token prompts, {args.threads} thread(s), "
           f"{args.rounds} interleaved rounds of >= {args.round_time} s; median (min..max over rounds); TTFT median "
           "[IQR] over every request")
     print(f"{'framework':10} {'batch':>5} {'mlms tok/s':>11} {'bare tok/s':>11} {'ratio':>20} "
           f"{'mlms TTFT ms':>22} {'bare TTFT ms':>22}  TTFT within spread")
-    for b in (int(x) for x in args.batch_sizes.split(",")):
+    cases = [CASES[fw](args.threads) for fw in args.frameworks.split(",")]
+    for (step, bare), b in ((case, int(x)) for case in cases for x in args.batch_sizes.split(",")):
         r = compare(step, bare, b, args.rounds, args.round_time, args.max_new_tokens)
         fmt = lambda t: f"{t[1]:.3f} [{t[0]:.3f}-{t[2]:.3f}]"  # noqa: E731
         print(f"{r['framework']:10} {b:>5} {r['mlms_tokens_per_s']:>11.1f} {r['bare_tokens_per_s']:>11.1f} "

@@ -109,18 +109,22 @@ def generate_batch(step: StepModel, prompts: Sequence[np.ndarray], max_new_token
     token = choose(logits)
     out[:, 0] = token
     steps = 1
+    width = ids.shape[1]
+    grown = np.ones((rows, width + max_new_tokens - 1), dtype=np.int64)  # the mask for every step, made once
+    grown[:, :width] = mask
     for k in range(1, max_new_tokens):
-        ended = ~done & np.isin(token, stop) if stop.size else np.zeros(rows, dtype=bool)
-        lengths[ended] = k
-        done |= ended
-        if done.all():
-            break
-        mask = np.concatenate([mask, np.ones((rows, 1), dtype=np.int64)], axis=1)
+        if stop.size:  # nothing per token to check without stop tokens: the hot path is the framework's call
+            ended = ~done & np.isin(token, stop)
+            lengths[ended] = k
+            done |= ended
+            if done.all():
+                break
+        mask = grown[:, :width + k]
         logits, state = step.decode(token[:, None], mask, state)
         stamps[k] = clock()
         if keep_logits:
             kept.append(logits)
-        token = np.where(done, pad_id, choose(logits))
+        token = np.where(done, pad_id, choose(logits)) if stop.size else choose(logits)
         out[:, k] = token
         steps = k + 1
     else:

@@ -87,7 +87,8 @@ class OrtCausalLM:
         if not self.kv_cache:
             ids = np.concatenate([state, next_ids], axis=1)
             return self._run_prefill(ids, mask, ["logits"])[0], ids
-        feed = {"input_ids": next_ids, "attention_mask": mask, "position_ids": _positions(mask)[:, -1:]}
+        last = np.maximum(mask.sum(axis=1, keepdims=True) - 1, 0)  # the new token's position: the last of the cumsum
+        feed = {"input_ids": next_ids, "attention_mask": mask, "position_ids": last}
         feed.update(zip(self._past_names, state))
         logits, *presents = self._decode.run(None, feed)
         return logits, presents
