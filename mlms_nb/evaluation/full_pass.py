@@ -181,26 +181,29 @@ class _Scorer:
             self.probs.append(pred.probabilities)
         self.count += len(batch)
 
+    def _names_of(self, classes: np.ndarray) -> list:
+        """Each class id's label (None without labels, or for an id outside them), looked up on the whole column."""
+        if not self.names:
+            return [None] * len(classes)
+        table = np.array([*self.names, None], dtype=object)
+        inside = (classes >= 0) & (classes < len(self.names))
+        return table[np.where(inside, classes, len(self.names))].tolist()
+
     def result(self) -> tuple[dict, pd.DataFrame, np.ndarray | None]:
         labels = np.concatenate(self.labels)
         top_idx, top_p = np.concatenate(self.top_idx), np.concatenate(self.top_p)
-        names = self.names
         known = labels >= 0
         correct1 = top_idx[:, 0] == labels
         correct5 = (top_idx == labels[:, None]).any(axis=1)
-
-        def name(i: int) -> str | None:
-            return names[i] if names and 0 <= i < len(names) else None
-
         preds = pd.DataFrame({
             "input_id": self.ids,
             "label": labels.astype(int),
-            "label_name": [name(int(i)) for i in labels],
+            "label_name": self._names_of(labels),
             "top1": top_idx[:, 0].astype(int),
-            "top1_name": [name(int(i)) for i in top_idx[:, 0]],
+            "top1_name": self._names_of(top_idx[:, 0]),
             "top1_prob": top_p[:, 0].astype(float),
-            "top5": [list(map(int, r)) for r in top_idx],
-            "top5_probs": [list(map(float, r)) for r in top_p],
+            "top5": top_idx.astype(int).tolist(),
+            "top5_probs": top_p.astype(float).tolist(),
             "correct_top1": correct1 & known,
             "correct_top5": correct5 & known,
         })

@@ -132,7 +132,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         emit(full)
         if accuracy is not None:
             emit(accuracy)
-        if recorder.rows:
+        if len(recorder):
             emit(OutputsPass(fw, recorder.frame()))
         if targets is not None and targets.scored:
             emit(TargetsPass(fw, targets.frame()))
