@@ -158,3 +158,11 @@ def test_output_summaries_are_per_input_over_its_finite_elements_whatever_the_ba
     assert ys["values"][1][0] != ys["values"][1][0]  # the NaN is kept in the values
     scale = frame[frame["output"] == "scale"]
     assert scale["mean"].tolist() == [2.0] * 5 and scale["shape"].tolist() == [[]] * 5
+    in_order = OutputRecorder(manifest, "torch", "first:2")  # calls in order are summarised together
+    in_order.add(["a", "b", "e"], {"y": y[[0, 1, 2]], "scale": np.float32(2.0)})
+    in_order.add(["c", "d"], {"y": y[3:], "scale": np.float32(2.0)})
+    pd.testing.assert_frame_equal(in_order.frame(), frame)
+    stacked = OutputRecorder(manifest, "torch", "first:2")  # every output batched: one numpy pass over both calls
+    stacked.add(["a", "b", "e"], {"y": y[[0, 1, 2]]})
+    stacked.add(["c", "d"], {"y": y[3:]})
+    pd.testing.assert_frame_equal(stacked.frame(), ys.assign(framework="torch"), check_like=False)

@@ -19,6 +19,7 @@ from mlms_nb.data.feeds import fed_name, moved_axes, to_model_layout
 from mlms_nb.data.labels import check_label_count, load_labels
 from mlms_nb.data.pipeline import Batch, default_workers, map_inputs
 from mlms_nb.data.transforms import Postprocessor
+from mlms_nb.evaluation.outputs import GROUP_INPUTS
 from mlms_nb.evaluation.records import AccuracyPass, FullPass
 from mlms_nb.manifest import Manifest
 
@@ -110,6 +111,11 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
             batches += 1
             if reporter is not None:
                 reporter.advance(len(batch))
+        t1 = clock()  # what the scorer and the recorder held back is scored inside the pass's time
+        for held in (scorer, recorder):
+            if held is not None:
+                held.flush()
+        post_ns += clock() - t1
         stats = stream.stats
     wall_ns = clock() - start
     if reporter is not None:
@@ -154,8 +160,9 @@ class _TimedCalls:
 
 
 class _Scorer:
-    """Top-1/top-5 of a classifier, batch by batch: keeps the top-5 classes and probabilities per input (and all
-    probabilities only when asked)."""
+    """Top-1/top-5 of a classifier: keeps the top-5 classes and probabilities per input (and all probabilities
+    only when asked). Outputs are scored :data:`GROUP_INPUTS` inputs at a time (numpy's per-call cost spread over
+    many batches); :meth:`flush` scores what is left."""
 
     def __init__(self, manifest: Manifest, trust: bool, keep_probabilities: bool):
         self.manifest = manifest
@@ -168,18 +175,42 @@ class _Scorer:
         self.top_p: list[np.ndarray] = []
         self.probs: list[np.ndarray] = []
         self.count = 0
+        #: without a code step, postprocessing is row by row: outputs of several calls are scored at once
+        self.grouped = not any(step.op == "code" for step in self.post.steps)
+        self._held: list[np.ndarray] = []
+        self._held_rows = 0
 
     def add(self, batch: Batch, outputs) -> None:
-        pred = self.post(outputs)
-        if self.names is not None and not self.count:  # labels of another length than the model's classes: refused
-            check_label_count(self.names, pred.probabilities.shape[1], self.manifest)
         self.ids.extend(batch.ids)
         self.labels.append(np.asarray(batch.labels))
+        self.count += len(batch)
+        x = np.asarray(outputs)
+        if self.grouped and x.ndim >= 2 and x.shape[0] == len(batch):
+            self._held.append(x)
+            self._held_rows += len(batch)
+            if self._held_rows >= GROUP_INPUTS:
+                self.flush()
+            return
+        self.flush()
+        self._score(x)
+
+    def flush(self) -> None:
+        """Score the outputs held back, stacked into one array (rows of equal width), else call by call."""
+        held, self._held, self._held_rows = self._held, [], 0
+        if len(held) > 1 and len({h.shape[1:] for h in held}) == 1:
+            self._score(np.concatenate(held))
+        else:
+            for x in held:
+                self._score(x)
+
+    def _score(self, outputs) -> None:
+        pred = self.post(outputs)
+        if self.names is not None and not self.top_idx:  # labels of another length than the model's classes: refused
+            check_label_count(self.names, pred.probabilities.shape[1], self.manifest)
         self.top_idx.append(np.asarray(pred.top_k_indices)[:, :TOP_K])
         self.top_p.append(np.asarray(pred.top_k_probabilities)[:, :TOP_K])
         if self.keep:
             self.probs.append(pred.probabilities)
-        self.count += len(batch)
 
     def _names_of(self, classes: np.ndarray) -> list:
         """Each class id's label (None without labels, or for an id outside them), looked up on the whole column."""
@@ -190,6 +221,7 @@ class _Scorer:
         return table[np.where(inside, classes, len(self.names))].tolist()
 
     def result(self) -> tuple[dict, pd.DataFrame, np.ndarray | None]:
+        self.flush()
         labels = np.concatenate(self.labels)
         top_idx, top_p = np.concatenate(self.top_idx), np.concatenate(self.top_p)
         known = labels >= 0

@@ -30,6 +30,8 @@ from mlms_nb.manifest import Manifest
 from mlms_nb.schema.evaluation import OUTPUTS
 
 CAPTURE_MODES = ("none", "summary", "all", "first:N")
+GROUP_INPUTS = 1024
+"""Inputs whose outputs the recorder summarises at once (see `OutputRecorder.add`)."""
 
 
 def parse_capture(mode: Any) -> int | None:
@@ -62,7 +64,9 @@ class OutputRecorder:
         self.manifest = manifest
         self.framework = framework
         self.keep = parse_capture(capture)
-        self._blocks: list[dict[str, Any]] = []  # one per call: the columns of its rows, input-major
+        self._blocks: list[dict[str, Any]] = []  # one per summarised group of calls: its rows' columns, input-major
+        self._pending: list[tuple[list[str], Mapping[str, Any]]] = []  # in-order calls not summarised yet
+        self._pending_inputs = 0
         self.count = 0  # rows so far
         self.inputs_seen = 0
         specs = dict(zip(input_names(manifest), manifest.inputs))
@@ -76,15 +80,49 @@ class OutputRecorder:
         return self.keep != -1
 
     def __len__(self) -> int:
-        return self.count
+        return self.count + sum(len(ids) * len(outputs) for ids, outputs in self._pending)
 
     def add(self, ids: list[str], outputs: Mapping[str, Any], chunk: int = -1, place: int | None = None) -> None:
         """One call's outputs for the inputs ``ids`` (in batch order). ``place``: the first input's place in the
         dataset (0-based) when calls do not go through the inputs in order (items side by side); by default the
-        inputs are taken to arrive in dataset order, a new one at each row of chunk -1 or 0."""
-        n = len(ids)
-        if not self.enabled or not n:
+        inputs are taken to arrive in dataset order, a new one at each row of chunk -1 or 0.
+
+        Calls in dataset order (no chunk, no place) are summarised :data:`GROUP_INPUTS` inputs at a time (numpy's
+        per-call cost spread over many calls); :meth:`flush` summarises what is left."""
+        if not self.enabled or not len(ids):
             return
+        if chunk == -1 and place is None:
+            self._pending.append((list(ids), dict(outputs)))
+            self._pending_inputs += len(ids)
+            if self._pending_inputs >= GROUP_INPUTS:
+                self.flush()
+            return
+        self.flush()
+        self._add(ids, outputs, chunk, place)
+
+    def flush(self) -> None:
+        """Summarise the calls held back, as one group where their outputs stack (else call by call)."""
+        pending, self._pending, self._pending_inputs = self._pending, [], 0
+        if not pending:
+            return
+        names = list(pending[0][1])
+        if len(pending) > 1 and all(list(outputs) == names for _, outputs in pending):
+            try:
+                joined = {name: np.concatenate([np.asarray(o[name]) for _, o in pending],
+                                               axis=self.axes.get(name, 0)) for name in names}
+                batched = all(np.asarray(o[name]).ndim > self.axes.get(name, 0)
+                              and np.asarray(o[name]).shape[self.axes.get(name, 0)] == len(ids)
+                              for ids, o in pending for name in names)
+            except ValueError:  # outputs whose other dimensions differ from call to call
+                batched = False
+            if batched:
+                self._add([i for ids, _ in pending for i in ids], joined, -1, None)
+                return
+        for ids, outputs in pending:
+            self._add(ids, outputs, -1, None)
+
+    def _add(self, ids: list[str], outputs: Mapping[str, Any], chunk: int, place: int | None) -> None:
+        n = len(ids)
         first = self.inputs_seen if place is None else place
         at = np.arange(first, first + n, dtype=np.int64)
         kept = n if self.keep is None else int(np.clip(self.keep - first, 0, n))
@@ -106,6 +144,7 @@ class OutputRecorder:
 
     def frame(self) -> pd.DataFrame:
         """The rows so far, typed as :data:`~mlms_nb.schema.evaluation.OUTPUTS` says."""
+        self.flush()
         if not self._blocks:
             return pd.DataFrame()
         blocks = self._blocks
