@@ -19,8 +19,16 @@ adds, in this process, the same ONNX Runtime loop fed by the pipeline itself (``
 overlapped with inference) with threads, with processes returning batches through shared memory, and with
 processes returning them through the pipe: the cost of each reader and transport without the rest of ``mlms eval``.
 
+``--cases npz`` (issue 25; ``--cases jpeg,npz`` runs both) is the small-model case, where per-input work in the
+harness shows: a small CNN (two 3x3 convolutions, 10 classes; random weights) the benchmark writes and exports to
+ONNX with its manifest, and ``--count`` already-preprocessed 28x28 inputs in an uncompressed ``.npz`` (``x``
+float32 N x 1 x 28 x 28, ``y`` labels). Each round: ``mlms eval small-cnn --framework onnxruntime --batch-sizes
+64 --dataset data.npz`` (child process, as above) and a bare ``session.run`` loop at batch 64 over the same inputs
+held in memory, in this process. The ratio (median of the per-round ratios) targets >= 0.9.
+
 Run: ``.venv/bin/python benchmarks/streaming.py [--count 10000] [--rounds 2] [--keep DIR] [--reader
-threads,processes]``; MLMS_HOME is used as it is (the ONNX copy of the model is built first, untimed).
+threads,processes] [--cases jpeg,npz]``; MLMS_HOME is used as it is (the ONNX copy of the model is built first,
+untimed).
 """
 from __future__ import annotations
 
@@ -94,13 +102,13 @@ def model_path() -> str:
     return json.loads(done.stdout)["path"]
 
 
-def bare_loop(session, arrays: np.ndarray) -> float:
-    """Inputs/s of ``session.run`` at batch 32 over every input (one untimed warm-up batch first)."""
+def bare_loop(session, arrays: np.ndarray, batch: int = BATCH) -> float:
+    """Inputs/s of ``session.run`` at ``batch`` over every input (one untimed warm-up batch first)."""
     name = session.get_inputs()[0].name
-    session.run(None, {name: np.ascontiguousarray(arrays[:BATCH])})
+    session.run(None, {name: np.ascontiguousarray(arrays[:batch])})
     t0 = time.perf_counter()
-    for start in range(0, len(arrays), BATCH):
-        session.run(None, {name: np.ascontiguousarray(arrays[start:start + BATCH])})
+    for start in range(0, len(arrays), batch):
+        session.run(None, {name: np.ascontiguousarray(arrays[start:start + batch])})
     return len(arrays) / (time.perf_counter() - t0)
 
 
@@ -124,12 +132,13 @@ def streamed_loop(session, folder: Path, reader: str, transport: str = "shm") ->
             "transfer_ms_per_batch": stats.transfer_ns / 1e6 / max(1, stats.batches), "workers": stats.workers}
 
 
-def mlms_eval(folder: Path, reader: str = "threads") -> dict:
+def mlms_eval(folder: Path, reader: str = "threads", model: str = MODEL, batch: int = BATCH,
+              env: dict | None = None) -> dict:
     """One ``mlms eval`` under ``/usr/bin/time -v``: its full pass, accuracy and peak RSS."""
-    cmd = ["/usr/bin/time", "-v", MLMS, "eval", MODEL, "--framework", FRAMEWORK, "--batch-sizes", str(BATCH),
+    cmd = ["/usr/bin/time", "-v", MLMS, "eval", model, "--framework", FRAMEWORK, "--batch-sizes", str(batch),
            "--dataset", str(folder), "--warmup", "2", "--min-repeats", "3", "--min-time", "0", "--no-history",
            "--reader", reader, "--json"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"mlms eval failed ({done.returncode}):\n{done.stderr[-3000:]}")
     rss_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
@@ -137,6 +146,61 @@ def mlms_eval(folder: Path, reader: str = "threads") -> dict:
     result = json.loads(done.stdout)["results"][0]
     return {"rss_gib": rss_kib * 1024 / 2**30, "process_wall": wall, **result["full_pass"],
             "top1": (result["accuracy"] or {}).get("top1")}
+
+
+SMALL_MODEL, SMALL_BATCH = "small-cnn", 64
+
+
+def write_small_model(root: Path, count: int) -> Path:
+    """The small CNN (ONNX, random weights), its manifest and ``count`` inputs with labels in ``data.npz``
+    (uncompressed, so ``x`` is memory-mapped); returns the ``.npz``."""
+    import torch
+    import yaml
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+        torch.nn.Linear(16 * 7 * 7, 10)).eval()
+    torch.onnx.export(model, (torch.zeros(1, 1, 28, 28),), str(root / "small_cnn.onnx"), input_names=["x"],
+                      output_names=["logits"], dynamic_axes={"x": {0: "n"}, "logits": {0: "n"}}, dynamo=False)
+    manifest = {"name": SMALL_MODEL, "framework": {"name": FRAMEWORK},
+                "inputs": [{"name": "x", "type": "tensor", "dimensions": [1, 28, 28]}],
+                "outputs": [{"name": "logits", "type": "classification"}], "model": {"graph_path": "small_cnn.onnx"}}
+    (root / f"{SMALL_MODEL}.yaml").write_text(yaml.safe_dump(manifest))
+    rng = np.random.default_rng(0)
+    path = root / "data.npz"
+    np.savez(path, x=rng.standard_normal((count, 1, 28, 28), dtype=np.float32), y=rng.integers(0, 10, count))
+    return path
+
+
+def npz_case(root: Path, count: int, rounds: int) -> None:
+    """The small-model ``.npz`` case (see the module doc): interleaved rounds, then the medians."""
+    import onnxruntime as ort
+
+    root.mkdir(parents=True, exist_ok=True)
+    data = write_small_model(root, count)
+    env = dict(os.environ, MLMS_MANIFEST_PATH=str(root))
+    session = ort.InferenceSession(str(root / "small_cnn.onnx"), providers=["CPUExecutionProvider"])
+    with np.load(data) as npz:
+        arrays = npz["x"]
+    ratios, fulls, bares = [], [], []
+    for r in range(rounds):
+        first_bare = r % 2 == 1  # alternate who goes first
+        bare = bare_loop(session, arrays, SMALL_BATCH) if first_bare else None
+        e = mlms_eval(data, model=SMALL_MODEL, batch=SMALL_BATCH, env=env)
+        bare = bare if first_bare else bare_loop(session, arrays, SMALL_BATCH)
+        fulls.append(e["inputs_per_s"])
+        bares.append(bare)
+        ratios.append(e["inputs_per_s"] / bare)
+        print(f"round {r + 1}: .npz small CNN: full pass {e['inputs']} inputs in {e['wall_s']:.2f} s = "
+              f"{e['inputs_per_s']:.0f} inputs/s (inference {e['inference_s']:.2f} s, postprocess "
+              f"{e['postprocess_s']:.3f} s, waited {e['wait_s']:.3f} s); bare loop {bare:.0f} inputs/s; ratio "
+              f"{ratios[-1]:.2f}; top-1 {e['top1']}; load {open('/proc/loadavg').read().split()[0]}", flush=True)
+    print(f"\n.npz small CNN, N={count}, batch {SMALL_BATCH}, {os.cpu_count()} CPUs; medians of {rounds} interleaved "
+          f"rounds: full pass {statistics.median(fulls):.0f} inputs/s, bare loop {statistics.median(bares):.0f} "
+          f"inputs/s; full pass / bare loop {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max "
+          f"{max(ratios):.2f}; target >= 0.9); load average {open('/proc/loadavg').read().split()[0]}\n", flush=True)
 
 
 def main() -> None:
@@ -147,7 +211,18 @@ def main() -> None:
     parser.add_argument("--reader", default="threads",
                         help="mlms eval's reader(s), comma-separated: threads, processes (default threads); with "
                              "processes, also the in-process streamed loops of each reader and transport")
+    parser.add_argument("--cases", default="jpeg",
+                        help="which cases, comma-separated: jpeg (EfficientNet-Lite0 on JPEGs), npz (a small CNN on "
+                             "an .npz; issue 25); default jpeg")
     args = parser.parse_args()
+    cases = {c.strip() for c in args.cases.split(",") if c.strip()}
+    if not cases or cases - {"jpeg", "npz"}:
+        parser.error(f"--cases {args.cases}: expected jpeg, npz or jpeg,npz")
+    if "npz" in cases:
+        with tempfile.TemporaryDirectory(prefix="mlms-streaming-npz-") as tmp:
+            npz_case(Path(tmp), args.count, max(args.rounds, 3))
+    if "jpeg" not in cases:
+        return
     readers = [r.strip() for r in args.reader.split(",") if r.strip()]
     if not readers or set(readers) - {"threads", "processes"}:
         parser.error(f"--reader {args.reader}: expected threads, processes or threads,processes")

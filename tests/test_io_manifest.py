@@ -132,3 +132,37 @@ def test_a_fed_input_batched_on_another_axis_is_moved_there():
     batch = inputs.batch(2)  # datasets stack on axis 0; the model takes (4, N)
     assert batch.shape == (4, 2) and batch[:, 1].tolist() == [4, 5, 6, 7]
     assert [b.shape for _, b in inputs.calls(2)] == [(4, 2), (4, 1)]
+
+
+def test_output_summaries_are_per_input_over_its_finite_elements_whatever_the_batch():
+    """The recorder summarises a whole call at once (issue 25): each row's min/max/mean/std must be those of its
+    own input's finite elements (NaN when it has none), the values kept only for the first N inputs, an output
+    without the batch repeated per input, and rows back in dataset order when calls came out of order."""
+    manifest = parse_manifest(_tensor(outputs=[{"name": "y", "type": "tensor"}, {"name": "scale", "type": "tensor"}]))
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal((5, 2, 3))
+    y[1, 0, 0], y[2, 1, 2], y[3] = np.nan, np.inf, np.nan  # input 3: nothing finite
+    recorder = OutputRecorder(manifest, "torch", "first:2")
+    recorder.add(["c", "d"], {"y": y[3:], "scale": np.float32(2.0)}, place=3)
+    recorder.add(["a", "b", "e"], {"y": y[[0, 1, 2]], "scale": np.float32(2.0)}, place=0)
+    frame = recorder.frame()
+    assert frame["input_id"].tolist() == ["a", "a", "b", "b", "e", "e", "c", "c", "d", "d"]
+    ys = frame[frame["output"] == "y"].reset_index(drop=True)
+    for row, k in zip(ys.itertuples(), [0, 1, 2, 3, 4]):
+        own = y[k].reshape(-1)
+        finite = own[np.isfinite(own)]
+        expected = [f(finite) if finite.size else np.nan for f in (np.min, np.max, np.mean, np.std)]
+        np.testing.assert_allclose([row.min, row.max, row.mean, row.std], expected, rtol=1e-12)
+        assert row.shape == [2, 3] and row.dtype == "float64"
+    assert ys["values"].notna().tolist() == [True, True, False, False, False]
+    assert ys["values"][1][0] != ys["values"][1][0]  # the NaN is kept in the values
+    scale = frame[frame["output"] == "scale"]
+    assert scale["mean"].tolist() == [2.0] * 5 and scale["shape"].tolist() == [[]] * 5
+    in_order = OutputRecorder(manifest, "torch", "first:2")  # calls in order are summarised together
+    in_order.add(["a", "b", "e"], {"y": y[[0, 1, 2]], "scale": np.float32(2.0)})
+    in_order.add(["c", "d"], {"y": y[3:], "scale": np.float32(2.0)})
+    pd.testing.assert_frame_equal(in_order.frame(), frame)
+    stacked = OutputRecorder(manifest, "torch", "first:2")  # every output batched: one numpy pass over both calls
+    stacked.add(["a", "b", "e"], {"y": y[[0, 1, 2]]})
+    stacked.add(["c", "d"], {"y": y[3:]})
+    pd.testing.assert_frame_equal(stacked.frame(), ys.assign(framework="torch"), check_like=False)

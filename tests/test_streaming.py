@@ -140,6 +140,28 @@ def test_npz_is_memory_mapped_or_read_in_blocks(tmp_path):
         assert np.concatenate([b.labels for b in batches]).tolist() == list(range(6))
 
 
+def test_an_uncompressed_npz_reaches_onnxruntime_as_views_of_its_memory_map(tmp_path):
+    """Issue 25: for a framework that reads a read-only array in place, the batches are slices of the memory map
+    taken by the consumer (no reader threads, no copy); torch, which would share an unwritable buffer, gets copies;
+    a limit and a short last batch behave as with readers."""
+    x = np.arange(7 * 4, dtype=np.float32).reshape(7, *DIMS)
+    np.savez(tmp_path / "plain.npz", x=x, y=np.arange(7))
+    ort_manifest = tensor_manifest().model_copy(update={"framework": tensor_manifest().framework.model_copy(
+        update={"name": "onnxruntime"})})
+    plain = NpzDataset(tmp_path / "plain.npz", manifest=ort_manifest)
+    with plain.iter_batches(3, None, limit=5) as stream:
+        batches = list(stream)
+    assert [len(b) for b in batches] == [3, 2] and stream.stats.workers == 0 and stream.stats.inputs == 5
+    assert all(np.shares_memory(b.data, plain.x) and not b.data.flags.writeable for b in batches)
+    assert np.array_equal(np.concatenate([b.data for b in batches]), x[:5])
+    assert [i for b in batches for i in b.ids] == [f"plain.npz[{i}]" for i in range(5)]
+    copied = NpzDataset(tmp_path / "plain.npz", manifest=tensor_manifest())  # torch
+    with copied.iter_batches(3, None) as stream:
+        batches = list(stream)
+    assert stream.stats.workers > 0 and all(b.data.flags.writeable for b in batches)
+    assert not any(np.shares_memory(b.data, copied.x) for b in batches)
+
+
 def test_npy_folder_parquet_arrow_and_audio_folder(tmp_path):
     manifest = tensor_manifest()
     for label in ("0", "2"):

@@ -20,6 +20,7 @@ from mlms_nb.data.labels import check_label_count, label_space_problem, load_lab
 from mlms_nb.data.pipeline import Batch, default_workers, map_inputs
 from mlms_nb.data.transforms import Postprocessor
 from mlms_nb.evaluation.checks import NonFinite
+from mlms_nb.evaluation.outputs import GROUP_INPUTS
 from mlms_nb.evaluation.records import AccuracyPass, FullPass
 from mlms_nb.manifest import Manifest
 
@@ -129,6 +130,11 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
             batches += 1
             if reporter is not None:
                 reporter.advance(len(batch))
+        t1 = clock()  # what the scorer and the recorder held back is scored inside the pass's time
+        for held in (scorer, recorder):
+            if held is not None:
+                held.flush()
+        post_ns += clock() - t1
         stats = stream.stats
     wall_ns = clock() - start
     if reporter is not None:
@@ -201,8 +207,9 @@ class _TimedCalls:
 
 
 class _Scorer:
-    """Top-1/top-5 of a classifier, batch by batch: keeps the top-5 classes and probabilities per input (and all
-    probabilities only when asked)."""
+    """Top-1/top-5 of a classifier: keeps the top-5 classes and probabilities per input (and all probabilities
+    only when asked). Outputs are scored :data:`GROUP_INPUTS` inputs at a time (numpy's per-call cost spread over
+    many batches); :meth:`flush` scores what is left."""
 
     def __init__(self, manifest: Manifest, trust: bool, keep_probabilities: bool, problem: str | None = None):
         self.manifest = manifest
@@ -218,46 +225,73 @@ class _Scorer:
         self.top_p: list[np.ndarray] = []
         self.probs: list[np.ndarray] = []
         self.count = 0
+        #: without a code step, postprocessing is row by row: outputs of several calls are scored at once
+        self.grouped = not any(step.op == "code" for step in self.post.steps)
+        self._held: list[np.ndarray] = []
+        self._held_rows = 0
 
     def add(self, batch: Batch, outputs, finite: np.ndarray | None = None) -> None:
         """One batch; ``finite``: which of its inputs held no NaN/Inf (None: all), the only ones scored."""
-        pred = self.post(outputs)
-        width = pred.probabilities.shape[1]
-        if self.names is not None and not self.count:  # labels of another length than the model's classes: refused
-            check_label_count(self.names, width, self.manifest)
-        self.width = width
-        self.finite.append(np.ones(len(batch), bool) if finite is None else np.asarray(finite, bool))
         self.ids.extend(batch.ids)
         self.labels.append(np.asarray(batch.labels))
+        self.finite.append(np.ones(len(batch), bool) if finite is None else np.asarray(finite, bool))
+        self.count += len(batch)
+        x = np.asarray(outputs)
+        if self.grouped and x.ndim >= 2 and x.shape[0] == len(batch):
+            self._held.append(x)
+            self._held_rows += len(batch)
+            if self._held_rows >= GROUP_INPUTS:
+                self.flush()
+            return
+        self.flush()
+        self._score(x)
+
+    def flush(self) -> None:
+        """Score the outputs held back, stacked into one array (rows of equal width), else call by call."""
+        held, self._held, self._held_rows = self._held, [], 0
+        if len(held) > 1 and len({h.shape[1:] for h in held}) == 1:
+            self._score(np.concatenate(held))
+        else:
+            for x in held:
+                self._score(x)
+
+    def _score(self, outputs) -> None:
+        pred = self.post(outputs)
+        self.width = pred.probabilities.shape[1]
+        if self.names is not None and not self.top_idx:  # labels of another length than the model's classes: refused
+            check_label_count(self.names, self.width, self.manifest)
         self.top_idx.append(np.asarray(pred.top_k_indices)[:, :TOP_K])
         self.top_p.append(np.asarray(pred.top_k_probabilities)[:, :TOP_K])
         if self.keep:
             self.probs.append(pred.probabilities)
-        self.count += len(batch)
+
+    def _names_of(self, classes: np.ndarray) -> list:
+        """Each class id's label (None without labels, or for an id outside them), looked up on the whole column."""
+        if not self.names:
+            return [None] * len(classes)
+        table = np.array([*self.names, None], dtype=object)
+        inside = (classes >= 0) & (classes < len(self.names))
+        return table[np.where(inside, classes, len(self.names))].tolist()
 
     def result(self) -> tuple[dict, pd.DataFrame, np.ndarray | None]:
+        self.flush()
         labels = np.concatenate(self.labels)
         top_idx, top_p = np.concatenate(self.top_idx), np.concatenate(self.top_p)
-        names = self.names
         if self.problem is None:  # labels past the output's width: the label spaces differ
             self.problem = label_space_problem(labels, self.width, "the width of the model's output")
         labeled = labels >= 0
         known = labeled & np.concatenate(self.finite) if self.problem is None else np.zeros(len(labels), bool)
         correct1 = top_idx[:, 0] == labels
         correct5 = (top_idx == labels[:, None]).any(axis=1)
-
-        def name(i: int) -> str | None:
-            return names[i] if names and 0 <= i < len(names) else None
-
         preds = pd.DataFrame({
             "input_id": self.ids,
             "label": labels.astype(int),
-            "label_name": [name(int(i)) for i in labels],
+            "label_name": self._names_of(labels),
             "top1": top_idx[:, 0].astype(int),
-            "top1_name": [name(int(i)) for i in top_idx[:, 0]],
+            "top1_name": self._names_of(top_idx[:, 0]),
             "top1_prob": top_p[:, 0].astype(float),
-            "top5": [list(map(int, r)) for r in top_idx],
-            "top5_probs": [list(map(float, r)) for r in top_p],
+            "top5": top_idx.astype(int).tolist(),
+            "top5_probs": top_p.astype(float).tolist(),
             "correct_top1": correct1 & known,
             "correct_top5": correct5 & known,
         })

@@ -30,6 +30,8 @@ from mlms_nb.manifest import Manifest
 from mlms_nb.schema.evaluation import OUTPUTS
 
 CAPTURE_MODES = ("none", "summary", "all", "first:N")
+GROUP_INPUTS = 1024
+"""Inputs whose outputs the recorder summarises at once (see `OutputRecorder.add`)."""
 
 
 def parse_capture(mode: Any) -> int | None:
@@ -55,14 +57,17 @@ def parse_capture(mode: Any) -> int | None:
 
 
 class OutputRecorder:
-    """Rows of the ``outputs`` frame for one framework (see the module docstring)."""
+    """Rows of the ``outputs`` frame for one framework (see the module docstring). Each call's rows are kept as
+    columns (summaries computed with numpy on the whole batch), so the per-input cost is a few array elements."""
 
     def __init__(self, manifest: Manifest, framework: str, capture: Any = "summary"):
         self.manifest = manifest
         self.framework = framework
         self.keep = parse_capture(capture)
-        self.rows: list[dict] = []
-        self.places: list[tuple[int, int]] = []  # per row: (its input's place in the dataset, its chunk)
+        self._blocks: list[dict[str, Any]] = []  # one per summarised group of calls: its rows' columns, input-major
+        self._pending: list[tuple[list[str], Mapping[str, Any]]] = []  # in-order calls not summarised yet
+        self._pending_inputs = 0
+        self.count = 0  # rows so far
         self.inputs_seen = 0
         specs = dict(zip(input_names(manifest), manifest.inputs))
         #: output name -> its batch axis (a state output's is its state input's)
@@ -74,43 +79,130 @@ class OutputRecorder:
     def enabled(self) -> bool:
         return self.keep != -1
 
+    def __len__(self) -> int:
+        return self.count + sum(len(ids) * len(outputs) for ids, outputs in self._pending)
+
     def add(self, ids: list[str], outputs: Mapping[str, Any], chunk: int = -1, place: int | None = None) -> None:
         """One call's outputs for the inputs ``ids`` (in batch order). ``place``: the first input's place in the
         dataset (0-based) when calls do not go through the inputs in order (items side by side); by default the
-        inputs are taken to arrive in dataset order, a new one at each row of chunk -1 or 0."""
-        if not self.enabled:
+        inputs are taken to arrive in dataset order, a new one at each row of chunk -1 or 0.
+
+        Calls in dataset order (no chunk, no place) are summarised :data:`GROUP_INPUTS` inputs at a time (numpy's
+        per-call cost spread over many calls); :meth:`flush` summarises what is left."""
+        if not self.enabled or not len(ids):
             return
-        for row, input_id in enumerate(ids):
-            at = self.inputs_seen if place is None else place + row
-            keep_values = self.keep is None or at < self.keep
-            for name, value in outputs.items():
-                array = np.asarray(value)
-                axis = self.axes.get(name, 0)
-                one = np.take(array, row, axis=axis) if array.ndim > axis and array.shape[axis] == len(ids) else array
-                self.rows.append(_row(self.framework, input_id, chunk, name, one, keep_values))
-                self.places.append((at, chunk))
-            if chunk <= 0:
-                self.inputs_seen = max(self.inputs_seen, at + 1)
+        if chunk == -1 and place is None:
+            self._pending.append((list(ids), dict(outputs)))
+            self._pending_inputs += len(ids)
+            if self._pending_inputs >= GROUP_INPUTS:
+                self.flush()
+            return
+        self.flush()
+        self._add(ids, outputs, chunk, place)
+
+    def flush(self) -> None:
+        """Summarise the calls held back, as one group where their outputs stack (else call by call)."""
+        pending, self._pending, self._pending_inputs = self._pending, [], 0
+        if not pending:
+            return
+        names = list(pending[0][1])
+        if len(pending) > 1 and all(list(outputs) == names for _, outputs in pending):
+            try:
+                joined = {name: np.concatenate([np.asarray(o[name]) for _, o in pending],
+                                               axis=self.axes.get(name, 0)) for name in names}
+                batched = all(np.asarray(o[name]).ndim > self.axes.get(name, 0)
+                              and np.asarray(o[name]).shape[self.axes.get(name, 0)] == len(ids)
+                              for ids, o in pending for name in names)
+            except ValueError:  # outputs whose other dimensions differ from call to call
+                batched = False
+            if batched:
+                self._add([i for ids, _ in pending for i in ids], joined, -1, None)
+                return
+        for ids, outputs in pending:
+            self._add(ids, outputs, -1, None)
+
+    def _add(self, ids: list[str], outputs: Mapping[str, Any], chunk: int, place: int | None) -> None:
+        n = len(ids)
+        first = self.inputs_seen if place is None else place
+        at = np.arange(first, first + n, dtype=np.int64)
+        kept = n if self.keep is None else int(np.clip(self.keep - first, 0, n))
+        names = list(outputs)
+        per_output = [_summaries(np.asarray(outputs[name]), self.axes.get(name, 0), n, kept) for name in names]
+        # rows input-major (input 0: every output, input 1: ...), as the frame lists them
+        block = {"input_id": [str(i) for i in ids for _ in names], "chunk": int(chunk),
+                 "output": names * n, "at": np.repeat(at, len(names))}
+        for column in ("min", "max", "mean", "std"):
+            block[column] = np.stack([s[column] for s in per_output], axis=1).reshape(-1)
+        block["shape"] = [list(s["shape"]) for _ in range(n) for s in per_output]
+        block["dtype"] = [s["dtype"] for s in per_output] * n
+        block["values"] = [s["values"][row] if row < len(s["values"]) else None
+                           for row in range(n) for s in per_output] if kept else [None] * (n * len(names))
+        self._blocks.append(block)
+        self.count += n * len(names)
+        if chunk <= 0:
+            self.inputs_seen = max(self.inputs_seen, first + n)
 
     def frame(self) -> pd.DataFrame:
         """The rows so far, typed as :data:`~mlms_nb.schema.evaluation.OUTPUTS` says."""
-        if not self.rows:
+        self.flush()
+        if not self._blocks:
             return pd.DataFrame()
-        places = self.places
-        if any(a > b for a, b in zip(places, places[1:])):  # made out of order: back to dataset order
-            return OUTPUTS.frame([self.rows[i] for i in sorted(range(len(places)), key=places.__getitem__)])
-        return OUTPUTS.frame(self.rows)
+        blocks = self._blocks
+        at = np.concatenate([b["at"] for b in blocks])
+        chunk = np.concatenate([np.full(len(b["at"]), b["chunk"], dtype=np.int64) for b in blocks])
+        columns = {"framework": [self.framework] * len(at), "chunk": chunk}
+        for name in ("input_id", "output", "shape", "dtype", "values"):
+            columns[name] = [v for b in blocks for v in b[name]]
+        for name in ("min", "max", "mean", "std"):
+            columns[name] = np.concatenate([b[name] for b in blocks])
+        order = np.lexsort((chunk, at))  # stable: rows made out of order go back to dataset order
+        if (np.diff(at) < 0).any() or ((np.diff(at) == 0) & (np.diff(chunk) < 0)).any():
+            columns = {k: (v[order] if isinstance(v, np.ndarray) else [v[i] for i in order])
+                       for k, v in columns.items()}
+        return OUTPUTS.frame(columns)
 
 
-def _row(framework: str, input_id: str, chunk: int, name: str, value: np.ndarray, keep_values: bool) -> dict:
-    numeric = value.dtype.kind in "biuf"
-    flat = value.astype(np.float64, copy=False).reshape(-1) if numeric else None
-    finite = flat[np.isfinite(flat)] if flat is not None and flat.size else None
-    stat = (lambda f: float(f(finite)) if finite is not None and finite.size else float("nan"))
-    return {"framework": framework, "input_id": str(input_id), "chunk": int(chunk), "output": name,
-            "shape": [int(d) for d in value.shape], "dtype": str(value.dtype),
-            "min": stat(np.min), "max": stat(np.max), "mean": stat(np.mean), "std": stat(np.std),
-            "values": flat.tolist() if keep_values and flat is not None else None}
+def _summaries(array: np.ndarray, axis: int, n: int, kept: int) -> dict[str, Any]:
+    """One output of one call, per input: shape and dtype (without the batch), min/max/mean/std of the finite
+    elements (NaN when none is), and the values (flattened float64) of the first ``kept`` inputs. An output
+    without the batch on ``axis`` is the same for every input of the call."""
+    batched = array.ndim > axis and array.shape[axis] == n
+    one = np.moveaxis(array, axis, 0) if batched else array[None]
+    shape = one.shape[1:]
+    summary: dict[str, Any] = {"shape": [int(d) for d in shape], "dtype": str(array.dtype)}
+    if array.dtype.kind not in "biuf":
+        nan = np.full(len(one), np.nan)
+        summary.update(min=nan, max=nan, mean=nan, std=nan, values=[])
+    else:
+        flat = one.reshape(len(one), -1).astype(np.float64, copy=False)
+        summary.update(_finite_stats(flat))
+        summary["values"] = flat[:kept].tolist() if batched else [flat[0].tolist() for _ in range(min(kept, n))]
+    if not batched:
+        for key in ("min", "max", "mean", "std"):
+            summary[key] = np.repeat(summary[key], n)
+    return summary
+
+
+def _finite_stats(flat: np.ndarray) -> dict[str, np.ndarray]:
+    """min, max, mean and std of each row's finite elements (NaN for a row with none), as ``np.std`` gives them."""
+    rows = len(flat)
+    if not flat.shape[1]:
+        nan = np.full(rows, np.nan)
+        return {"min": nan, "max": nan, "mean": nan, "std": nan.copy()}
+    finite = np.isfinite(flat)
+    if finite.all():
+        return {"min": flat.min(axis=1), "max": flat.max(axis=1), "mean": flat.mean(axis=1), "std": flat.std(axis=1)}
+    count = finite.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(finite, flat, 0.0).sum(axis=1) / count
+        dev = np.where(finite, flat - mean[:, None], 0.0)
+        std = np.sqrt((dev * dev).sum(axis=1) / count)
+        low = np.where(finite, flat, np.inf).min(axis=1)
+        high = np.where(finite, flat, -np.inf).max(axis=1)
+    none = count == 0
+    for column in (low, high, mean, std):
+        column[none] = np.nan
+    return {"min": low, "max": high, "mean": mean, "std": std}
 
 
 def capturing(predict: Callable, recorder: OutputRecorder, ids: list[str], feed_name: str,

@@ -166,7 +166,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
             if reason and reason != label_problem:  # found in the pass (labels past the output's width, all NaN)
                 emit(Note(fw, f"{fw}: top-1/top-5 n/a: {reason}"))
             emit(accuracy)
-        if recorder.rows:
+        if len(recorder):
             emit(OutputsPass(fw, recorder.frame()))
         if targets is not None and targets.scored:
             emit(TargetsPass(fw, targets.frame()))

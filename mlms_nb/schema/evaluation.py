@@ -202,7 +202,8 @@ FULL_PASS = FrameSchema("full_pass", (
     Column("inference_s", "float64", "s", "time inside the framework's predict calls"),
     Column("postprocess_s", "float64", "s", "time scoring the outputs (softmax, top-k, per-input rows)"),
     Column("wait_s", "float64", "s", "time the model waited for the next batch (preprocessing not hidden)"),
-    Column("workers", "int64", "readers", "pipeline workers (threads or processes, as reader says)"),
+    Column("workers", "int64", "readers", "pipeline workers (threads or processes, as reader says); 0 where the "
+           "batches are views of a memory-mapped .npz, taken by the model's thread itself"),
     Column("reader", "str", "", "what read the dataset: threads, or processes (the reader option)",
            when="in runs recorded since the reader option"),
     Column("prefetch", "int64", "batches", "batches read ahead at most"),

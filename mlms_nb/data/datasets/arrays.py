@@ -88,6 +88,11 @@ class SyntheticDataset(Dataset):
 
 # ---------------------------------------------------------------- .npz
 
+READ_ONLY_FRAMEWORKS = ("onnxruntime", "tensorflow")
+"""Frameworks whose predictors take a read-only array as it is (ONNX Runtime reads it in place, TensorFlow copies
+it into a tensor); torch gets a copy (``torch.from_numpy`` would share, and warn about, an unwritable buffer)."""
+
+
 class NpzDataset(Dataset):
     """A ``.npz`` file: ``x`` (already preprocessed inputs, N first) and optionally ``y`` (class ids).
 
@@ -207,12 +212,22 @@ class NpzDataset(Dataset):
                                                                    order="F" if self.fortran else "C")
                 yield range(start, stop), rows
 
+    def reads_are_views(self, preprocess) -> bool:
+        """Uncompressed ``x`` of the element type the model takes, for a framework that reads a read-only array
+        in place (:data:`READ_ONLY_FRAMEWORKS`): each batch is a slice of the memory map, no copy."""
+        manifest = getattr(preprocess, "manifest", None) or self.manifest
+        return (self._data_offset is not None and not self.fortran and manifest is not None
+                and manifest.framework.name in READ_ONLY_FRAMEWORKS
+                and np.dtype(manifest.fed_input.element_type) == self.dtype)
+
     def read(self, chunk, preprocess) -> Batch:
         manifest = getattr(preprocess, "manifest", None) or self.manifest
         if manifest is not None:
             self.check(manifest)
         if isinstance(chunk, tuple):
             chunk, rows = chunk
+        elif self.reads_are_views(preprocess):
+            rows = np.asarray(self.x[chunk.start:chunk.stop])  # a view: the pages are read as the model reads them
         else:
             rows = np.array(self.x[chunk.start:chunk.stop])  # read from disk here, in the worker
         labels = None if self.y is None else self.y[chunk.start:chunk.stop]

@@ -42,6 +42,11 @@ class Dataset:
     process_readable: bool = True
     """Whether worker processes can read it (it pickles, and its chunks say what to read)."""
 
+    def reads_are_views(self, preprocess) -> bool:
+        """Whether reading a chunk costs no work (the batch is a view of memory-mapped data, never skipped): the
+        stream then reads it in the consumer, without reader threads (``Stream``)."""
+        return False
+
     def __init__(self) -> None:
         self.skipped: list[tuple[str, str]] = []
 
