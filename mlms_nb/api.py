@@ -32,6 +32,7 @@ from mlms_nb.divergence import Divergence, OutputDivergence
 from mlms_nb.divergence.outputs import diverge_outputs as _diverge_outputs
 from mlms_nb.divergence.run import diverge as _diverge
 from mlms_nb import trust as _trust
+from mlms_nb._quiet import quieted
 from mlms_nb.fleet.registry import agents_frame, list_agents
 from mlms_nb.fleet.run import evaluate_on_agents, tls_of
 from mlms_nb.errors import MlmsError
@@ -94,6 +95,7 @@ def models(framework: str | None = None) -> pd.DataFrame:
     return frame
 
 
+@quieted("evaluate")
 @takes(EvaluateOptions, "model", "inputs", "outputs", "preprocess", "postprocess", "metrics")
 def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, outputs: Any = None, preprocess: Any = None,
              postprocess: Any = None, metrics: Any = None) -> Evaluation | list[Evaluation]:
@@ -202,6 +204,7 @@ def load_evaluation(ref: str | int, url: str | None = None) -> Evaluation:
     return evaluation
 
 
+@quieted("convert")
 def convert(model: str, to: str, force: bool = False):
     """Build (or reuse) the ONNX Runtime or TensorFlow copy of a model's PyTorch weights."""
     return _convert(model, to=canonical_framework(to), force=force)
@@ -376,6 +379,7 @@ def timeline(run, backend: str = "bokeh", **kwargs) -> Displayable:
     return Displayable(_timeline.plot(_spans(run), backend, **kwargs))
 
 
+@quieted("diverge")
 @takes(DivergeOptions, "model")
 def diverge(model: str, options: DivergeOptions) -> Divergence | OutputDivergence:
     """Run ``model`` in each framework on the same inputs and compare every aligned layer (see

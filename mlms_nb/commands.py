@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple
 
 from mlms_nb import api, display
+from mlms_nb._quiet import quiet
 from mlms_nb.analyses import figure_page
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import (
@@ -165,8 +166,9 @@ class Output:
 
 
 def run(verb: str, args: argparse.Namespace) -> Output:
-    """Run one verb with parsed arguments; its errors and advice name options by their flags (``--min-time``)."""
-    with spelling("cli"):
+    """Run one verb with parsed arguments; its errors and advice name options by their flags (``--min-time``).
+    What the frameworks print meanwhile is kept in ``$MLMS_HOME/logs/frameworks.log`` (``--verbose``: shown)."""
+    with spelling("cli"), quiet(verbose=True if getattr(args, "verbose", False) else None, label=f"mlms {verb}"):
         return RUNNERS[verb](args)
 
 
@@ -320,8 +322,14 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], Output]] = {
 }
 
 
+VERBOSE = Argument(("--verbose",), {"action": "store_true",
+                                    "help": "also show what the frameworks print (TensorFlow, ONNX Runtime, Kineto "
+                                            "start-up lines and warnings); otherwise it is kept in "
+                                            "$MLMS_HOME/logs/frameworks.log"})
+
+
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
-    for flags, kwargs in ARGUMENTS[verb]:
+    for flags, kwargs in [*ARGUMENTS[verb], VERBOSE]:
         parser.add_argument(*flags, **kwargs)
     return parser
 

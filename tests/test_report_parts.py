@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import nbformat
 import numpy as np
@@ -110,6 +111,40 @@ def test_quiet_drops_kineto_lines_of_a_real_torch_profiler():
     if "USDT:" not in loud:
         pytest.skip("this torch build prints no Kineto USDT lines")
     assert "USDT:" not in quiet and quiet.strip() == "--end--"
+
+
+def test_quiet_keeps_onnxruntime_and_library_log_chatter_in_the_log_file(tmp_path):
+    """A real ONNX Runtime session that serializes its optimized graph warns on fd 2 (ANSI-coloured); onnx_ir logs
+    "Replaced initializer" at INFO: inside `quiet` neither reaches stderr, both are in $MLMS_HOME/logs, our own
+    lines and other warnings still show."""
+    script = textwrap.dedent(f"""
+        import logging, os, sys, warnings
+        import onnx, onnxruntime as ort
+        from onnx import TensorProto, helper
+        from mlms_nb._quiet import chatter_log, quiet
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.optimized_model_filepath = {str(tmp_path / "opt.onnx")!r}
+        with quiet(label="test block"):
+            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            logging.getLogger("onnx_ir.passes.common").info("Replaced initializer 'a' with existing initializer 'b'")
+            logging.getLogger("mlms_nb.test").info("our own progress line")
+            warnings.warn("a warning of the user's own", UserWarning)
+        print("LOG=" + str(chatter_log()), flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, MLMS_VERBOSE="0", MLMS_HOME=str(tmp_path / "home")))
+    assert done.returncode == 0, done.stderr
+    assert "onnxruntime" not in done.stderr and "Replaced initializer" not in done.stderr
+    assert "our own progress line" in done.stderr and "a warning of the user's own" in done.stderr
+    log = Path(done.stdout.split("LOG=")[1].strip()).read_text()
+    assert "test block" in log and "Replaced initializer" in log and "[W:onnxruntime:" in log
+    assert "\x1b[" not in log  # the colour codes are left out of the log
 
 
 # ---------------------------------------------------------------------------------------------- cleanup

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from mlms_nb._quiet import quieted
 from mlms_nb.errors import MlmsError
 
 
@@ -72,6 +73,7 @@ class OutputDivergence:
         return display.mimebundle(self)
 
 
+@quieted("diverge")
 def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onnxruntime"),
                     dataset: Any = None, tolerance: float = 1e-4, limit: int | None = 16, batch_size: int = 4,
                     trust: bool = False, metrics: Any = None) -> OutputDivergence:
