@@ -33,6 +33,7 @@ from mlms_nb.divergence.outputs import diverge_outputs as _diverge_outputs
 from mlms_nb.divergence.run import diverge as _diverge
 from mlms_nb import trust as _trust
 from mlms_nb._quiet import quieted
+from mlms_nb.tables import for_people
 from mlms_nb.fleet.registry import agents_frame, list_agents
 from mlms_nb.fleet.run import evaluate_on_agents, tls_of
 from mlms_nb.errors import MlmsError
@@ -92,7 +93,7 @@ def models(framework: str | None = None) -> pd.DataFrame:
               f"{user.name}@{user.version}" for user, builtin in catalog.shadowed()
               if framework is None or user.framework.name == canonical_framework(framework)]
     frame.attrs["note"] = "\n".join(notes)
-    return frame
+    return for_people(frame)
 
 
 @quieted("evaluate")
@@ -185,8 +186,9 @@ def _manifests(model: Any, options: EvaluateOptions, inputs: Any, outputs: Any, 
 def history(options: HistoryOptions) -> pd.DataFrame:
     """Stored evaluations, newest first (one row per evaluation and framework; columns:
     :data:`mlms_nb.schema.evaluation.HISTORY`)."""
-    return HistoryStore(options.url).query(model=options.model, framework=options.framework, version=options.version,
-                                           complete=options.complete, limit=options.limit)
+    return for_people(HistoryStore(options.url).query(model=options.model, framework=options.framework,
+                                                      version=options.version, complete=options.complete,
+                                                      limit=options.limit))
 
 
 def load_evaluation(ref: str | int, url: str | None = None) -> Evaluation:

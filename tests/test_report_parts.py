@@ -189,3 +189,23 @@ def test_cli_without_chromium_says_what_to_install(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().startswith("mlms report: PDF reports need Chromium")
     assert "apt-get install chromium" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_latency_digits_follow_the_ci_and_frames_show_themselves_for_people():
+    """torch.utils.benchmark's rule: a median whose 95% CI is +-0.1 ms at 13 ms has 2 significant figures; one whose
+    CI is +-21 ms at 150 ms has 1; the column gets the fewest. Counts stay integers (no e-notation), stored times
+    read to the second, and a derived frame (a selection, a groupby) still shows itself the same way."""
+    from mlms_nb.tables import for_people, significant_figures
+
+    assert significant_figures([13.0, 150.0, 5.0], [12.9, 115.0, 5.0], [13.1, 157.0, 5.0]).tolist() == [2, 1, 4]
+    frame = for_people(pd.DataFrame({
+        "framework": ["torch", "onnxruntime"], "median_ms": [13.0123, 150.4567], "median_ci_low_ms": [12.91, 115.0],
+        "median_ci_high_ms": [13.11, 157.0], "context_switches": [21.0, 3_000_000.0],
+        "created_at": ["2026-11-26T17:13:28.544663+00:00", "2026-11-26T17:14:00Z"]}))
+    text = repr(frame)
+    assert "e+" not in text and "3,000,000" in text and " 21 " in text + " "
+    assert "2026-11-26 17:13:28Z" in text and "544663" not in text
+    assert "median (ms)" in text and "13.0123" not in text and "150.4567" not in text
+    derived = frame[frame["framework"] == "torch"].groupby("framework")[["median_ms"]].sum()
+    assert "median (ms)" in repr(derived) and "framework" in repr(derived)  # the index is kept as a column
+    assert "<table" in derived._repr_html_() and isinstance(derived, pd.DataFrame)

@@ -16,12 +16,13 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from mlms_nb.tables import FramesForPeople
 from mlms_nb._quiet import quieted
 from mlms_nb.errors import MlmsError
 
 
 @dataclass
-class OutputDivergence:
+class OutputDivergence(FramesForPeople):
     """Every output of ``model`` in each framework against the reference (``frameworks[0]``)."""
     model: str
     frameworks: list[str]
