@@ -17,7 +17,7 @@ from mlms_nb._quiet import quiet
 from mlms_nb.analyses import figure_page
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import (
-    AgentOptions, AgentsOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, Options,
+    AgentOptions, AgentsOptions, CompareOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, Options,
     RooflineOptions, SchedulerOptions, fields, python_default, spelling,
 )
 
@@ -103,7 +103,7 @@ ARGUMENTS: dict[str, list[Argument]] = {
     "layers": [RUN, *arguments(LayersOptions), PLOT, HTML, JSON_FLAG],
     "roofline": [RUN, *arguments(RooflineOptions), PLOT, HTML, JSON_FLAG],
     "compare": [Argument(("run_a",), {"help": "run A: a history id, evaluation id, saved .json, or notebook variable"}),
-                Argument(("run_b",), {"help": "run B, the same"}), PLOT, HTML, JSON_FLAG],
+                Argument(("run_b",), {"help": "run B, the same"}), *arguments(CompareOptions), PLOT, HTML, JSON_FLAG],
     "diverge": [Argument(("model",), {"help": "model name (see `models`) or a manifest path (for layers: a PyTorch "
                                                   "one)"}), *arguments(DivergeOptions), PLOT, HTML,
                 JSON_FLAG],
@@ -274,7 +274,7 @@ def run_roofline(args: argparse.Namespace) -> Output:
 
 
 def run_compare(args: argparse.Namespace) -> Output:
-    return _result_output(api.compare(args.run_a, args.run_b), args)
+    return _result_output(api.compare(args.run_a, args.run_b, **given(CompareOptions, args)), args)
 
 
 def run_diverge(args: argparse.Namespace) -> Output:
