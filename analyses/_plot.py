@@ -112,9 +112,11 @@ class Chart:
             width = int(ax.figure.get_figwidth() * 100 / len(ax.figure.axes))
         self.backend = check_backend(backend)
         self.title, self.x_label, self.y_label = title, x_label, y_label
-        # wrapped for the narrowest width the figure may be drawn at (it stretches to the output area)
-        title = "\n".join(textwrap.wrap(title, max(40, min(width, 640) // 9)))
         self.categories = [str(c) for c in categories] if categories is not None else None
+        # wrapped for the narrowest width the figure may be drawn at (it stretches to the output area), less the
+        # y labels' column: Bokeh starts the title where the plot frame starts, so it must end inside the canvas
+        labels_px = 7 * max((len(c) for c in self.categories), default=0) + 70 if self.categories else 70
+        title = "\n".join(textwrap.wrap(title, max(24, (min(width, 640) - labels_px) // 9)))
         self._legend = False
         self._x_log = x_log
         if self.backend == "bokeh":
