@@ -362,7 +362,7 @@ def batch_scaling(run) -> Analysis:
 
 
 @takes(CompareOptions, "run_a", "run_b", "labels")
-def compare(run_a, run_b, options: CompareOptions, labels: tuple[str, str] = ("A", "B")) -> Analysis:
+def compare(run_a, run_b, options: CompareOptions, *, labels: tuple[str, str] = ("A", "B")) -> Analysis:
     """A/B: per framework and batch size, median latency deltas with a Mann-Whitney U test on the raw samples
     and a bootstrap CI; per-layer deltas too (``.extra["layers"]``) when both runs were traced: for every framework
     both traced (a ``framework`` column), or ``framework_a`` of A against ``framework_b`` of B."""
