@@ -73,13 +73,25 @@ def cell(nb, tag: str):
 
 
 @pytest.fixture
-def fresh_home(shared_home, tmp_path, monkeypatch):
-    """A new MLMS_HOME for this notebook (its history, logs, caches), whose converted models are the session's."""
-    home = tmp_path / "home"
-    home.mkdir()
+def fresh_home(shared_home, monkeypatch):
+    """A new MLMS_HOME for this notebook: emptied of history, logs and caches, with the session's converted models
+    linked in. Its path is fixed per pytest worker, because a converted copy (the INT8 model) records the path of
+    the home it was built in, and a later notebook reads it there."""
+    import shutil
+
+    home = shared_home.parent / f"notebook-home-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    if home.exists():
+        for entry in home.iterdir():
+            if entry.name != "artifacts":
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    home.mkdir(parents=True, exist_ok=True)
     (shared_home / "artifacts").mkdir(parents=True, exist_ok=True)
-    (home / "artifacts").symlink_to(shared_home / "artifacts", target_is_directory=True)
+    if not (home / "artifacts").is_symlink():
+        (home / "artifacts").symlink_to(shared_home / "artifacts", target_is_directory=True)
     monkeypatch.setenv("MLMS_HOME", str(home))
+    # the link resolves outside this home: allow the shared artifacts as a manifest's files may come from there
+    allowed = [p for p in os.environ.get("MLMS_ALLOW_PATHS", "").split(os.pathsep) if p]
+    monkeypatch.setenv("MLMS_ALLOW_PATHS", os.pathsep.join([*allowed, str((shared_home / "artifacts").resolve())]))
     return home
 
 
