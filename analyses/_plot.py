@@ -112,10 +112,13 @@ class Chart:
             width = int(ax.figure.get_figwidth() * 100 / len(ax.figure.axes))
         self.backend = check_backend(backend)
         self.title, self.x_label, self.y_label = title, x_label, y_label
-        # wrapped for the narrowest width the figure may be drawn at (it stretches to the output area)
-        title = "\n".join(textwrap.wrap(title, max(40, min(width, 640) // 9)))
         self.categories = [str(c) for c in categories] if categories is not None else None
+        # wrapped for the narrowest width the figure may be drawn at (it stretches to the output area), less the
+        # y labels' column: Bokeh starts the title where the plot frame starts, so it must end inside the canvas
+        labels_px = 7 * max((len(c) for c in self.categories), default=0) + 70 if self.categories else 70
+        title = "\n".join(textwrap.wrap(title, max(24, (min(width, 640) - labels_px) // 9)))
         self._legend = False
+        self._x_log = x_log
         if self.backend == "bokeh":
             plotting = _bokeh()
             kwargs: dict[str, Any] = dict(title=title, x_axis_label=x_label, y_axis_label=y_label, width=width,
@@ -261,6 +264,7 @@ class Chart:
             else:
                 self.native.text(x, self._y(y), text=texts, text_font_size="8pt", text_color=color, x_offset=4,
                                  text_baseline="middle")
+                self._room_for(x, texts)
         else:
             ax = self.native
             for i, (xi, t) in enumerate(zip(x, texts)):
@@ -270,7 +274,24 @@ class Chart:
                 else:
                     ax.annotate(t, (xi, self._y([y[i]])[0] if self.categories is not None else float(y[i])),
                                 fontsize=7, color=color, xytext=(3, 0), textcoords="offset points", va="center")
+            if not top:
+                self._room_for(x, texts)
         return self
+
+    def _room_for(self, x: np.ndarray, texts: list[str]) -> None:
+        """Widen a linear x axis so labels written right of their bars end inside the plot (about 6 px per
+        character of an 8 pt label against the plot's width)."""
+        finite = x[np.isfinite(x)]
+        if not finite.size or finite.max() <= 0 or getattr(self, "_x_log", False):
+            return
+        chars = max(len(t) for t in texts)
+        plot_px = max(200, (self.native.width if self.backend == "bokeh" else 500) - 260)
+        end = float(finite.max()) / max(0.35, 1 - (6 * chars + 12) / plot_px)
+        if self.backend == "bokeh":
+            self.native.x_range.start = 0
+            self.native.x_range.end = max(end, self.native.x_range.end or 0) if self.native.x_range.end else end
+        else:
+            self.native.set_xlim(left=0, right=max(end, self.native.get_xlim()[1]))
 
     def finish(self) -> None:
         if self._legend:
@@ -282,16 +303,28 @@ class Chart:
                 self.native.legend(fontsize=8)
 
 
-def charts(backend: str, specs: Sequence[dict], *, width: int = 720, height: int = 400) -> list[Chart]:
-    """One :class:`Chart` per spec (``dict(title=..., x_label=..., y_label=..., x_log=..., categories=...)``),
-    side by side; for matplotlib they share one ``Figure``."""
+def charts(backend: str, specs: Sequence[dict], *, width: int = 720, height: int = 400,
+           stacked: bool = False) -> list[Chart]:
+    """One :class:`Chart` per spec (``dict(title=..., x_label=..., y_label=..., x_log=..., categories=...)``, and
+    optionally its own ``height``), side by side, or one under another when ``stacked``; for matplotlib they share
+    one ``Figure``."""
     backend = check_backend(backend)
+    heights = [int(spec.get("height", height)) for spec in specs]
+    specs = [{k: v for k, v in spec.items() if k != "height"} for spec in specs]
     if backend == "bokeh":
-        return [Chart(backend, width=width, height=height, **spec) for spec in specs]
-    Figure = _matplotlib_figure()
-    fig = Figure(figsize=(width / 100 * len(specs), height / 100), layout="constrained")
-    axes = fig.subplots(1, len(specs), squeeze=False)[0]
-    return [Chart(backend, ax=ax, **spec) for ax, spec in zip(axes, specs)]
+        out = [Chart(backend, width=width, height=h, **spec) for spec, h in zip(specs, heights)]
+    else:
+        Figure = _matplotlib_figure()
+        if stacked:
+            fig = Figure(figsize=(width / 100, sum(heights) / 100), layout="constrained")
+            axes = fig.subplots(len(specs), 1, squeeze=False, height_ratios=heights)[:, 0]
+        else:
+            fig = Figure(figsize=(width / 100 * len(specs), max(heights) / 100), layout="constrained")
+            axes = fig.subplots(1, len(specs), squeeze=False)[0]
+        out = [Chart(backend, ax=ax, **spec) for ax, spec in zip(axes, specs)]
+    for chart in out:
+        chart.stacked = stacked
+    return out
 
 
 def combine(panels: Sequence[Chart], title: str | None = None):
@@ -301,9 +334,10 @@ def combine(panels: Sequence[Chart], title: str | None = None):
     if panels[0].backend == "bokeh":
         if len(panels) == 1:
             return panels[0].native
-        from bokeh.layouts import row
+        from bokeh.layouts import column, row
 
-        return row(*[p.native for p in panels], sizing_mode="stretch_width")
+        arrange = column if getattr(panels[0], "stacked", False) else row
+        return arrange(*[p.native for p in panels], sizing_mode="stretch_width")
     fig = panels[0].native.figure
     if title:
         fig.suptitle(title, fontsize=11)

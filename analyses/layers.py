@@ -305,19 +305,32 @@ def _select(df: pd.DataFrame, framework: str | None, batch_size: int | None) -> 
 
 def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = None, batch_size: int | None = None,
          top: int = 40, title: str | None = None):
-    """Horizontal bars of a :func:`compute` frame for one framework and batch size (default: the first
-    framework, the smallest batch size): occurrence counts; latency medians with p25-p75 whiskers (the
-    ``top`` slowest layers, or every type); memory held per layer (or bytes moved when no memory)."""
+    """Horizontal bars of a :func:`compute` frame, one panel per framework (``framework``: only that one), stacked,
+    at one batch size (default: each framework's smallest): occurrence counts; latency medians with p25-p75
+    whiskers (the ``top`` slowest layers, or every type); memory held per layer (or bytes moved when no memory)."""
     kind = _plot.require_analysis(df, "occurrence", "latency_layer", "latency_type", "memory")
-    part, which = _select(df, framework, batch_size)
+    if df.empty:
+        raise AnalysisError("nothing to plot: the frame has no rows")
+    frameworks = [framework] if framework is not None else list(dict.fromkeys(df["framework"]))
+    drawn = [_panel(kind, df, *_select(df, fw, batch_size), top, title) for fw in frameworks]
+    panels = _plot.charts(backend, [spec for spec, _ in drawn], stacked=True)
+    for panel, (_, draw) in zip(panels, drawn):
+        draw(panel)
+    return _plot.combine(panels)
+
+
+def _panel(kind: str, df: pd.DataFrame, part: pd.DataFrame, which: str, top: int, title: str | None):
+    """The spec of one framework's panel and how to draw its bars."""
     if kind == "occurrence":
         labels = [f"{t}" for t in part["layer_type"]]
-        panel = _plot.charts(backend, [dict(title=title or f"{df.attrs['title']} ({which}; traced layer spans)",
-                                            x_label="layer calls per predict call (count)", y_label="layer type",
-                                            categories=labels)], height=_height(len(labels)))[0]
-        panel.hbars(labels, part["count"])
-        panel.text(part["count"], labels, [f"{c} ({p:.1f}%)" for c, p in zip(part["count"], part["percent"])])
-        return _plot.combine([panel])
+        spec = dict(title=title or f"{df.attrs['title']} ({which}; traced layer spans)",
+                    x_label="layer calls per predict call (count)", y_label="layer type", categories=labels,
+                    height=_height(len(labels)))
+
+        def draw(panel):
+            panel.hbars(labels, part["count"])
+            panel.text(part["count"], labels, [f"{c} ({p:.1f}%)" for c, p in zip(part["count"], part["percent"])])
+        return spec, draw
     if kind.startswith("latency"):
         col, lo, hi = ("self_median_ms", "self_p25_ms", "self_p75_ms") if kind == "latency_layer" else (
             "median_ms", "p25_ms", "p75_ms")
@@ -329,15 +342,15 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
             labels = list(part["layer_type"].astype(str))
             what = "self time summed per type in each predict call"
         reps = int(part["repetitions"].max())
-        panel = _plot.charts(backend, [dict(
-            title=title or f"{df.attrs['title']} ({which}): median and p25-p75 over {reps} traced predict calls; "
-                           f"{what}",
-            x_label="latency (ms)", y_label="layer" if kind == "latency_layer" else "layer type",
-            categories=labels)], height=_height(len(labels)))[0]
-        panel.hbars(labels, part[col])
-        panel.whiskers(labels, part[lo], part[hi], horizontal=True)
-        return _plot.combine([panel])
-    # memory
+        spec = dict(title=title or f"{df.attrs['title']} ({which}): median and p25-p75 over {reps} traced predict "
+                                   f"calls; {what}",
+                    x_label="latency (ms)", y_label="layer" if kind == "latency_layer" else "layer type",
+                    categories=labels, height=_height(len(labels)))
+
+        def draw(panel):
+            panel.hbars(labels, part[col])
+            panel.whiskers(labels, part[lo], part[hi], horizontal=True)
+        return spec, draw
     col, x_label, what = "memory_bytes", "memory held at the layer's end (bytes)", "net bytes allocated and held"
     if not part[col].notna().any():
         col, x_label, what = "io_bytes", "bytes read + written (bytes)", "bytes moved"
@@ -346,13 +359,15 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
                                 "(see the frame's attrs['note'])")
     part = part.dropna(subset=[col]).sort_values(col, ascending=False).head(top)
     labels = [f"{i} {n} ({t})" for i, n, t in zip(part["layer_index"], part["name"], part["layer_type"])]
-    panel = _plot.charts(backend, [dict(title=title or f"{df.attrs['title']} ({which}): median {what} per layer span, "
-                                        f"over the traced predict calls", x_label=x_label, y_label="layer",
-                                        categories=labels)], height=_height(len(labels)))[0]
-    panel.hbars(labels, part[col])
-    if col == "memory_bytes":
-        panel.whiskers(labels, part["memory_p25_bytes"], part["memory_p75_bytes"], horizontal=True)
-    return _plot.combine([panel])
+    spec = dict(title=title or f"{df.attrs['title']} ({which}): median {what} per layer span, over the traced "
+                               f"predict calls", x_label=x_label, y_label="layer", categories=labels,
+                height=_height(len(labels)))
+
+    def draw(panel):
+        panel.hbars(labels, part[col])
+        if col == "memory_bytes":
+            panel.whiskers(labels, part["memory_p25_bytes"], part["memory_p75_bytes"], horizontal=True)
+    return spec, draw
 
 
 def _height(rows: int) -> int:

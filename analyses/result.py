@@ -7,12 +7,13 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from mlms_nb.tables import FramesForPeople
 from mlms_nb import display
 from mlms_nb.errors import AnalysisError
 
 
 @dataclass
-class Analysis:
+class Analysis(FramesForPeople):
     """One analysis result: ``table`` (units in column names, ``attrs["note"]``: how it was measured), a
     ``title``, and the function that draws it (``plot(backend)``); ``extra`` holds side tables (e.g. the
     machine ceilings under a roofline)."""

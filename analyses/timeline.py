@@ -36,7 +36,7 @@ NAMED_KINDS = ("op", "kernel", "memcpy", "memset", "runtime")
 """Kinds coloured by their own name when they carry no layer type (``aten::conv2d``, a CUDA kernel)."""
 LEVEL_SLACK = _lod.LEVEL_SLACK
 """A zoom level is drawn while its pixel is at most this many view pixels wide."""
-X_LABEL = "time since trace start (ms)"
+X_LABEL = "time since trace start (unit on each tick: s, ms, µs or ns)"
 Y_LABEL = "track (level · device · thread [depth])"
 _EXTRA = "pip install 'mlms-nb[analysis]'"
 _REQUIRED = ("trace_id", "span_id", "parent_id", "name", "level", "kind", "start_ns", "end_ns", "duration_ns",
@@ -248,12 +248,12 @@ def palette(tl: pd.DataFrame, top: int = len(PALETTE)) -> dict[str, str]:
     return {str(k): PALETTE[i] for i, k in enumerate(busy.index[:top])}
 
 
-def _title(tl: pd.DataFrame, title: str | None, measured_by: str | None) -> tuple[str, str]:
+def _title(tl: pd.DataFrame, title: str | None, measured_by: str | None, interactive: bool = True) -> tuple[str, str]:
     n, extent_ms = tl.attrs["n_spans"], tl.attrs["extent_ns"] / 1e6
     main = title or f"Timeline of {n:,} spans over {extent_ms:,.3f} ms, one track per level · device · thread"
     how = (f"measured by {measured_by}; " if measured_by else "span start/end times as recorded in the trace; ")
     sub = (how + "bars: spans at their recorded start/end;\npale blocks: spans narrower than 1 pixel merged per "
-           "track (hover: count, busy time)")
+           "track" + (" (hover: count, busy time)" if interactive else ""))
     return main, sub
 
 
@@ -345,7 +345,7 @@ def _matplotlib(tl, start_ms, end_ms, title, measured_by):
     ax.set_yticks(range(len(tracks)), list(tracks["track_label"]), fontsize=7)
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel(Y_LABEL, fontsize=8)
-    main, sub = _title(tl, title, measured_by)
+    main, sub = _title(tl, title, measured_by, interactive=False)
     ax.set_title(f"{main}\n{sub}; zoom level {rows.attrs['level']} ({_fmt_time(px)} per pixel)", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=c, label=k[:40]) for k, c in colours.items()]

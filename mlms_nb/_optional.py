@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from types import ModuleType
 
+from mlms_nb._quiet import quiet
 from mlms_nb.errors import FrameworkNotInstalledError
 
 #: top-level module -> (what to call it in a sentence, the mlms-nb extra that installs it)
@@ -56,7 +58,10 @@ def require(module: str, purpose: str | None = None) -> ModuleType:
     ``purpose`` says what needed it ("measuring machine ceilings"); the sentence names the extra to install.
     """
     try:
-        return importlib.import_module(module)
+        if module in sys.modules:
+            return importlib.import_module(module)
+        with quiet(label=f"import {module}"):  # TensorFlow's C++ start-up lines (absl, oneDNN) come at import
+            return importlib.import_module(module)
     except ImportError as exc:
         top = (exc.name or module).split(".")[0]
         label = EXTRAS.get(top, (top, ""))[0]

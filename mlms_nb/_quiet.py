@@ -1,12 +1,16 @@
-"""Silence framework chatter while mlms-nb works: TensorFlow's C++/absl INFO and WARNING lines, Kineto's
-``USDT:`` lines, Keras ``UserWarning``s and TF/absl Python log records. Anything else written to stderr (a real
-error, a progress bar, our own log lines) still gets through, in order, as it is written.
+"""Keep framework chatter out of the user's way while mlms-nb works: TensorFlow's C++/absl INFO and WARNING lines,
+Kineto's ``USDT:`` lines, ONNX Runtime's ``[W:onnxruntime:...]`` warnings, the Python warnings the frameworks raise
+(Keras ``UserWarning``s) and their loggers' records (onnx_ir's "Replaced initializer", torch's "FakeTensor cache
+stats"). Anything else written to stderr (a real error, a progress bar, our own log lines) still gets through, in
+order, as it is written. What was kept back is not lost: it is appended to :func:`chatter_log`
+(``$MLMS_HOME/logs/frameworks.log``), one block per call with its time and label.
 
 The C++ lines are written straight to file descriptor 2, below Python's ``sys.stderr``, so :func:`quiet` points
 fd 2 at a pipe for the duration of the block; a thread reads the pipe, drops the chatter lines and forwards
 everything else to where fd 2 pointed before (a terminal, a log file, or the pipe ipykernel reads in a notebook).
 
-``MLMS_VERBOSE=1`` (or ``quiet(verbose=True)``) shows everything. Bottom layer: imports nothing from mlms_nb.
+``MLMS_VERBOSE=1``, ``--verbose`` on a verb (or ``quiet(verbose=True)``) shows everything. Bottom layer: imports
+only :mod:`mlms_nb.paths`.
 """
 from __future__ import annotations
 
@@ -15,9 +19,13 @@ import os
 import re
 import sys
 import threading
+import time
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
+
+from mlms_nb.paths import mlms_home
 
 VERBOSE_ENV = "MLMS_VERBOSE"
 
@@ -34,10 +42,15 @@ CHATTER = re.compile(
       | .*Unable\ to\ register\ cu(?:DNN|FFT|BLAS)\ factory
       | .*computation\ placer\ already\ registered
       | .*Could\ not\ find\ cuda\ drivers\ on\ your\ machine
+      | (?:\x1b\[[\d;]*m)?\d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d\.\d+\ \[[IW]:onnxruntime:       # ORT's logger (ANSI-coloured)
       | \[IPKernelApp\]\ \w+\ \|\ (?:Kernel\ is\ running\ over\ TCP|KeyboardInterrupt\ caught\ in\ kernel)  # a report's kernel
     )""", re.VERBOSE)
 
-_LOGGERS = ("tensorflow", "absl", "h5py", "keras")
+#: Python loggers whose records are kept in the log instead of printed (their children too)
+_LOGGERS = ("tensorflow", "absl", "h5py", "keras", "onnx_ir", "onnxscript", "onnx", "tf2onnx", "onnxruntime", "torch")
+#: Python packages whose warnings are kept in the log (a warning raised in, or attributed to, one of them)
+_PACKAGES = ("tensorflow", "keras", "tf_keras", "absl", "torch", "onnx", "onnx_ir", "onnxscript", "onnxruntime",
+             "tf2onnx", "h5py", "google")
 _lock = threading.Lock()
 _depth = 0
 
@@ -64,7 +77,7 @@ class _Forwarder(threading.Thread):
     def __init__(self, read_fd: int, sink: int):
         super().__init__(name="mlms-quiet", daemon=True)
         self.read_fd, self.sink = read_fd, sink
-        self.dropped = 0
+        self.dropped: list[str] = []  # the chatter kept back, for the log
 
     def run(self) -> None:
         pending = b""
@@ -85,8 +98,9 @@ class _Forwarder(threading.Thread):
     def _forward(self, segments: list[bytes]) -> None:
         kept = []
         for seg in segments:
-            if is_chatter(seg.decode("utf-8", "replace")):
-                self.dropped += 1
+            text = seg.decode("utf-8", "replace")
+            if is_chatter(text):
+                self.dropped.append(_ANSI.sub("", text).rstrip("\r\n"))
             else:
                 kept.append(seg)
         if kept:
@@ -98,8 +112,11 @@ class _Forwarder(threading.Thread):
                 pass
 
 
+_ANSI = re.compile(r"\x1b\[[\d;]*m")
+
+
 @contextmanager
-def _fd2_filtered() -> Iterator[None]:
+def _fd2_filtered(kept: list[str]) -> Iterator[None]:
     try:
         saved = os.dup(2)
     except OSError:  # no fd 2 at all: nothing to filter
@@ -119,6 +136,7 @@ def _fd2_filtered() -> Iterator[None]:
         forwarder.join(timeout=2.0)  # a child process still holding the pipe keeps it open: don't wait on it
         if not forwarder.is_alive():  # else the forwarder keeps writing to `saved` until the child lets go
             os.close(saved)
+        kept.extend(forwarder.dropped)
 
 
 def _flush_python_streams() -> None:
@@ -129,30 +147,80 @@ def _flush_python_streams() -> None:
             pass
 
 
+class _Keep(logging.Handler):
+    """Keeps the framework loggers' records (formatted, one line each) in a list."""
+
+    def __init__(self, kept: list[str]):
+        super().__init__(logging.NOTSET)
+        self.kept = kept
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.kept.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+        except Exception:  # a record whose arguments do not format: keep its template
+            self.kept.append(f"{record.levelname} {record.name}: {record.msg}")
+
+
+def _framework_file(filename: str) -> bool:
+    parts = Path(filename).parts
+    return any(p in ("site-packages", "dist-packages") for p in parts) and any(p in _PACKAGES for p in parts)
+
+
 @contextmanager
-def _python_quiet() -> Iterator[None]:
-    """Keras/TF/absl Python warnings off, their loggers raised to ERROR."""
-    levels = {}
+def _python_quiet(kept: list[str]) -> Iterator[None]:
+    """The frameworks' Python warnings and log records go to ``kept`` instead of the screen; every other warning
+    (ours, the user's) is shown as before."""
+    handler = _Keep(kept)
+    saved = {}
     with warnings.catch_warnings():
-        for module in (r"keras(\..*)?", r"tensorflow(\..*)?", r"absl(\..*)?", r"tf_keras(\..*)?"):
-            warnings.filterwarnings("ignore", module=module)
-        warnings.filterwarnings("ignore", message=r"The structure of `inputs` doesn't match")
+        shown = warnings.showwarning
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            text = str(message)
+            if _framework_file(filename) or "The structure of `inputs` doesn't match" in text:
+                kept.append(f"{category.__name__} ({Path(filename).name}:{lineno}): {text}")
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = showwarning
         for name in _LOGGERS:
             logger = logging.getLogger(name)
-            levels[name] = logger.level
-            if logger.getEffectiveLevel() < logging.ERROR:
-                logger.setLevel(logging.ERROR)
+            saved[name] = logger.propagate
+            logger.propagate = False
+            logger.addHandler(handler)
         try:
             yield
         finally:
-            for name, level in levels.items():
-                logging.getLogger(name).setLevel(level)
+            for name, propagate in saved.items():
+                logger = logging.getLogger(name)
+                logger.removeHandler(handler)
+                logger.propagate = propagate
+
+
+def chatter_log() -> Path:
+    """Where what the frameworks said is kept: ``$MLMS_HOME/logs/frameworks.log``."""
+    return mlms_home() / "logs" / "frameworks.log"
+
+
+def _keep(kept: list[str], label: str) -> None:
+    if not kept:
+        return
+    try:
+        path = chatter_log()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        with path.open("a", encoding="utf-8") as out:
+            out.write(f"--- {stamp} {label} (pid {os.getpid()}): {len(kept)} line(s) the frameworks wrote\n")
+            out.write("".join(line + "\n" for line in kept))
+    except OSError:  # an unwritable MLMS_HOME must not cost a measurement
+        pass
 
 
 @contextmanager
-def quiet(verbose: bool | None = None) -> Iterator[None]:
-    """Run a block with framework chatter silenced (see the module doc). ``verbose``: show everything (default:
-    the ``MLMS_VERBOSE`` environment variable). Re-entrant: an inner ``quiet`` inside an outer one does nothing."""
+def quiet(verbose: bool | None = None, label: str = "mlms-nb") -> Iterator[None]:
+    """Run a block with framework chatter kept back (see the module doc) and appended to :func:`chatter_log` under
+    ``label``. ``verbose``: show everything (default: the ``MLMS_VERBOSE`` environment variable). Re-entrant: an
+    inner ``quiet`` inside an outer one does nothing."""
     global _depth
     if verbose is None:
         verbose = is_verbose()
@@ -163,8 +231,25 @@ def quiet(verbose: bool | None = None) -> Iterator[None]:
         if verbose or not outer:
             yield
             return
-        with _python_quiet(), _fd2_filtered():
-            yield
+        kept: list[str] = []
+        try:
+            with _python_quiet(kept), _fd2_filtered(kept):
+                yield
+        finally:
+            _keep(kept, label)
     finally:
         with _lock:
             _depth -= 1
+
+
+def quieted(label: str):
+    """Decorator: run the function under :func:`quiet` (for the facade's verbs that open frameworks)."""
+    import functools
+
+    def wrap(function):
+        @functools.wraps(function)
+        def quiet_call(*args, **kwargs):
+            with quiet(label=label):
+                return function(*args, **kwargs)
+        return quiet_call
+    return wrap

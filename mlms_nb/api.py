@@ -33,6 +33,8 @@ from mlms_nb.divergence import Divergence, OutputDivergence
 from mlms_nb.divergence.outputs import diverge_outputs as _diverge_outputs
 from mlms_nb.divergence.run import diverge as _diverge
 from mlms_nb import trust as _trust
+from mlms_nb._quiet import quieted
+from mlms_nb.tables import for_people
 from mlms_nb.fleet.registry import agents_frame, list_agents
 from mlms_nb.fleet.run import evaluate_on_agents, tls_of
 from mlms_nb.errors import MlmsError
@@ -48,7 +50,7 @@ from mlms_nb.frameworks.modelfiles import file_kind
 from mlms_nb.generation.manifests import causal_lm_manifest, causal_lm_source
 from mlms_nb.manifest import ManifestCatalog, canonical_framework
 from mlms_nb.options import (
-    AgentOptions, AgentsOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions,
+    AgentOptions, AgentsOptions, CompareOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, RooflineOptions,
     SchedulerOptions, spell, spell_on, takes,
 )
 from mlms_nb.schema.levels import TraceLevel
@@ -95,9 +97,10 @@ def models(framework: str | None = None) -> pd.DataFrame:
               f"{user.name}@{user.version}" for user, builtin in catalog.shadowed()
               if framework is None or user.framework.name == canonical_framework(framework)]
     frame.attrs["note"] = "\n".join(notes)
-    return frame
+    return for_people(frame)
 
 
+@quieted("evaluate")
 @takes(EvaluateOptions, "model", "inputs", "outputs", "preprocess", "postprocess", "metrics")
 def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, outputs: Any = None, preprocess: Any = None,
              postprocess: Any = None, metrics: Any = None) -> Evaluation | list[Evaluation]:
@@ -169,8 +172,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
 def history(options: HistoryOptions) -> pd.DataFrame:
     """Stored evaluations, newest first (one row per evaluation and framework; columns:
     :data:`mlms_nb.schema.evaluation.HISTORY`)."""
-    return HistoryStore(options.url).query(model=options.model, framework=options.framework, version=options.version,
-                                           complete=options.complete, limit=options.limit)
+    return for_people(HistoryStore(options.url).query(model=options.model, framework=options.framework,
+                                                      version=options.version, complete=options.complete,
+                                                      limit=options.limit))
 
 
 def history_import(path: str | os.PathLike, url: str | None = None) -> pd.DataFrame:
@@ -204,6 +208,7 @@ def load_evaluation(ref: str | int, url: str | None = None) -> Evaluation:
     return evaluation
 
 
+@quieted("convert")
 def convert(model: str, to: str, force: bool = False):
     """Build (or reuse) the ONNX Runtime or TensorFlow copy of a model's PyTorch weights."""
     return _convert(model, to=canonical_framework(to), force=force)
@@ -284,6 +289,13 @@ def layers(run, options: LayersOptions) -> Analysis:
     (``"latency"``, ``by="layer" | "type"``), or memory per layer (``"memory"``)."""
     what, by = options.what, options.by
     table = _layers.compute(_traced_layers(run), what=what, by=by)
+    if options.framework is not None:
+        have = list(dict.fromkeys(table["framework"]))
+        if options.framework not in have:
+            raise MlmsError(f"{spell('framework', options.framework)}: this run traced {', '.join(have)}")
+        attrs = table.attrs
+        table = table[table["framework"] == options.framework].reset_index(drop=True)
+        table.attrs = attrs
     title = {"occurrence": "Layer occurrence per type (calls in one predict call)",
              "latency": f"Layer latency per {by} (self time over the traced calls, ms)",
              "memory": "Memory held per layer (bytes allocated and still held at its end)"}[what]
@@ -345,16 +357,48 @@ def batch_scaling(run) -> Analysis:
     return Analysis("batch_scaling", f"Batch scaling of {evaluation.model}", table, _batch_scaling.plot)
 
 
-def compare(run_a, run_b, labels: tuple[str, str] = ("A", "B")) -> Analysis:
+@takes(CompareOptions, "run_a", "run_b", "labels")
+def compare(run_a, run_b, options: CompareOptions, *, labels: tuple[str, str] = ("A", "B")) -> Analysis:
     """A/B: per framework and batch size, median latency deltas with a Mann-Whitney U test on the raw samples
-    and a bootstrap CI; per-layer deltas too (``.extra["layers"]``) when both runs were traced."""
+    and a bootstrap CI; per-layer deltas too (``.extra["layers"]``) when both runs were traced: for every framework
+    both traced (a ``framework`` column), or ``framework_a`` of A against ``framework_b`` of B."""
     a, b = resolve_run(run_a), resolve_run(run_b)
     table = _compare.compute(a, b, labels=labels)
     extra = {}
     if a.traces and b.traces:
-        extra["layers"] = _compare.layers(a.trace.spans, b.trace.spans, labels=labels)
+        extra["layers"] = _compare_layers(a, b, options, labels)
+    elif options.framework_a or options.framework_b:
+        raise MlmsError(f"{spell('framework_a', options.framework_a or options.framework_b)} picks the layers to "
+                        f"compare, and only traced runs have layers: {'A' if not a.traces else 'B'} was not traced")
     return Analysis("compare", f"{labels[0]} = {a.model} ({a.id}) vs {labels[1]} = {b.model} ({b.id})", table,
                     _compare.plot, extra=extra)
+
+
+def _compare_layers(a: Evaluation, b: Evaluation, options: CompareOptions, labels) -> pd.DataFrame:
+    """Per-layer deltas of each framework pair (A's framework, B's framework), one frame with a framework column."""
+    fa, fb = options.framework_a, options.framework_b or options.framework_a
+    if fa is None and fb is None:
+        pairs = [(f, f) for f in a.traces if f in b.traces]
+        if not pairs and len(a.traces) == 1 and len(b.traces) == 1:
+            pairs = [(next(iter(a.traces)), next(iter(b.traces)))]
+    else:
+        pairs = [(fa or fb, fb)]
+    for label, run, fw in ((labels[0], a, pairs[0][0] if pairs else None), (labels[1], b, pairs[0][1] if pairs else None)):
+        if fw is not None and fw not in run.traces:
+            raise MlmsError(f"{label} traced {', '.join(run.traces)}, not {fw!r}: choose with "
+                            f"{spell('framework_a', fw)} / {spell('framework_b', fw)}")
+    if not pairs:
+        raise MlmsError(f"{labels[0]} traced {', '.join(a.traces)} and {labels[1]} {', '.join(b.traces)}: no framework "
+                        f"in common; pick one of each with {spell('framework_a', next(iter(a.traces)))} and "
+                        f"{spell('framework_b', next(iter(b.traces)))}")
+    frames = []
+    for x, y in pairs:
+        part = _compare.layers(a.traces[x].spans, b.traces[y].spans, labels=labels)
+        frames.append(part.assign(framework=x if x == y else f"{x} vs {y}"))
+    out = pd.concat(frames, ignore_index=True)
+    out = out[["framework", *[c for c in out.columns if c != "framework"]]]
+    out.attrs = dict(frames[0].attrs)
+    return out
 
 
 def kernels(run) -> Analysis:
@@ -372,6 +416,7 @@ def timeline(run, backend: str = "bokeh", **kwargs) -> Displayable:
     return Displayable(_timeline.plot(_spans(run), backend, **kwargs))
 
 
+@quieted("diverge")
 @takes(DivergeOptions, "model")
 def diverge(model: str, options: DivergeOptions) -> Divergence | OutputDivergence:
     """Run ``model`` in each framework on the same inputs and compare every aligned layer (see

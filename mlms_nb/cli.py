@@ -18,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verb:
         parser.print_help()
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # our own progress lines at INFO; the libraries' (onnx_ir's "Replaced initializer", torch's "FakeTensor cache
+    # stats" at exit) only from WARNING up, and while a verb runs those go to $MLMS_HOME/logs/frameworks.log
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("mlms_nb").setLevel(logging.INFO)
     try:
         out = run(args.verb, args)
     except MlmsError as err:

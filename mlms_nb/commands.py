@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple
 
 from mlms_nb import api, display
+from mlms_nb._quiet import quiet
 from mlms_nb.analyses import figure_page
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import (
-    AgentOptions, AgentsOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, Options,
+    AgentOptions, AgentsOptions, CompareOptions, DivergeOptions, EvaluateOptions, HistoryOptions, LayersOptions, Options,
     RooflineOptions, SchedulerOptions, fields, python_default, spelling,
 )
 
@@ -106,7 +107,7 @@ ARGUMENTS: dict[str, list[Argument]] = {
     "layers": [RUN, *arguments(LayersOptions), PLOT, HTML, JSON_FLAG],
     "roofline": [RUN, *arguments(RooflineOptions), PLOT, HTML, JSON_FLAG],
     "compare": [Argument(("run_a",), {"help": "run A: a history id, evaluation id, saved .json, or notebook variable"}),
-                Argument(("run_b",), {"help": "run B, the same"}), PLOT, HTML, JSON_FLAG],
+                Argument(("run_b",), {"help": "run B, the same"}), *arguments(CompareOptions), PLOT, HTML, JSON_FLAG],
     "diverge": [Argument(("model",), {"help": "model name (see `models`) or a manifest path (for layers: a PyTorch "
                                                   "one)"}), *arguments(DivergeOptions), PLOT, HTML,
                 JSON_FLAG],
@@ -169,8 +170,9 @@ class Output:
 
 
 def run(verb: str, args: argparse.Namespace) -> Output:
-    """Run one verb with parsed arguments; its errors and advice name options by their flags (``--min-time``)."""
-    with spelling("cli"):
+    """Run one verb with parsed arguments; its errors and advice name options by their flags (``--min-time``).
+    What the frameworks print meanwhile is kept in ``$MLMS_HOME/logs/frameworks.log`` (``--verbose``: shown)."""
+    with spelling("cli"), quiet(verbose=True if getattr(args, "verbose", False) else None, label=f"mlms {verb}"):
         return RUNNERS[verb](args)
 
 
@@ -285,7 +287,7 @@ def run_roofline(args: argparse.Namespace) -> Output:
 
 
 def run_compare(args: argparse.Namespace) -> Output:
-    return _result_output(api.compare(args.run_a, args.run_b), args)
+    return _result_output(api.compare(args.run_a, args.run_b, **given(CompareOptions, args)), args)
 
 
 def run_diverge(args: argparse.Namespace) -> Output:
@@ -333,8 +335,14 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], Output]] = {
 }
 
 
+VERBOSE = Argument(("--verbose",), {"action": "store_true",
+                                    "help": "also show what the frameworks print (TensorFlow, ONNX Runtime, Kineto "
+                                            "start-up lines and warnings); otherwise it is kept in "
+                                            "$MLMS_HOME/logs/frameworks.log"})
+
+
 def add_arguments(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
-    for flags, kwargs in ARGUMENTS[verb]:
+    for flags, kwargs in [*ARGUMENTS[verb], VERBOSE]:
         parser.add_argument(*flags, **kwargs)
     return parser
 

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from mlms_nb.schema.divergence import column, pair_label
+from mlms_nb.tables import table_html, table_text
 
 MAX_ROWS = 60
 """Rows of a table shown before the middle is elided."""
@@ -181,16 +182,17 @@ def records(frame: pd.DataFrame) -> list[dict]:
 # ---------------------------------------------------------------------------------------------- tables and pages
 
 def _table_text(t: Table) -> str:
-    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
-        body = t.empty if t.frame.empty else t.frame.to_string(index=False, max_rows=MAX_ROWS)
-    return "\n".join(filter(None, [t.title, body, t.note]))
+    """The table as :mod:`mlms_nb.tables` formats it for people (the same digits, units and width as the report)."""
+    if t.frame.empty:
+        return "\n".join(filter(None, [t.title, t.empty, t.note]))
+    return table_text(t.frame, t.title or None, t.note, max_rows=MAX_ROWS)
 
 
 def _table_html(t: Table) -> str:
-    head = f"<h4>{html.escape(t.title)}</h4>" if t.title else ""
-    body = (f"<p>{html.escape(t.empty)}</p>" if t.frame.empty
-            else t.frame.to_html(index=False, border=0, na_rep="", max_rows=MAX_ROWS))
-    return head + body + (f"<p><small>{html.escape(t.note)}</small></p>" if t.note else "")
+    if t.frame.empty:
+        head = f"<h4>{html.escape(t.title)}</h4>" if t.title else ""
+        return head + f"<p>{html.escape(t.empty)}</p>" + (f"<p><small>{html.escape(t.note)}</small></p>" if t.note else "")
+    return table_html(t.frame, t.title or None, t.note, max_rows=MAX_ROWS)
 
 
 def _notes_text(n: Notes) -> str:

@@ -422,6 +422,16 @@ class LayersOptions(Options):
     """See :func:`mlms_nb.layers`."""
     what: Literal["occurrence", "latency", "memory"] = _opt("latency", "which table", "--what")
     by: Literal["layer", "type"] = _opt("layer", "latency per layer or per layer type", "--by")
+    framework: str | None = _opt(None, "only this framework (default: every traced framework, one panel each)",
+                                 "--framework")
+
+
+class CompareOptions(Options):
+    """See :func:`mlms_nb.compare`."""
+    framework_a: str | None = _opt(None, "the framework of run A whose layers to compare (default: every framework "
+                                   "both runs traced, side by side)", "--framework-a")
+    framework_b: str | None = _opt(None, "the framework of run B (default: the same as --framework-a)",
+                                   "--framework-b")
 
 
 class RooflineOptions(Options):

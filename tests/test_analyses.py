@@ -402,9 +402,10 @@ def test_cpu_only_trace_has_no_kernels(trace):
 
 @pytest.mark.slow
 def test_04_roofline_and_layers_notebook(shared_home):
-    from tests.test_notebooks import run_notebook_once, text_of
+    from tests.test_notebooks import run_notebook_once, stray_stderr, text_of
 
     nb = run_notebook_once("04_roofline_and_layers.ipynb")  # the PDF test in test_report.py reads the same run
+    assert stray_stderr(nb) == []  # as every example notebook: nothing on stderr but what is listed with why
     code = [c for c in nb.cells if c.cell_type == "code"]
     occurrence = text_of(code[1])
     assert "Conv2dStaticSamePadding" in occurrence and "every predict call ran the same number of layers" in occurrence

@@ -96,3 +96,45 @@ def test_bad_runs_are_sentences(runs, shared_home, capsys):
     with pytest.raises(mlms_nb.errors.MlmsError, match="per='tensor': expected 'layer' or 'model'"):
         mlms_nb.roofline(plain, per="tensor")
     assert np.isfinite(plain.latency["median_ms"]).all()  # nothing measured was lost
+
+
+@pytest.fixture(scope="module")
+def two_framework_runs(models_home):
+    common = dict(framework="torch,onnxruntime", batch_sizes=[1], dataset="synthetic:2", warmup=1, min_repeats=3,
+                  min_time_s=0, trace_level="FRAMEWORK", trace_repeats=2, progress=False)
+    return mlms_nb.evaluate("efficientnet_lite0", **common), mlms_nb.evaluate("efficientnet_lite0", **common)
+
+
+@pytest.mark.slow
+def test_compare_by_evaluation_id_of_two_multi_framework_traced_runs(two_framework_runs, shared_home, capsys):
+    """By evaluation id from the CLI: every framework both runs traced, side by side; one pair with
+    --framework-a/--framework-b; the magic takes the same flags; `layers` draws a panel per framework."""
+    a, b = two_framework_runs
+    data = cli_json(capsys, "compare", a.id, b.id, "--plot", "none")
+    assert {r["framework"] for r in data["rows"]} == {"torch", "onnxruntime"}
+    layers = data["layers"]
+    assert {r["framework"] for r in layers} == {"torch", "onnxruntime"}
+    assert all(0 <= r["p_value"] <= 1 for r in layers)
+    data = cli_json(capsys, "compare", a.id, b.id, "--framework-a", "torch", "--framework-b", "onnxruntime",
+                    "--plot", "none")
+    assert {r["framework"] for r in data["layers"]} == {"torch vs onnxruntime"}
+    assert main(["compare", a.id, b.id, "--framework-a", "tensorflow", "--plot", "none"]) == 2
+    assert "not 'tensorflow'" in capsys.readouterr().err
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_line_magic("load_ext", "mlms_nb")
+        shell.user_ns.update(ev_a=a)
+        ab = shell.run_line_magic("mlms", f"compare ev_a {b.id} --framework-a onnxruntime --plot none -o")
+        assert set(ab.extra["layers"]["framework"]) == {"onnxruntime"}
+        per_fw = shell.run_line_magic("mlms", "layers ev_a --what occurrence --plot none -o")
+        figure = per_fw.plot("bokeh")
+        assert len(figure.children) == 2  # one panel per framework, stacked
+        titles = [child.title.text for child in figure.children]
+        assert any("torch" in t for t in titles) and any("onnxruntime" in t for t in titles)
+        only = shell.run_line_magic("mlms", "layers ev_a --what occurrence --framework torch --plot none -o")
+        assert set(only.table["framework"]) == {"torch"}
+    finally:
+        InteractiveShell.clear_instance()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,9 @@ from pathlib import Path
 import pytest
 
 MLMS = [sys.executable, "-m", "mlms_nb.cli"]
+#: the progress lines mlms-nb writes on stderr; the frameworks' own lines go to $MLMS_HOME/logs/frameworks.log
+OUR_LINES = re.compile(r"(opened \S+ in [\d,]+ ms|timing \w+ at batch size|tracing \w+ at level|building |built |"
+                       r"\S+ \w+: full pass |stored )")
 
 
 def mlms(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -70,6 +74,8 @@ def test_eval_json_schema_and_history(shared_home, tmp_path):
                "--dataset", "imagenet-samples", "--min-repeats", "5", "--min-time", "0.1", "--warmup", "3", "--json",
                home=home)
     assert out.returncode == 0, out.stderr
+    theirs = [line for line in out.stderr.splitlines() if not OUR_LINES.match(line)]
+    assert not theirs, f"stderr holds lines that are not mlms-nb's own: {theirs}"
     data = json.loads(out.stdout)
     assert [r["framework"] for r in data["results"]] == ["torch", "onnxruntime"]
     for result in data["results"]:

@@ -193,4 +193,75 @@ def test_nbconvert_mlms_pdf_keeps_every_bokeh_figure_of_example_04(home, tmp_pat
     pdf = tmp_path / "04.pdf"
     flat = check_pdf(pdf, "A4", tmp_path / "images", figures_at_least=bokeh + pngs)
     assert "Roofline and layers" in flat and "Contents" in flat
+    # each Bokeh figure prints whole, at the aspect ratio it has on screen (measured in the notebook as JupyterLab's
+    # HTML draws it, a 1100 px window: not the exporter's own page), with its bars or points drawn
+    on_screen = bokeh_sizes_on_screen(executed)
+    assert len(on_screen) == bokeh, on_screen
+    matplotlib_dims = {png_size(o["data"]["image/png"]) for c in nb.cells for o in c.get("outputs", [])
+                       if "image/png" in o.get("data", {})}
+    printed = [(w, h, path) for w, h, path in pdf_images(pdf, tmp_path / "bokeh") if (w, h) not in matplotlib_dims]
+    assert len(printed) == bokeh, (printed, on_screen)
+    for (w, h, path), (sw, sh) in zip(printed, on_screen):
+        assert abs((w / h) / (sw / sh) - 1) < 0.05, (path, w, h, sw, sh)
+        assert drawn_share(path) > 0.002, path  # bars/points in the palette's colours, not an empty frame
     shutil.copy(pdf, ARTIFACTS / "04_roofline_and_layers.pdf") if ARTIFACTS.is_dir() else None
+
+
+FIGURE_ROOTS_JS = """() => [...document.querySelectorAll('.mlms-bokeh')].map(f => {
+  const root = [...f.querySelectorAll('*')].find(e => [...e.classList].some(c => c.startsWith('bk-')));
+  const b = root ? root.getBoundingClientRect() : {width: 0, height: 0};
+  return [b.width, b.height]; })"""
+
+
+def bokeh_sizes_on_screen(notebook: Path) -> list[tuple[float, float]]:
+    """The CSS size of every Bokeh figure of ``notebook`` as nbconvert's lab HTML draws it in Chromium."""
+    from mlms_nb.reporting.chromium import Browser
+    from mlms_nb.reporting.screenshots import lab_html
+
+    page = notebook.with_suffix(".lab.html")
+    page.write_text(lab_html(notebook), encoding="utf-8")
+    wait = f"() => {{ const s = ({FIGURE_ROOTS_JS})(); return s.length > 0 && s.every(([w, h]) => w > 50 && h > 50); }}"
+
+    def measure(browser):
+        tab = browser._browser.new_page(viewport={"width": 1100, "height": 1000})
+        try:
+            tab.goto(page.resolve().as_uri(), wait_until="load", timeout=60_000)
+            tab.wait_for_function(wait, timeout=60_000)
+            tab.wait_for_timeout(1000)
+            return [tuple(size) for size in tab.evaluate(FIGURE_ROOTS_JS)]
+        finally:
+            tab.close()
+
+    with Browser() as browser:
+        return browser._call(measure, browser)
+
+
+def png_size(data: str) -> tuple[int, int]:
+    import base64
+    import io
+
+    from PIL import Image
+
+    return Image.open(io.BytesIO(base64.b64decode(data))).size
+
+
+def pdf_images(pdf: Path, folder: Path) -> list[tuple[int, int, Path]]:
+    """Every image of ``pdf`` in order: (width, height) in pixels and the PNG pdfimages wrote."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["pdfimages", "-png", str(pdf), str(folder / "img")], check=True)
+    from PIL import Image
+
+    return [(*Image.open(path).size, path) for path in sorted(folder.glob("img-*.png"))]
+
+
+def drawn_share(path: Path) -> float:
+    """The share of an image's pixels in one of the figures' palette colours (within a small tolerance)."""
+    import numpy as np
+    from PIL import Image
+
+    from mlms_nb.analyses._plot import PALETTE
+
+    pixels = np.asarray(Image.open(path).convert("RGB"), dtype=int).reshape(-1, 3)
+    colours = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in PALETTE])
+    near = (np.abs(pixels[:, None, :] - colours[None, :, :]).max(axis=2) < 40).any(axis=1)
+    return float(near.mean())

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import nbformat
 import numpy as np
@@ -112,6 +113,40 @@ def test_quiet_drops_kineto_lines_of_a_real_torch_profiler():
     assert "USDT:" not in quiet and quiet.strip() == "--end--"
 
 
+def test_quiet_keeps_onnxruntime_and_library_log_chatter_in_the_log_file(tmp_path):
+    """A real ONNX Runtime session that serializes its optimized graph warns on fd 2 (ANSI-coloured); onnx_ir logs
+    "Replaced initializer" at INFO: inside `quiet` neither reaches stderr, both are in $MLMS_HOME/logs, our own
+    lines and other warnings still show."""
+    script = textwrap.dedent(f"""
+        import logging, os, sys, warnings
+        import onnx, onnxruntime as ort
+        from onnx import TensorProto, helper
+        from mlms_nb._quiet import chatter_log, quiet
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.optimized_model_filepath = {str(tmp_path / "opt.onnx")!r}
+        with quiet(label="test block"):
+            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            logging.getLogger("onnx_ir.passes.common").info("Replaced initializer 'a' with existing initializer 'b'")
+            logging.getLogger("mlms_nb.test").info("our own progress line")
+            warnings.warn("a warning of the user's own", UserWarning)
+        print("LOG=" + str(chatter_log()), flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, MLMS_VERBOSE="0", MLMS_HOME=str(tmp_path / "home")))
+    assert done.returncode == 0, done.stderr
+    assert "onnxruntime" not in done.stderr and "Replaced initializer" not in done.stderr
+    assert "our own progress line" in done.stderr and "a warning of the user's own" in done.stderr
+    log = Path(done.stdout.split("LOG=")[1].strip()).read_text()
+    assert "test block" in log and "Replaced initializer" in log and "[W:onnxruntime:" in log
+    assert "\x1b[" not in log  # the colour codes are left out of the log
+
+
 # ---------------------------------------------------------------------------------------------- cleanup
 
 def test_cleanup_keeps_real_errors_and_drops_chatter_progress_and_widgets():
@@ -154,3 +189,23 @@ def test_cli_without_chromium_says_what_to_install(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().startswith("mlms report: PDF reports need Chromium")
     assert "apt-get install chromium" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_latency_digits_follow_the_ci_and_frames_show_themselves_for_people():
+    """torch.utils.benchmark's rule: a median whose 95% CI is +-0.1 ms at 13 ms has 2 significant figures; one whose
+    CI is +-21 ms at 150 ms has 1; the column gets the fewest. Counts stay integers (no e-notation), stored times
+    read to the second, and a derived frame (a selection, a groupby) still shows itself the same way."""
+    from mlms_nb.tables import for_people, significant_figures
+
+    assert significant_figures([13.0, 150.0, 5.0], [12.9, 115.0, 5.0], [13.1, 157.0, 5.0]).tolist() == [2, 1, 4]
+    frame = for_people(pd.DataFrame({
+        "framework": ["torch", "onnxruntime"], "median_ms": [13.0123, 150.4567], "median_ci_low_ms": [12.91, 115.0],
+        "median_ci_high_ms": [13.11, 157.0], "context_switches": [21.0, 3_000_000.0],
+        "created_at": ["2026-11-26T17:13:28.544663+00:00", "2026-11-26T17:14:00Z"]}))
+    text = repr(frame)
+    assert "e+" not in text and "3,000,000" in text and " 21 " in text + " "
+    assert "2026-11-26 17:13:28Z" in text and "544663" not in text
+    assert "median (ms)" in text and "13.0123" not in text and "150.4567" not in text
+    derived = frame[frame["framework"] == "torch"].groupby("framework")[["median_ms"]].sum()
+    assert "median (ms)" in repr(derived) and "framework" in repr(derived)  # the index is kept as a column
+    assert "<table" in derived._repr_html_() and isinstance(derived, pd.DataFrame)

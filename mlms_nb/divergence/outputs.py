@@ -16,11 +16,13 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from mlms_nb.tables import FramesForPeople
+from mlms_nb._quiet import quieted
 from mlms_nb.errors import MlmsError
 
 
 @dataclass
-class OutputDivergence:
+class OutputDivergence(FramesForPeople):
     """Every output of ``model`` in each framework against the reference (``frameworks[0]``)."""
     model: str
     frameworks: list[str]
@@ -72,6 +74,7 @@ class OutputDivergence:
         return display.mimebundle(self)
 
 
+@quieted("diverge")
 def diverge_outputs(model: Any, frameworks: str | Iterable[str] = ("torch", "onnxruntime"),
                     dataset: Any = None, tolerance: float = 1e-4, limit: int | None = 16, batch_size: int = 4,
                     trust: bool = False, metrics: Any = None) -> OutputDivergence:

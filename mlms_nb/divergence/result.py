@@ -6,12 +6,13 @@ from typing import Any
 
 import pandas as pd
 
+from mlms_nb.tables import FramesForPeople
 from mlms_nb import display
 from mlms_nb.analyses import divergence as _analysis
 
 
 @dataclass
-class Divergence:
+class Divergence(FramesForPeople):
     """Where the outputs of one model drift apart across frameworks, layer by layer.
 
     - ``layers``: one row per aligned layer in PyTorch execution order (``layer_index``, ``layer`` (label),

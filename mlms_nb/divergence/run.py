@@ -12,6 +12,7 @@ from mlms_nb.analyses import divergence as _analysis
 from mlms_nb.divergence.align import build_rows, fold_map
 from mlms_nb.divergence.latency import how_measured, row_latency, traced_calls
 from mlms_nb.divergence.result import Divergence
+from mlms_nb._quiet import quieted
 from mlms_nb.errors import MlmsError, UnknownModelError
 from mlms_nb.frameworks.base import Predictor, PredictorOptions, open_predictor
 from mlms_nb.frameworks.live import check_trust
@@ -173,6 +174,7 @@ def converted_copy(torch_predictor: Predictor, framework: str):
     return copy_of_module(torch_predictor.manifest, torch_predictor.native_model, framework)
 
 
+@quieted("diverge")
 def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime"), dataset: Any = None,
             tolerance: float = 1e-4, limit: int | None = None, quantized: bool | str = False, batch_size: int = 4,
             latency_repeats: int = 5, trust: bool = False) -> Divergence:

@@ -5,7 +5,9 @@
 end, so they cross a process boundary like any record. :class:`ProgressDisplay` runs in the runner: one
 ``tqdm.auto`` bar per framework (a terminal line on stderr, an ipywidget in a notebook), reset for each pass (full
 pass, warm-up, timed loop) with inputs done, inputs/s and the ETA; when the framework is done the bar becomes a
-one-line summary of its full pass and stays. Where nobody watches (stderr redirected to a file or a pipe, outside a
+one-line summary of its full pass and stays. In a notebook the bar is plain HTML (a ``<progress>`` element) redrawn
+in place through a display id -- no ipywidget: a saved notebook reopens with the summary line (no "model not
+found"), the line wraps instead of being clipped, and no widget traffic marks the kernel idle while it works. Where nobody watches (stderr redirected to a file or a pipe, outside a
 notebook kernel) there is no bar -- its carriage-return redraws would fill the log -- only that summary line.
 """
 from __future__ import annotations
@@ -121,10 +123,13 @@ class ProgressDisplay:
     def _show(self, p: PassProgress) -> None:
         bar = self.bars.get(p.framework)
         if bar is None:
-            from tqdm.auto import tqdm
+            if in_kernel():
+                bar = self.bars[p.framework] = HtmlBar(total=p.total, desc=self._desc(p))
+            else:
+                from tqdm import tqdm
 
-            bar = self.bars[p.framework] = tqdm(total=p.total, unit="input", leave=True, dynamic_ncols=True,
-                                               mininterval=0.2, desc=self._desc(p))
+                bar = self.bars[p.framework] = tqdm(total=p.total, unit="input", leave=True, dynamic_ncols=True,
+                                                   mininterval=0.2, desc=self._desc(p))
         if bar.desc.rstrip(": ") != self._desc(p) or (p.done < bar.n):  # a new pass: the same bar, reset
             bar.set_description_str(self._desc(p), refresh=False)
             bar.reset(total=p.total)
@@ -175,16 +180,86 @@ class ProgressDisplay:
 
 
 def watched() -> bool:
-    """True where a live bar reads well: stderr is a terminal, or this is a notebook's kernel (tqdm.auto draws a
-    widget there, whatever stderr is)."""
+    """True where a live bar reads well: stderr is a terminal, or this is a notebook's kernel (an HTML bar is drawn
+    there, whatever stderr is)."""
     try:
         if sys.stderr is not None and sys.stderr.isatty():
             return True
     except (AttributeError, ValueError):  # a replaced or closed stderr
         pass
+    return in_kernel()
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (where rich output is shown)."""
     shell = sys.modules.get("IPython")
     ipython = getattr(shell, "get_ipython", lambda: None)() if shell else None
     return ipython is not None and "IPKernelApp" in getattr(ipython, "config", {})
+
+
+class HtmlBar:
+    """A progress bar for a notebook as static HTML, redrawn in place (``update_display_data``) at most every
+    ``mininterval_s``; it answers the part of tqdm's interface :class:`ProgressDisplay` uses. With
+    ``bar_format = "{desc}"`` it shows only its description (the summary line), which wraps."""
+
+    def __init__(self, total: int | None, desc: str, mininterval_s: float = 0.2):
+        from IPython.display import display
+
+        self.total, self.desc, self.n = total, desc, 0
+        self.bar_format: str | None = None
+        self.mininterval_s = mininterval_s
+        self._start = self._last = time.monotonic()
+        self.handle = display(self._bundle(), raw=True, display_id=True)
+
+    def set_description_str(self, desc: str, refresh: bool = True) -> None:
+        self.desc = desc
+        if refresh:
+            self.refresh()
+
+    def reset(self, total: int | None = None) -> None:
+        self.n, self.total, self._start = 0, total, time.monotonic()
+        self.refresh()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if time.monotonic() - self._last >= self.mininterval_s:
+            self.refresh()
+
+    def refresh(self) -> None:
+        self._last = time.monotonic()
+        if self.handle is not None:
+            self.handle.update(self._bundle(), raw=True)
+
+    def close(self) -> None:
+        self.refresh()
+
+    def text(self) -> str:
+        if self.bar_format == "{desc}":
+            return self.desc
+        elapsed = time.monotonic() - self._start
+        rate = self.n / elapsed if elapsed > 0 else 0.0
+        if self.total:
+            eta = (self.total - self.n) / rate if rate > 0 else float("nan")
+            left = f", about {_clock(eta)} left" if math.isfinite(eta) and self.n < self.total else ""
+            return (f"{self.desc}: {min(100, 100 * self.n // self.total)}% {self.n:,}/{self.total:,} inputs "
+                    f"[{_clock(elapsed)}{left}, {rate:.4g} inputs/s]")
+        return f"{self.desc}: {self.n:,} inputs [{_clock(elapsed)}, {rate:.4g} inputs/s]"
+
+    def _bundle(self) -> dict:
+        import html
+
+        text = self.text()
+        bar = "" if self.bar_format == "{desc}" or not self.total else (
+            f'<progress value="{min(self.n, self.total)}" max="{self.total}" '
+            'style="width:16em;vertical-align:middle;margin-right:0.6em"></progress>')
+        return {"text/plain": text,
+                "text/html": f'<div class="mlms-progress" style="white-space:normal;overflow-wrap:anywhere">{bar}'
+                             f'<span>{html.escape(text)}</span></div>'}
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60:02d}:{seconds % 60:02d}"
 
 
 def _set_total(bar, total: int | None) -> None:

@@ -17,6 +17,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from mlms_nb.tables import FramesForPeople, for_people
 from mlms_nb import display
 from mlms_nb._facade import FacadeMethod
 from mlms_nb._clock import new_id, now_utc
@@ -35,7 +36,7 @@ __all__ = ["Evaluation", "EvaluationFormatError"]
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
-class Evaluation:
+class Evaluation(FramesForPeople):
     """One evaluation of one model in one or more frameworks, on one stack, with one set of options.
 
     Frames (empty when not measured): ``latency`` one row per framework x batch size x scenario
@@ -172,7 +173,7 @@ class Evaluation:
             for col in ("top1", "top5", "median_ms", "p90_ms", "p99_ms", "throughput_per_s"):
                 frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
         frame.attrs["note"] = self.measurement_note()
-        return frame
+        return for_people(frame)
 
     def measurement_note(self) -> str:
         """How the numbers were measured, in one paragraph (repetitions, warm-up, threads, scenario, clock)."""

@@ -72,7 +72,7 @@ class ProcessLauncher(Launcher):
         limits = self.limits
         return [sys.executable, "-m", "mlms_nb.launchers.worker", str(fd), str(clock_fd), str(os.getpid()),
                 str(limits.memory_limit_bytes or 0), str(limits.call_timeout_s or 0),
-                str(logging.getLogger().getEffectiveLevel()), current_spelling()]
+                str(logging.getLogger("mlms_nb").getEffectiveLevel()), current_spelling()]
 
 
 class _Supervisor:

@@ -64,7 +64,9 @@ def main(argv: list[str]) -> None:
     import numpy  # noqa: F401
 
     _limit_memory(memory_limit)
-    logging.basicConfig(level=log_level, format="%(message)s", stream=sys.stderr)
+    # the parent's level of mlms-nb's own lines; the libraries' only from WARNING up (as the mlms command does)
+    logging.basicConfig(level=max(log_level, logging.WARNING), format="%(message)s", stream=sys.stderr)
+    logging.getLogger("mlms_nb").setLevel(log_level)
 
     from mlms_nb.launchers import stopping
     from mlms_nb.launchers.base import Outcome, outcome_of

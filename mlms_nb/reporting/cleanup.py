@@ -107,6 +107,10 @@ def _bokeh_js_fallback() -> str:
     return "\n".join(INLINE.js_raw)
 
 
+#: The width of JupyterLab's output column (its file browser open, a 1400 px window): a figure that stretches to
+#: the width is drawn for print at the size it has on screen, so the PNG has the on-screen aspect ratio.
+OUTPUT_COLUMN_PX = 970
+
 RENDERED = """() => {
   const figs = document.querySelectorAll('.mlms-fig');
   if (!window.Bokeh || !Bokeh.documents || Bokeh.documents.length < figs.length) return false;
@@ -117,14 +121,20 @@ RENDERED = """() => {
     return false;
   }
   if (performance.now() - window.__mlmsToolbarsHidden < 250) return false;
-  return [...figs].every(f => f.getBoundingClientRect().width > 0 && f.querySelector('.bk-Canvas, canvas, .bk-root, [class^="bk"]'));
+  for (const f of figs) {  // the outermost element BokehJS drew: what is photographed, at its own size
+    const root = [...f.querySelectorAll('*')].find(e => [...e.classList].some(c => c.startsWith('bk-')));
+    const box = root && root.getBoundingClientRect();
+    if (!box || box.width < 50 || box.height < 50) return false;
+    root.setAttribute('data-mlms-shot', f.id);
+  }
+  return true;
 }"""
 
 
 def _render_page(load_js: str, figures: list[dict[str, Any]]) -> str:
     parts = ['<!DOCTYPE html><html><head><meta charset="utf-8"><style>',
              "body{margin:0;padding:4px;background:#fff;font-family:sans-serif}",
-             ".mlms-fig{display:inline-block;background:#fff;margin:4px}",
+             f".mlms-fig{{display:block;width:{OUTPUT_COLUMN_PX}px;background:#fff;margin:4px 0}}",
              "</style><script>var element = document.createElement('div');</script>",
              f"<script>{load_js}</script></head><body>"]
     for i, fig in enumerate(figures):
@@ -133,20 +143,44 @@ def _render_page(load_js: str, figures: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def static_bokeh(nb, browser, scale: float = 2.0) -> dict[str, int]:
-    """Replace every Bokeh figure by a PNG of it rendered in ``browser`` (toolbars hidden); drop the BokehJS
-    load outputs. A figure that cannot be rendered is replaced by one line saying so, never silently dropped."""
+class BokehPrintError(RuntimeError):
+    """A Bokeh figure of the notebook could not be drawn for print (the PDF would lose it)."""
+
+
+def _blank(png: bytes) -> bool:
+    """True when a screenshot holds no drawing: every pixel the colour of its corner."""
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    background = image.getpixel((0, 0))
+    return image.getextrema() == tuple((v, v) for v in background)
+
+
+def static_bokeh(nb, browser, scale: float = 2.0, strict: bool = True) -> dict[str, int]:
+    """Replace every Bokeh figure by a PNG of it rendered in ``browser`` at its on-screen size (the width of
+    JupyterLab's output column; toolbars hidden); drop the BokehJS load outputs. A figure that cannot be rendered,
+    or renders blank, raises `BokehPrintError` naming its cell (``strict=False``: replaced by one line saying so);
+    never silently dropped."""
     load_js, figures = _bokeh_figures(nb)
     counts = {"bokeh_figures": len(figures), "bokeh_failed": 0}
     if figures:
         reason = "it was not found on the page BokehJS drew"
         try:
-            shots = browser.capture(_render_page(load_js or _bokeh_js_fallback(), figures), ".mlms-fig", scale,
-                                    wait_js=RENDERED)
+            shots = browser.capture(_render_page(load_js or _bokeh_js_fallback(), figures), "[data-mlms-shot]",
+                                    scale, wait_js=RENDERED)
         except Exception as err:  # a figure BokehJS cannot draw here: say so where the figure was
             shots = []
             reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        shots = [None if shot is not None and _blank(shot[0]) else shot for shot in shots]
         shots = list(shots) + [None] * (len(figures) - len(shots))
+        failed = [i for i, shot in enumerate(shots) if shot is None]
+        if failed and strict:
+            cells = [c for c in nb.cells if c.get("cell_type") == "code"]
+            where = ", ".join(f"code cell {cells.index(figures[i]['cell']) + 1}" for i in failed)
+            raise BokehPrintError(f"{len(failed)} of {len(figures)} Bokeh figure(s) could not be drawn for print "
+                                  f"({where}): {reason}; the PDF would lose them")
         for fig, shot in zip(figures, shots):
             div, script = fig["div"], fig["exec"]
             if shot is None:

@@ -100,7 +100,21 @@ def options_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
             values = [((e.options.get("predictors") or {}).get(fw) or {}).get(key) for e in evaluations]
             if any(v is not None for v in values):
                 rows[f"{fw}: {label}"] = [_text(v) for v in values]
-    return by_run(rows, labels, key="option")
+    if len(evaluations) < 2:
+        return by_run(rows, labels, key="option")
+    # several runs: side by side, the options that differ first and marked, values short enough that the runs'
+    # columns fit the page together (a long model path would push B's column under A's)
+    differ = {name: len(set(values)) > 1 for name, values in rows.items()}
+    ordered = {name: [_short(v) for v in rows[name]] for name in sorted(rows, key=lambda n: not differ[n])}
+    frame = by_run(ordered, labels, key="option")
+    frame.insert(1, "differs", ["yes" if differ[name] else "" for name in ordered])
+    frame.attrs["keys"] = ["option", "differs"]
+    return frame
+
+
+def _short(text: str, most: int = 36) -> str:
+    """A value cut to ``most`` characters, keeping its end (a path's file name, a hash's tail)."""
+    return text if len(text) <= most else "…" + text[-(most - 1):]
 
 
 def manifests_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:

@@ -86,7 +86,9 @@ def measured(runs, labels) -> None:
         left_out("no manifest was stored with these runs")
     else:
         show_table(manifests, "Manifests and the sha256 of their assets", key=["run", "framework"], max_text=80)
-    show_table(describe.options_table(runs, labels), "Options", key=["option"])
+    options = describe.options_table(runs, labels)
+    show_table(options, "Options" + (" (side by side; those that differ first)" if len(runs) > 1 else ""),
+               key=list(options.attrs.get("keys", ["option"])))
     for label, run in zip(labels, runs):
         note(run.measurement_note(), f"How {label} was measured:" if label else "How it was measured:")
     heading("Reproduce", 3)

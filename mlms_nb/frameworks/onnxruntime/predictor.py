@@ -21,6 +21,7 @@ from typing import Mapping
 import numpy as np
 import onnxruntime as ort
 
+from mlms_nb._quiet import quiet
 from mlms_nb.data.assets import resolve_asset
 from mlms_nb.data.feeds import input_names, output_names
 from mlms_nb.errors import ModelFileError, PredictorError
@@ -117,7 +118,8 @@ class OnnxRuntimePredictor(Predictor):
 
     def _new_session(self, so: ort.SessionOptions) -> ort.InferenceSession:
         try:
-            return ort.InferenceSession(self.artifact, sess_options=so, providers=self._providers)
+            with quiet(label=f"onnxruntime session of {Path(str(self.artifact)).name}"):  # "Serializing optimized model"
+                return ort.InferenceSession(self.artifact, sess_options=so, providers=self._providers)
         except Exception as err:  # ORT raises its own exception types; say which file failed
             raise unreadable(self.artifact, "onnxruntime", "an ONNX graph", err) from None
 

@@ -25,6 +25,7 @@ import time
 import numpy as np
 import torch
 
+from mlms_nb._quiet import quiet
 from mlms_nb.tracing.attribution import containment_parents
 from mlms_nb.schema.levels import TraceLevel
 
@@ -190,11 +191,13 @@ class OpProfiler:
         self.tracer = tracer
         self._first_record = len(tracer)
         self._profile = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
-        self._profile.start()
+        with quiet(label="torch.profiler start"):  # Kineto's "USDT: ... profiler_start" lines
+            self._profile.start()
 
     def stop(self) -> dict:
         """Stop profiling and add the ops; returns what the clock mapping found (for the trace metadata)."""
-        self._profile.stop()
+        with quiet(label="torch.profiler stop"):
+            self._profile.stop()
         perf, wall = time.perf_counter_ns(), time.time_ns()
         events = [e for e in self._profile.profiler.kineto_results.events() if _is_cpu_op(e)]
         return add_ops(self.tracer, events, wall - perf, self._first_record)

@@ -1,0 +1,458 @@
+"""Tables for people, in one place for the terminal, the notebook and the report: units in the headers, a
+sensible precision per column, key columns first, and wide tables split into parts that each fit an A4 page or a
+notebook's output column (the key columns repeated in every part).
+
+Units come from the column names, as the house spells them (``median_ms``, ``memory_bytes``,
+``throughput_per_s``, ``flops``, ``share_pct``, ``intensity_flop_per_byte``). Bytes, FLOPs and rates are scaled
+to one prefix per column (MiB, GFLOP, GFLOP/s, ...) named in the header; every number in a column gets the
+same number of decimals, chosen for about three significant digits of the column's typical value -- or, for the
+latency statistics of a frame that holds the 95% CI of the median, for the digits that CI supports
+(torch.utils.benchmark's rule: ``floor(log10(median / half-width))`` significant figures, 1 to 4). Integers show
+as integers with thousands separators (no e-notation), times as ``YYYY-MM-DD HH:MM:SS``.
+
+- :func:`format_frame` -- the formatted table (strings), headers with units, key columns first;
+- :func:`split_columns` -- that table split into parts no wider than a number of characters;
+- :func:`table_html` / :func:`table_text` -- the parts as HTML (class ``mlms-table``) or plain text;
+- :class:`Table` -- what a notebook displays (both renderings), :func:`show_table` displays it;
+- :class:`PeopleFrame` / :func:`for_people` -- a DataFrame (every pandas operation works) that shows itself so.
+
+Bottom layer: imports nothing from mlms_nb.
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+#: Columns that identify a row, shown first (in this order) and repeated in every part of a split table.
+KEY_COLUMNS = ("run", "framework", "scenario", "batch_size", "layer_index", "layer_name", "name", "layer_type",
+               "metric", "option", "what")
+
+#: Headers for names that read badly when only the underscores are replaced.
+HEADERS = {
+    "batch_size": "batch size", "samples": "calls", "iqr_over_median": "IQR/median (%)",
+    "throughput_per_s": "throughput (/s)", "median_ci_low_ms": "median CI low (ms)",
+    "median_ci_high_ms": "median CI high (ms)", "iqr_ms": "IQR (ms)", "p90_ms": "p90 (ms)", "p99_ms": "p99 (ms)",
+    "p25_ms": "p25 (ms)", "p75_ms": "p75 (ms)", "warmup_calls": "warm-up calls", "top1": "top-1 (%)",
+    "top5": "top-5 (%)", "load_ms": "load (ms)", "first_inference_ms": "first inference (ms)",
+    "untraced_median_ms": "untraced median (ms)", "traced_median_ms": "traced median (ms)",
+    "overhead_pct": "overhead (%)", "intensity_flop_per_byte": "intensity (FLOP/byte)",
+    "ridge_flop_per_byte": "ridge (FLOP/byte)", "pct_of_attainable": "of attainable (%)",
+    "percent": "share (%)", "share_pct": "share (%)", "calls_per_predict": "calls per predict",
+    "delta_ci_low_ms": "delta CI low (ms)", "delta_ci_high_ms": "delta CI high (ms)", "p_value": "p value",
+}
+
+#: Columns holding fractions 0..1 shown as percentages.
+FRACTIONS = ("top1", "top5", "iqr_over_median")
+
+_BINARY = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
+_DECIMAL = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, ""))
+MISSING = "-"
+#: Widest table part, in characters: about a 7.5 pt table across an A4 page, or a notebook's output column.
+MAX_CHARS = 125
+
+
+@dataclass
+class Column:
+    """How one column is shown: its header (with unit), the factor its values are divided by, its decimals."""
+    name: str
+    header: str
+    scale: float = 1.0
+    decimals: int | None = None  # None: not a float column
+
+
+def _strip(name: str, suffix: str) -> str:
+    return name[: -len(suffix)] if name.endswith(suffix) else name
+
+
+def _words(name: str) -> str:
+    return name.replace("_", " ").strip()
+
+
+def _typical(values: np.ndarray) -> float:
+    """The magnitude a column's precision is chosen for: its small values (10th percentile of the non-zero
+    magnitudes), so that 10.3 next to 291 still shows its decimal."""
+    v = np.abs(values[np.isfinite(values) & (values != 0)])
+    return float(np.percentile(v, 10)) if v.size else 0.0
+
+
+def _large(values: np.ndarray) -> float:
+    """The magnitude a column's unit prefix is chosen for (the median of the non-zero magnitudes)."""
+    v = np.abs(values[np.isfinite(values) & (values != 0)])
+    return float(np.median(v)) if v.size else 0.0
+
+
+def _prefix(typical: float, table) -> tuple[float, str]:
+    for factor, name in table:
+        if typical >= factor:
+            return factor, name
+    return table[-1]
+
+
+def decimals_for(typical: float, significant: int = 3) -> int:
+    """Decimals that show ``typical`` with about ``significant`` significant digits (0 to 4)."""
+    if not typical or not math.isfinite(typical):
+        return 0
+    return int(min(4, max(0, significant - 1 - math.floor(math.log10(abs(typical))))))
+
+
+def _percent_decimals(typical: float) -> int:
+    """Percentages: one decimal, more only for shares below 0.1%."""
+    return 1 if typical >= 0.1 or not typical else decimals_for(typical, 2)
+
+
+#: Latency statistics whose digits follow the spread of the median (when the frame holds its 95% CI)
+SPREAD_COLUMNS = ("median_ms", "mean_ms", "p25_ms", "p75_ms", "p90_ms", "p99_ms", "min_ms", "max_ms",
+                  "median_ci_low_ms", "median_ci_high_ms", "iqr_ms")
+
+
+def significant_figures(median: np.ndarray, ci_low: np.ndarray, ci_high: np.ndarray) -> np.ndarray:
+    """Per row, the significant figures the 95% CI of the median supports: ``floor(log10(median / half-width))``
+    between 1 and 4 (torch.utils.benchmark's ``Measurement.significant_figures``); 4 when the CI has no width."""
+    half = (np.asarray(ci_high, dtype=float) - np.asarray(ci_low, dtype=float)) / 2
+    median = np.abs(np.asarray(median, dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        figures = np.floor(np.log10(median / half))
+    figures = np.where(np.isfinite(figures), figures, 4)
+    return np.clip(figures, 1, 4).astype(int)
+
+
+def spread_decimals(frame: pd.DataFrame) -> int | None:
+    """Decimals for the latency columns of ``frame``: the fewest significant figures any row's CI supports, at the
+    leading digit of the column's typical median; None when the frame has no median with its CI."""
+    need = ("median_ms", "median_ci_low_ms", "median_ci_high_ms")
+    if not all(c in frame.columns for c in need):
+        return None
+    cols = [pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=float) for c in need]
+    ok = np.isfinite(cols[0]) & np.isfinite(cols[1]) & np.isfinite(cols[2]) & (cols[0] != 0)
+    if not ok.any():
+        return None
+    figures = int(significant_figures(*(c[ok] for c in cols)).min())
+    typical = _typical(cols[0][ok])
+    return int(max(0, figures - 1 - math.floor(math.log10(typical)))) if typical else 0
+
+
+def describe_column(name: str, values: pd.Series) -> Column:
+    """The header (with unit), scale and decimals of column ``name``."""
+    numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    header = HEADERS.get(name)
+    if not numeric:
+        return Column(name, header or _words(name))
+    floats = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    integer = pd.api.types.is_integer_dtype(values) or (
+        np.isfinite(floats).any() and np.all(floats[np.isfinite(floats)] == np.round(floats[np.isfinite(floats)]))
+        and _large(floats) >= 10)
+    already_pct = name in ("top1", "top5") and np.nanmax(np.abs(floats), initial=0) > 1  # a manifest's 75.1 (%)
+    if name in FRACTIONS and not already_pct:
+        return Column(name, header or f"{_words(name)} (%)", 0.01, _percent_decimals(_typical(floats) * 100))
+    scale, unit = 1.0, None
+    if name.endswith("_bytes") or name == "bytes":
+        scale, unit = _prefix(_large(floats), _BINARY)
+        base = _words(_strip(name, "_bytes")) or "bytes"
+        header = header or f"{base} ({unit})"
+    elif name.endswith("flops_per_s"):
+        scale, p = _prefix(_large(floats), _DECIMAL)
+        header = header or f"{_words(_strip(name, 'flops_per_s')) or 'rate'} ({p}FLOP/s)"
+    elif name.endswith("_bytes_per_s"):
+        scale, p = _prefix(_large(floats), _DECIMAL)
+        header = header or f"{_words(_strip(name, '_bytes_per_s'))} ({p}B/s)"
+    elif name == "flops" or name.endswith("_flops"):
+        scale, p = _prefix(_large(floats), _DECIMAL)
+        header = header or f"{_words(name)} ({p}FLOP)"
+    elif name.endswith("_per_s"):
+        header = header or f"{_words(_strip(name, '_per_s'))} (/s)"
+    else:
+        for suffix, u in (("_ms", "ms"), ("_ns", "ns"), ("_us", "µs"), ("_s", "s"), ("_pct", "%"),
+                          ("_flop_per_byte", "FLOP/byte")):
+            if name.endswith(suffix):
+                header = header or f"{_words(_strip(name, suffix))} ({u})"
+                break
+        else:
+            if integer and pd.api.types.is_integer_dtype(values):
+                return Column(name, header or _words(name), 1.0, None)
+    scaled = floats / scale
+    if name.endswith("_pct") or name == "percent":
+        return Column(name, header or _words(name), 1.0, _percent_decimals(_typical(scaled)))
+    decimals = 0 if (integer and scale == 1.0) else decimals_for(_typical(scaled))
+    return Column(name, header or _words(name), scale, decimals)
+
+
+def format_number(value, decimals: int | None, scale: float = 1.0) -> str:
+    """One number as the report shows it: thousands separators, ``decimals`` decimals, ``-`` when missing;
+    a value too small for the column's decimals keeps two significant digits."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    try:
+        v = float(value) / scale
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(v):
+        return MISSING
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if decimals is None:
+        return f"{int(round(v)):,}"
+    if v != 0 and abs(v) < 0.5 * 10 ** -decimals:
+        return f"{v:.2g}"
+    return f"{v:,.{decimals}f}"
+
+
+def order_columns(columns: Iterable[str], key: Sequence[str] | None = None) -> list[str]:
+    """Key columns first (``key``, else the house's :data:`KEY_COLUMNS` present), then the rest in order."""
+    columns = list(columns)
+    keys = [c for c in (key if key is not None else KEY_COLUMNS) if c in columns]
+    return keys + [c for c in columns if c not in keys]
+
+
+def key_columns(columns: Iterable[str], key: Sequence[str] | None = None) -> list[str]:
+    columns = list(columns)
+    return [c for c in (key if key is not None else KEY_COLUMNS) if c in columns]
+
+
+def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+                 max_text: int = 48) -> pd.DataFrame:
+    """``frame`` as strings: headers with units, numbers with one precision per column, key columns first.
+
+    ``columns``: only these (in this order after the key columns). Text longer than ``max_text`` characters
+    is shortened with an ellipsis. ``.attrs["keys"]``: the headers of the key columns; ``attrs["note"]`` kept.
+    """
+    names = [c for c in (columns if columns is not None else frame.columns) if c in frame.columns]
+    names = order_columns(names + [c for c in key_columns(frame.columns, key) if c not in names], key)
+    out = {}
+    keys = []
+    spread = spread_decimals(frame)
+    for name in names:
+        values = frame[name]
+        col = describe_column(name, values)
+        if spread is not None and name in SPREAD_COLUMNS and col.decimals is not None:
+            col.decimals = spread
+        if col.decimals is not None or (pd.api.types.is_numeric_dtype(values) and
+                                         not pd.api.types.is_bool_dtype(values)):
+            text = [format_number(v, col.decimals, col.scale) for v in values]
+        else:
+            text = [_text(v, max_text) for v in values]
+        header = col.header
+        while header in out:
+            header += " "
+        out[header] = text
+        if name in key_columns(frame.columns, key):
+            keys.append(header)
+    result = pd.DataFrame(out, index=range(len(frame)))
+    result.attrs = {"keys": keys, "note": str(frame.attrs.get("note", ""))}
+    return result
+
+
+def _text(value, max_text: int) -> str:
+    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if isinstance(value, (pd.Timestamp, np.datetime64)):
+        stamp = pd.Timestamp(value)
+        return stamp.strftime("%Y-%m-%d %H:%M:%S") + ("Z" if stamp.tzinfo is not None else "")
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple, np.ndarray)):
+        value = "×".join(map(str, value)) if all(isinstance(v, (int, np.integer)) for v in value) else str(list(value))
+    text = str(value)
+    if _ISO_TIME.match(text):  # a stored timestamp: to the second, in UTC
+        return text[:10] + " " + text[11:19] + ("Z" if text.endswith(("Z", "+00:00")) else "")
+    return text if len(text) <= max_text else text[: max_text - 1] + "…"
+
+
+_ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?$")
+
+
+def width_of(column: pd.Series, header: str) -> int:
+    """Characters a column needs: its longest cell or its header's longest word, whichever is wider."""
+    cells = max((len(str(v)) for v in column), default=0)
+    return max(cells, max((len(w) for w in header.split()), default=0)) + 2
+
+
+def split_columns(table: pd.DataFrame, max_chars: int = MAX_CHARS) -> list[pd.DataFrame]:
+    """A formatted table cut into parts of whole columns, each at most ``max_chars`` characters wide (a single
+    column wider than that gets a part of its own); the key columns (``attrs["keys"]``) start every part."""
+    keys = [k for k in table.attrs.get("keys", []) if k in table.columns]
+    rest = [c for c in table.columns if c not in keys]
+    key_width = sum(width_of(table[k], k) for k in keys)
+    parts, current, used = [], [], key_width
+    for col in rest:
+        w = width_of(table[col], col)
+        if current and used + w > max_chars:
+            parts.append(current)
+            current, used = [], key_width
+        current.append(col)
+        used += w
+    if current or not parts:
+        parts.append(current)
+    out = []
+    for cols in parts:
+        part = table[keys + cols]
+        part.attrs = dict(table.attrs)
+        out.append(part)
+    return out
+
+
+def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None = None,
+               key: Sequence[str] | None = None, columns: Sequence[str] | None = None, max_chars: int = MAX_CHARS,
+               max_rows: int | None = None, formatted: bool = False, max_text: int = 48) -> str:
+    """HTML of ``frame`` formatted (unless ``formatted``) and split to fit: ``<div class="mlms-table">`` holding
+    a caption, one ``<table>`` per part and the note. ``max_rows``: show the first rows and say how many more;
+    ``max_text``: longer text is shortened with an ellipsis."""
+    table = frame if formatted else format_frame(frame, key=key, columns=columns, max_text=max_text)
+    note = table.attrs.get("note", "") if note is None else note
+    more = 0
+    if max_rows is not None and len(table) > max_rows:
+        more = len(table) - max_rows
+        attrs = table.attrs
+        table = table.head(max_rows)
+        table.attrs = attrs
+    parts = split_columns(table, max_chars)
+    keys = set(table.attrs.get("keys", []))
+    align = {c: "key" if c in keys else ("num" if all(_align(v) == "num" for v in table[c]) else "text")
+             for c in table.columns}
+    out = ['<div class="mlms-table">']
+    if title:
+        out.append(f'<p class="mlms-table-title"><b>{html.escape(title)}</b></p>')
+    for i, part in enumerate(parts):
+        label = f" ({i + 1} of {len(parts)}: columns continue)" if len(parts) > 1 and i < len(parts) - 1 else ""
+        out.append(f'<table class="mlms-split" data-part="{i + 1}">')
+        out.append("<thead><tr>" + "".join(
+            f'<th class="{align[c]}" style="{_STYLE[align[c]]}">{html.escape(c.strip())}</th>' for c in part.columns)
+            + "</tr></thead><tbody>")
+        for row in part.itertuples(index=False):
+            out.append("<tr>" + "".join(
+                f'<td class="{align[c]}" style="{_STYLE[align[c]]}">{html.escape(str(v))}</td>'
+                for c, v in zip(part.columns, row)) + "</tr>")
+        out.append("</tbody></table>")
+        if label:
+            out.append(f'<p class="mlms-table-cont"><small>{html.escape(label.strip(" ()"))}</small></p>')
+    if more:
+        out.append(f"<p><small>… and {more} more rows (the notebook's frame holds them all)</small></p>")
+    if note:
+        out.append(f'<p class="mlms-table-note"><small>{html.escape(note)}</small></p>')
+    out.append("</div>")
+    return "\n".join(out)
+
+
+_STYLE = {"key": "text-align:left", "text": "text-align:left", "num": "text-align:right"}
+"""Inline, so that JupyterLab (which right-aligns every cell) shows text left and numbers right too."""
+
+
+def _align(value: str) -> str:
+    """``num`` for a number (or the missing mark), else ``text``."""
+    v = str(value).replace(",", "").replace("%", "").strip()
+    if v in (MISSING, "inf", "-inf"):
+        return "num"
+    try:
+        float(v)
+        return "num"
+    except ValueError:
+        return "text"
+
+
+def table_text(frame: pd.DataFrame, title: str | None = None, note: str | None = None,
+               key: Sequence[str] | None = None, columns: Sequence[str] | None = None, max_chars: int = MAX_CHARS,
+               formatted: bool = False, max_text: int = 48, max_rows: int | None = None) -> str:
+    """Plain text of ``frame``, formatted and split like :func:`table_html`."""
+    more = 0
+    if max_rows is not None and len(frame) > max_rows:
+        more, attrs = len(frame) - max_rows, frame.attrs
+        frame = frame.head(max_rows)
+        frame.attrs = attrs
+    table = frame if formatted else format_frame(frame, key=key, columns=columns, max_text=max_text)
+    note = table.attrs.get("note", "") if note is None else note
+    lines = [title] if title else []
+    for part in split_columns(table, max_chars):
+        widths = {c: width_of(part[c], c) - 2 for c in part.columns}
+        widths = {c: max(w, len(c.strip())) for c, w in widths.items()}
+        lines.append("  ".join(c.strip().rjust(widths[c]) for c in part.columns))
+        for row in part.itertuples(index=False):
+            lines.append("  ".join(str(v).rjust(widths[c]) for c, v in zip(part.columns, row)))
+        lines.append("")
+    if more:
+        lines.append(f"… and {more} more rows")
+    if note:
+        lines.append(note)
+    return "\n".join(lines).rstrip()
+
+
+@dataclass
+class Table:
+    """A formatted, split table a notebook displays (HTML, and plain text for text-only front ends)."""
+    frame: pd.DataFrame
+    title: str | None = None
+    note: str | None = None
+    key: Sequence[str] | None = None
+    columns: Sequence[str] | None = None
+    max_rows: int | None = None
+    max_chars: int = MAX_CHARS
+    max_text: int = 48
+
+    def _repr_html_(self) -> str:
+        return table_html(self.frame, self.title, self.note, self.key, self.columns, self.max_chars, self.max_rows,
+                          max_text=self.max_text)
+
+    def __repr__(self) -> str:
+        frame = self.frame if self.max_rows is None else self.frame.head(self.max_rows)
+        frame.attrs = self.frame.attrs
+        return table_text(frame, self.title, self.note, self.key, self.columns, self.max_chars, max_text=self.max_text)
+
+
+def show_table(frame: pd.DataFrame, title: str | None = None, note: str | None = None, **kwargs) -> None:
+    """Display ``frame`` as a report table in a notebook (see :class:`Table`)."""
+    from IPython.display import display
+
+    display(Table(frame, title, note, **kwargs))
+
+
+#: Rows a :class:`PeopleFrame` shows before it says how many more there are
+SHOWN_ROWS = 60
+
+
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with a meaningful index (a groupby's, a pivot's) as leading columns, so the display keeps it."""
+    if isinstance(frame.index, pd.RangeIndex) and frame.index.name is None:
+        return frame
+    attrs = frame.attrs
+    out = pd.DataFrame(frame).reset_index()
+    out.attrs = attrs
+    return out
+
+
+class PeopleFrame(pd.DataFrame):
+    """A DataFrame that displays itself for people (headers with units, digits that fit, split to the width):
+    every pandas operation works as on any frame, and what it derives stays one of these. ``DataFrame(x)`` or
+    ``.to_string()`` give pandas' own rendering."""
+
+    @property
+    def _constructor(self):
+        return PeopleFrame
+
+    def _repr_html_(self) -> str:
+        return table_html(_plain(pd.DataFrame(self)), max_rows=SHOWN_ROWS)
+
+    def __repr__(self) -> str:
+        return table_text(_plain(pd.DataFrame(self)), max_rows=SHOWN_ROWS) if len(self.columns) else "(no columns)"
+
+
+def for_people(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` as a :class:`PeopleFrame` (its attrs kept); anything else as it is."""
+    if not isinstance(frame, pd.DataFrame) or isinstance(frame, PeopleFrame):
+        return frame
+    out = PeopleFrame(frame)
+    out.attrs = dict(frame.attrs)
+    return out
+
+
+class FramesForPeople:
+    """Mixin for result objects (Evaluation, Analysis, Divergence): every DataFrame set on them is kept as a
+    :class:`PeopleFrame`, so a notebook shows ``ev.latency`` or ``d.outputs`` formatted."""
+
+    def __setattr__(self, name, value) -> None:
+        super().__setattr__(name, for_people(value))
