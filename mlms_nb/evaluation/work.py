@@ -37,7 +37,7 @@ from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
 from mlms_nb.generation.loop import GENERATE_SCENARIOS
 from mlms_nb.generation.work import measure_generation
-from mlms_nb.launchers import CallTimeout, StopRequested
+from mlms_nb.launchers import stop_reason
 from mlms_nb.manifest import Manifest
 from mlms_nb.options import EvaluateOptions
 from mlms_nb.profilers.energy import energy_meter
@@ -195,7 +195,7 @@ def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, 
         partial = getattr(stop, "partial", None)
         if partial is not None and len(partial.samples_ns):
             emit(TimedLoop(fw, batch_size, opts.scenario, partial.samples_ns, partial.wall_ns, partial.warmup_calls,
-                           dict(extra or {}), complete=False, reason=_reason(stop)))
+                           dict(extra or {}), complete=False, reason=stop_reason(stop)))
         if isinstance(stop, MemoryError):
             raise MemoryError(f"at batch size {batch_size}: {stop or 'an allocation failed'}") from None
         raise
@@ -206,12 +206,6 @@ def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, 
     return float(np.median(result.samples_ns)), bootstrap_median_ci(np.asarray(result.samples_ns, dtype=float))
 
 
-def _reason(stop: BaseException) -> str:
-    if isinstance(stop, KeyboardInterrupt):
-        return "interrupt"
-    if isinstance(stop, StopRequested):
-        return "signal"
-    return "timeout" if isinstance(stop, CallTimeout) else "error"
 
 
 def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,

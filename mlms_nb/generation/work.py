@@ -22,6 +22,7 @@ from mlms_nb.generation.prompts import open_prompts
 from mlms_nb.generation.records import GenerateLoop
 from mlms_nb.generation.step import open_step_model
 from mlms_nb.generation.traced import trace_generation
+from mlms_nb.launchers import stop_reason
 from mlms_nb.schema.levels import TraceLevel
 
 log = logging.getLogger(__name__)
@@ -85,20 +86,11 @@ def _time_one(fw: str, step, prompts, batch_size: int, scenario: str, kv: bool, 
     except BaseException as stop:
         partial = loop_partial(stop)
         if partial is not None and partial.batches:
-            emit(_record(fw, step, partial, batch_size, scenario, kv, gen, complete=False, reason=_reason(stop)))
+            emit(_record(fw, step, partial, batch_size, scenario, kv, gen, complete=False, reason=stop_reason(stop)))
         raise
     emit(_record(fw, step, timing, batch_size, scenario, kv, gen))
 
 
-def _reason(stop: BaseException) -> str:
-    """Why a loop was cut short, in the words of the timed loops' records: interrupt, signal, timeout or error."""
-    from mlms_nb.launchers import CallTimeout, StopRequested
-
-    if isinstance(stop, KeyboardInterrupt):
-        return "interrupt"
-    if isinstance(stop, StopRequested):
-        return "signal"
-    return "timeout" if isinstance(stop, CallTimeout) else "error"
 
 
 def _record(fw: str, step, timing, batch_size: int, scenario: str, kv: bool, gen, complete: bool = True,

@@ -5,7 +5,7 @@ Dask client); all behind one seam (:class:`Launcher`: ``launch(work, on_record) 
 from __future__ import annotations
 
 from mlms_nb.launchers.base import (
-    REASONS, CallTimeout, Launcher, Limits, Outcome, StopRequested, Work, outcome_of,
+    REASONS, CallTimeout, Launcher, Limits, Outcome, StopRequested, Work, outcome_of, stop_reason,
 )
 from mlms_nb.launchers.dask_agent import DaskLauncher
 from mlms_nb.launchers.inline import InlineLauncher
@@ -14,7 +14,7 @@ from mlms_nb.launchers.process import ProcessLauncher
 LAUNCHERS: dict[str, type[Launcher]] = {"inline": InlineLauncher, "process": ProcessLauncher}
 
 __all__ = ["LAUNCHERS", "REASONS", "CallTimeout", "DaskLauncher", "InlineLauncher", "Launcher", "Limits", "Outcome",
-           "ProcessLauncher", "StopRequested", "Work", "get_launcher", "outcome_of"]
+           "ProcessLauncher", "StopRequested", "Work", "get_launcher", "outcome_of", "stop_reason"]
 
 
 def get_launcher(name: str, limits: Limits | None = None) -> Launcher:

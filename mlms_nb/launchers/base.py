@@ -76,6 +76,15 @@ class Outcome:
         return self.status == "complete"
 
 
+def stop_reason(stop: BaseException) -> str:
+    """Why a timed loop was cut short, one of :data:`REASONS`: interrupt, signal, timeout, or error."""
+    if isinstance(stop, KeyboardInterrupt):
+        return "interrupt"
+    if isinstance(stop, StopRequested):
+        return "signal"
+    return "timeout" if isinstance(stop, CallTimeout) else "error"
+
+
 def outcome_of(err: BaseException, label: str, phase: str = "") -> Outcome:
     """The outcome of work that raised ``err`` (one sentence for the user, the traceback kept aside); ``phase``
     says what the work was doing (``timing batch size 8``)."""
