@@ -220,7 +220,8 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
                  max_text: int = 48) -> pd.DataFrame:
     """``frame`` as strings: headers with units, numbers with one precision per column, key columns first.
 
-    ``columns``: only these (in this order after the key columns). Text longer than ``max_text`` characters
+    ``columns``: only these (in this order after the key columns). Text (not one word: paths, hashes and ids stay
+    whole) longer than ``max_text`` characters
     is shortened with an ellipsis. ``.attrs["keys"]``: the headers of the key columns; ``attrs["note"]`` kept.
     """
     names = [c for c in (columns if columns is not None else frame.columns) if c in frame.columns]
@@ -262,7 +263,9 @@ def _text(value, max_text: int) -> str:
     text = str(value)
     if _ISO_TIME.match(text):  # a stored timestamp: to the second, in UTC
         return text[:10] + " " + text[11:19] + ("Z" if text.endswith(("Z", "+00:00")) else "")
-    return text if len(text) <= max_text else text[: max_text - 1] + "…"
+    if len(text) <= max_text or not any(c.isspace() for c in text):
+        return text  # an identifier (a path, a sha256, an id, a URL) is whole or useless: never cut
+    return text[: max_text - 1] + "…"
 
 
 _ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?$")
