@@ -115,6 +115,18 @@ class _Forwarder(threading.Thread):
 _ANSI = re.compile(r"\x1b\[[\d;]*m")
 
 
+_ACTIVE: list[tuple[int, _Forwarder]] = []  # (the real fd 2, its forwarder) of each filter in force
+
+
+def restore_stderr() -> None:
+    """Point fd 2 back at the real stderr now, what the filters hold forwarded first: for a process about to end
+    with ``os._exit`` (a second Ctrl-C), whose last sentence must not die in a pipe no thread will drain."""
+    for saved, forwarder in reversed(list(_ACTIVE)):
+        _flush_python_streams()
+        os.dup2(saved, 2)
+        forwarder.join(timeout=0.5)
+
+
 @contextmanager
 def _fd2_filtered(kept: list[str]) -> Iterator[None]:
     try:
@@ -128,9 +140,11 @@ def _fd2_filtered(kept: list[str]) -> Iterator[None]:
     _flush_python_streams()
     os.dup2(write_fd, 2)
     os.close(write_fd)
+    _ACTIVE.append((saved, forwarder))
     try:
         yield
     finally:
+        _ACTIVE.remove((saved, forwarder))
         _flush_python_streams()
         os.dup2(saved, 2)  # closes our last write end of the pipe: the forwarder sees EOF
         forwarder.join(timeout=2.0)  # a child process still holding the pipe keeps it open: don't wait on it

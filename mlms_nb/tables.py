@@ -343,8 +343,10 @@ def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None =
     return "\n".join(out)
 
 
-_STYLE = {"key": "text-align:left", "text": "text-align:left", "num": "text-align:right"}
-"""Inline, so that JupyterLab (which right-aligns every cell) shows text left and numbers right too."""
+_STYLE = {"key": "text-align:left;overflow-wrap:anywhere", "text": "text-align:left;overflow-wrap:anywhere",
+          "num": "text-align:right"}
+"""Inline, so that JupyterLab (which right-aligns every cell) shows text left and numbers right too; a long
+identifier (a path, a sha256), never cut, wraps inside its cell instead of widening the table past the page."""
 
 
 def _align(value: str) -> str:

@@ -19,25 +19,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS"):
         os.environ.setdefault(_var, "1")
 
-# Each test run gets its own MLMS_HOME (history store, traces, trust list: nothing an earlier run left can make a
-# test pass), shared by the run's xdist workers; only the cache of converted models (artifacts/, keyed by sha256)
-# is kept across runs, so each conversion is made once per machine.
+# Each test run gets its own MLMS_HOME (history store, traces, trust list, converted models: nothing an earlier run
+# left can make a test pass or fail), shared by the run's xdist workers; runs of earlier days are removed. (Converted
+# models are not shared across runs through a link: a manifest's files are confined to MLMS_HOME once resolved.)
 _TESTS_HOME = Path(os.environ.get("MLMS_TEST_HOME", REPO / ".mlms_home" / "tests"))
 _RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or os.environ.setdefault("MLMS_TEST_RUN", uuid.uuid4().hex[:12])
 SESSION_HOME = _TESTS_HOME / "runs" / _RUN_ID
 
 
 def _prepare_session_home() -> None:
-    """The run's home, its artifacts/ a link to the machine's cache of converted models; runs of earlier days go."""
-    shared = _TESTS_HOME / "artifacts"
-    shared.mkdir(parents=True, exist_ok=True)
     SESSION_HOME.mkdir(parents=True, exist_ok=True)
-    link = SESSION_HOME / "artifacts"
-    if not link.is_symlink() and not link.exists():
-        try:
-            link.symlink_to(shared, target_is_directory=True)
-        except FileExistsError:  # the other xdist worker made it first
-            pass
     for old in (_TESTS_HOME / "runs").iterdir():
         try:
             if old != SESSION_HOME and time.time() - old.stat().st_mtime > 86_400:

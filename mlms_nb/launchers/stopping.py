@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
+from mlms_nb._quiet import restore_stderr
 from mlms_nb.launchers.base import StopRequested
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,7 @@ def abandon(signum: int, why: str) -> None:
             callback()
         except Exception as err:  # noqa: BLE001 - ending anyway; say what could not be kept
             log.warning("mlms: keeping what was measured failed: %s", err)
+    restore_stderr()  # a framework-chatter filter may hold fd 2: the last sentence goes to the real stderr
     log.warning("%s", why)
     for handler in logging.getLogger().handlers:
         handler.flush()
