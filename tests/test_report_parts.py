@@ -17,7 +17,7 @@ from mlms_nb.errors import MlmsError
 from mlms_nb.reporting import build_report
 from mlms_nb.reporting.chromium import ChromiumNotFoundError
 from mlms_nb.reporting.cleanup import clean_stream, strip_noise
-from mlms_nb.reporting.tables import format_frame, split_columns, table_html, table_text, width_of
+from mlms_nb.tables import format_frame, split_columns, table_html, table_text, width_of
 
 TF_LINES = (
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
