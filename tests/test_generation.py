@@ -304,3 +304,21 @@ def test_agreement_over_step_models_finds_the_first_divergence(steps):
     for row in rows.itertuples():
         ref, oth = row.detail["reference_top2"], row.detail["framework_top2"]
         assert ref[0][0] != oth[0][0] and ref[0][1] >= ref[1][1]  # top-1 tokens differ there; top-2 in order
+
+
+@pytest.mark.slow  # the folder's Llama exported to ONNX (prefill and decode graphs) on first use
+def test_a_save_pretrained_llama_folder_generates_in_torch_and_onnxruntime(tmp_path, mlms_home):
+    """Issue 21's must-show: a Hugging Face folder of another architecture than the zoo's, through the documented
+    way in (the folder itself), in torch and ONNX Runtime, with prompts of different lengths (left padding)."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    folder = tmp_path / "llama"
+    _tiny_llama(folder)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("w1 w2 w3\nw4 w5\nw6 w7 w8 w9\n")
+    ev = mlms_nb.evaluate(str(folder), framework="torch,onnxruntime", scenario="generate", dataset=str(prompts),
+                          batch_sizes=2, max_new_tokens=4, history=False, **FAST)
+    assert ev.complete, ev.missing()
+    assert set(ev.generation["framework"]) == {"torch", "onnxruntime"} and (ev.generation["ttft_median_ms"] > 0).all()
+    same = ev.generation_agreement.query("kind == 'identical_sequences' and framework == 'onnxruntime'")
+    assert len(same) == 2 and (same["value"] == 3).all()  # 3 prompts, with and without the cache, as in torch
