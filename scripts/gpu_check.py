@@ -113,7 +113,7 @@ def step_batch_sweep(ctx: dict) -> dict:
         lat = ev.latency
         for r in lat.to_dict("records"):
             rows.append({"model": model, "batch_size": int(r["batch_size"]), "median_ms": r["median_ms"],
-                         "p25_ms": r["median_ms"] - r["iqr_ms"] / 2, "iqr_ms": r["iqr_ms"],
+                         "iqr_ms": r["iqr_ms"],
                          "ci_low_ms": r["median_ci_low_ms"], "ci_high_ms": r["median_ci_high_ms"],
                          "throughput_per_s": r["throughput_per_s"], "calls": int(r["samples"]),
                          "energy_j_per_input": r.get("energy_j_per_input"),
@@ -139,9 +139,9 @@ def step_kernels(ctx: dict) -> dict:
                    f"the {level} trace itself was made ({len(spans):,} spans) and the kernel analysis ran")
     total = float(device["duration_ns"].sum())
     attributed = float(table["gpu_median_ms"].mul(table["repetitions"]).sum() * 1e6) if len(table) else 0.0
-    figures.update(kernels=int(len(device)), gpu_time_ms=total / 1e6,
-                   attributed_share=min(attributed / total, 1.0) if total else float("nan"),
-                   layers=int(len(table)))
+    figures.update(kernels=int(len(device)), gpu_time_ms=total / 1e6, layers=int(len(table)),
+                   attributed_share_estimate=min(attributed / total, 1.0) if total else float("nan"),
+                   attributed_share_how="per-layer median GPU time x traced repetitions, over all device spans' time")
     return {"figures": figures}
 
 
