@@ -172,10 +172,7 @@ def bad_rows(data, n: int) -> np.ndarray | None:
             array = np.asarray(array) if hasattr(array, "__array__") else None
         if array is None or array.dtype.kind not in "fc" or not array.size:
             continue
-        with np.errstate(over="ignore", invalid="ignore"):
-            if np.isfinite(array.sum()):
-                continue  # one pass, no mask: a NaN or Inf anywhere makes the sum NaN or Inf
-        finite = np.isfinite(array)
+        finite = np.isfinite(array)  # one pass, vectorised (faster than a sum, which would also need errstate)
         if finite.all():
             continue
         rows = (~finite.reshape(n, -1)).any(axis=1) if array.ndim and array.shape[0] == n else np.ones(n, bool)

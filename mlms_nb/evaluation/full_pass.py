@@ -214,12 +214,12 @@ class _Scorer:
     def __init__(self, manifest: Manifest, trust: bool, keep_probabilities: bool, problem: str | None = None):
         self.manifest = manifest
         self.problem = problem  # why the labels cannot be scored (label spaces differ): accuracy n/a
-        self.finite: list[np.ndarray] = []
+        self.unfinite: list[tuple[int, np.ndarray]] = []  # (first row, which rows are finite) of a batch with NaN/Inf
         self.width: int | None = None
         self.post = Postprocessor(manifest, trust=trust)
         self.names = load_labels(manifest) if manifest.outputs[0].labels else None
         self.keep = keep_probabilities
-        self.ids: list[str] = []
+        self.ids: list = []  # each batch's ids, joined in `result`
         self.labels: list[np.ndarray] = []
         self.top_idx: list[np.ndarray] = []
         self.top_p: list[np.ndarray] = []
@@ -232,9 +232,10 @@ class _Scorer:
 
     def add(self, batch: Batch, outputs, finite: np.ndarray | None = None) -> None:
         """One batch; ``finite``: which of its inputs held no NaN/Inf (None: all), the only ones scored."""
-        self.ids.extend(batch.ids)
-        self.labels.append(np.asarray(batch.labels))
-        self.finite.append(np.ones(len(batch), bool) if finite is None else np.asarray(finite, bool))
+        self.ids.append(batch.ids)
+        self.labels.append(batch.labels)
+        if finite is not None:
+            self.unfinite.append((self.count, np.asarray(finite, bool)))
         self.count += len(batch)
         x = np.asarray(outputs)
         if self.grouped and x.ndim >= 2 and x.shape[0] == len(batch):
@@ -275,16 +276,20 @@ class _Scorer:
 
     def result(self) -> tuple[dict, pd.DataFrame, np.ndarray | None]:
         self.flush()
-        labels = np.concatenate(self.labels)
+        labels = np.concatenate(self.labels).astype(np.int64, copy=False)
+        finite = np.ones(len(labels), bool)
+        for first, rows in self.unfinite:
+            finite[first:first + len(rows)] = rows
+        ids = [i for batch_ids in self.ids for i in batch_ids]
         top_idx, top_p = np.concatenate(self.top_idx), np.concatenate(self.top_p)
         if self.problem is None:  # labels past the output's width: the label spaces differ
             self.problem = label_space_problem(labels, self.width, "the width of the model's output")
         labeled = labels >= 0
-        known = labeled & np.concatenate(self.finite) if self.problem is None else np.zeros(len(labels), bool)
+        known = labeled & finite if self.problem is None else np.zeros(len(labels), bool)
         correct1 = top_idx[:, 0] == labels
         correct5 = (top_idx == labels[:, None]).any(axis=1)
         preds = pd.DataFrame({
-            "input_id": self.ids,
+            "input_id": ids,
             "label": labels.astype(int),
             "label_name": self._names_of(labels),
             "top1": top_idx[:, 0].astype(int),

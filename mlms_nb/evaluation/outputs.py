@@ -18,7 +18,7 @@ calls made them in.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,15 +57,17 @@ def parse_capture(mode: Any) -> int | None:
 
 
 class OutputRecorder:
-    """Rows of the ``outputs`` frame for one framework (see the module docstring). Each call's rows are kept as
-    columns (summaries computed with numpy on the whole batch), so the per-input cost is a few array elements."""
+    """Rows of the ``outputs`` frame for one framework (see the module docstring). Calls are summarised in groups
+    with numpy on whole arrays and kept as those few arrays; `frame` spells the rows out once, so the per-input
+    cost during a pass is a few array elements."""
 
     def __init__(self, manifest: Manifest, framework: str, capture: Any = "summary"):
         self.manifest = manifest
         self.framework = framework
         self.keep = parse_capture(capture)
-        self._blocks: list[dict[str, Any]] = []  # one per summarised group of calls: its rows' columns, input-major
-        self._pending: list[tuple[list[str], Mapping[str, Any]]] = []  # in-order calls not summarised yet
+        #: one per summarised group of calls: (ids, chunk, first input's place, output names, summaries, kept)
+        self._blocks: list[tuple] = []
+        self._pending: list[tuple[Sequence[str], Mapping[str, Any]]] = []  # in-order calls not summarised yet
         self._pending_inputs = 0
         self.count = 0  # rows so far
         self.inputs_seen = 0
@@ -82,7 +84,7 @@ class OutputRecorder:
     def __len__(self) -> int:
         return self.count + sum(len(ids) * len(outputs) for ids, outputs in self._pending)
 
-    def add(self, ids: list[str], outputs: Mapping[str, Any], chunk: int = -1, place: int | None = None) -> None:
+    def add(self, ids: Sequence[str], outputs: Mapping[str, Any], chunk: int = -1, place: int | None = None) -> None:
         """One call's outputs for the inputs ``ids`` (in batch order). ``place``: the first input's place in the
         dataset (0-based) when calls do not go through the inputs in order (items side by side); by default the
         inputs are taken to arrive in dataset order, a new one at each row of chunk -1 or 0.
@@ -92,7 +94,7 @@ class OutputRecorder:
         if not self.enabled or not len(ids):
             return
         if chunk == -1 and place is None:
-            self._pending.append((list(ids), dict(outputs)))
+            self._pending.append((ids, outputs))  # neither is changed by the pass once given
             self._pending_inputs += len(ids)
             if self._pending_inputs >= GROUP_INPUTS:
                 self.flush()
@@ -107,37 +109,28 @@ class OutputRecorder:
             return
         names = list(pending[0][1])
         if len(pending) > 1 and all(list(outputs) == names for _, outputs in pending):
-            try:
-                joined = {name: np.concatenate([np.asarray(o[name]) for _, o in pending],
-                                               axis=self.axes.get(name, 0)) for name in names}
-                batched = all(np.asarray(o[name]).ndim > self.axes.get(name, 0)
-                              and np.asarray(o[name]).shape[self.axes.get(name, 0)] == len(ids)
-                              for ids, o in pending for name in names)
-            except ValueError:  # outputs whose other dimensions differ from call to call
-                batched = False
+            arrays = {name: [np.asarray(o[name]) for _, o in pending] for name in names}
+            batched = all(a.ndim > self.axes.get(name, 0) and a.shape[self.axes.get(name, 0)] == len(ids)
+                          for name in names for (ids, _), a in zip(pending, arrays[name]))
             if batched:
-                self._add([i for ids, _ in pending for i in ids], joined, -1, None)
+                try:
+                    joined = {name: np.concatenate(arrays[name], axis=self.axes.get(name, 0)) for name in names}
+                except ValueError:  # outputs whose other dimensions differ from call to call
+                    batched = False
+            if batched:
+                self._add(_Ids([ids for ids, _ in pending]), joined, -1, None)
                 return
         for ids, outputs in pending:
             self._add(ids, outputs, -1, None)
 
-    def _add(self, ids: list[str], outputs: Mapping[str, Any], chunk: int, place: int | None) -> None:
+    def _add(self, ids, outputs: Mapping[str, Any], chunk: int, place: int | None) -> None:
+        """One group's summaries, kept as they came (a few arrays per output); `frame` spells the rows out."""
         n = len(ids)
         first = self.inputs_seen if place is None else place
-        at = np.arange(first, first + n, dtype=np.int64)
         kept = n if self.keep is None else int(np.clip(self.keep - first, 0, n))
         names = list(outputs)
         per_output = [_summaries(np.asarray(outputs[name]), self.axes.get(name, 0), n, kept) for name in names]
-        # rows input-major (input 0: every output, input 1: ...), as the frame lists them
-        block = {"input_id": [str(i) for i in ids for _ in names], "chunk": int(chunk),
-                 "output": names * n, "at": np.repeat(at, len(names))}
-        for column in ("min", "max", "mean", "std"):
-            block[column] = np.stack([s[column] for s in per_output], axis=1).reshape(-1)
-        block["shape"] = [list(s["shape"]) for _ in range(n) for s in per_output]
-        block["dtype"] = [s["dtype"] for s in per_output] * n
-        block["values"] = [s["values"][row] if row < len(s["values"]) else None
-                           for row in range(n) for s in per_output] if kept else [None] * (n * len(names))
-        self._blocks.append(block)
+        self._blocks.append((ids, int(chunk), first, names, per_output, kept))
         self.count += n * len(names)
         if chunk <= 0:
             self.inputs_seen = max(self.inputs_seen, first + n)
@@ -147,19 +140,45 @@ class OutputRecorder:
         self.flush()
         if not self._blocks:
             return pd.DataFrame()
-        blocks = self._blocks
-        at = np.concatenate([b["at"] for b in blocks])
-        chunk = np.concatenate([np.full(len(b["at"]), b["chunk"], dtype=np.int64) for b in blocks])
-        columns = {"framework": [self.framework] * len(at), "chunk": chunk}
-        for name in ("input_id", "output", "shape", "dtype", "values"):
-            columns[name] = [v for b in blocks for v in b[name]]
-        for name in ("min", "max", "mean", "std"):
-            columns[name] = np.concatenate([b[name] for b in blocks])
+        columns: dict[str, list] = {name: [] for name in ("input_id", "output", "shape", "dtype", "values")}
+        at, chunk, stats = [], [], {name: [] for name in ("min", "max", "mean", "std")}
+        for ids, block_chunk, first, names, per_output, kept in self._blocks:
+            n, width = len(ids), len(names)
+            # rows input-major (input 0: every output, input 1: ...), as the frame lists them
+            columns["input_id"].extend(map(str, ids) if width == 1 else [str(i) for i in ids for _ in names])
+            columns["output"].extend(names * n)
+            at.append(np.repeat(np.arange(first, first + n, dtype=np.int64), width))
+            chunk.append(np.full(n * width, block_chunk, dtype=np.int64))
+            for name, column in stats.items():
+                column.append(np.stack([s[name] for s in per_output], axis=1).reshape(-1))
+            columns["shape"].extend(list(s["shape"]) for _ in range(n) for s in per_output)
+            columns["dtype"].extend([s["dtype"] for s in per_output] * n)
+            columns["values"].extend([s["values"][row] if row < len(s["values"]) else None
+                                      for row in range(n) for s in per_output] if kept else [None] * (n * width))
+        at, chunk = np.concatenate(at), np.concatenate(chunk)
+        columns = {"framework": [self.framework] * len(at), "chunk": chunk, **columns,
+                   **{name: np.concatenate(column) for name, column in stats.items()}}
         order = np.lexsort((chunk, at))  # stable: rows made out of order go back to dataset order
         if (np.diff(at) < 0).any() or ((np.diff(at) == 0) & (np.diff(chunk) < 0)).any():
             columns = {k: (v[order] if isinstance(v, np.ndarray) else [v[i] for i in order])
                        for k, v in columns.items()}
         return OUTPUTS.frame(columns)
+
+
+class _Ids:
+    """The ids of several calls in order, one sequence: what a group of calls summarised at once covers."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list):
+        self.parts, self.size = parts, sum(len(p) for p in parts)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        for part in self.parts:
+            yield from part
 
 
 def _summaries(array: np.ndarray, axis: int, n: int, kept: int) -> dict[str, Any]:
@@ -183,14 +202,25 @@ def _summaries(array: np.ndarray, axis: int, n: int, kept: int) -> dict[str, Any
     return summary
 
 
+NARROW = 64
+"""Rows of fewer elements than this are reduced across a transposed copy: numpy reduces along a short axis at a
+fixed cost per row (10 classes x 1024 rows: about 10x slower than across the rows)."""
+
+
 def _finite_stats(flat: np.ndarray) -> dict[str, np.ndarray]:
     """min, max, mean and std of each row's finite elements (NaN for a row with none), as ``np.std`` gives them."""
-    rows = len(flat)
-    if not flat.shape[1]:
+    rows, width = flat.shape
+    if not width:
         nan = np.full(rows, np.nan)
         return {"min": nan, "max": nan, "mean": nan, "std": nan.copy()}
     finite = np.isfinite(flat)
     if finite.all():
+        if width < NARROW:  # the same sums, across a transposed copy
+            across = np.ascontiguousarray(flat.T)
+            mean = across.sum(axis=0) / width
+            dev = across - mean
+            return {"min": across.min(axis=0), "max": across.max(axis=0), "mean": mean,
+                    "std": np.sqrt((dev * dev).sum(axis=0) / width)}
         return {"min": flat.min(axis=1), "max": flat.max(axis=1), "mean": flat.mean(axis=1), "std": flat.std(axis=1)}
     count = finite.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from mlms_nb.data.datasets.base import Dataset, cast_to, check_label_keys, read_items, target_key
+from mlms_nb.data.datasets.base import Dataset, IndexedIds, cast_to, check_label_keys, read_items, target_key
 from mlms_nb.data.datasets.files import _LabeledFolder
 from mlms_nb.data.pipeline import Batch
 from mlms_nb.errors import DatasetError
@@ -137,6 +137,7 @@ class NpzDataset(Dataset):
             raise DatasetError(f"{self.path}: 'x' must have a leading batch dimension, got a scalar")
         self.shape, self.dtype, self.fortran = tuple(shape), dtype, fortran
         self._map: np.memmap | None = None
+        self._planned: tuple[Manifest | None, bool] | None = None  # (the manifest checked, reads are views)
         self.y = None
         if y is not None:
             y = np.asarray(y).reshape(-1)
@@ -164,7 +165,7 @@ class NpzDataset(Dataset):
         does not grow with the dataset."""
         targets = {key: ("memmap", t.filename, t.dtype, t.offset, t.shape) if isinstance(t, np.memmap) else t
                    for key, t in self.targets.items()}
-        return {**self.__dict__, "_map": None, "targets": targets}
+        return {**self.__dict__, "_map": None, "_planned": None, "targets": targets}
 
     def __setstate__(self, state: dict) -> None:
         state["targets"] = {key: np.memmap(t[1], dtype=t[2], mode="r", offset=t[3], shape=t[4])
@@ -197,7 +198,7 @@ class NpzDataset(Dataset):
 
     def chunks(self, size: int) -> Iterator[Any]:
         if self.manifest is not None:
-            self.check(self.manifest)
+            self._plan(self.manifest)
         if self._data_offset is not None and not self.fortran:
             yield from super().chunks(size)
             return
@@ -215,24 +216,34 @@ class NpzDataset(Dataset):
     def reads_are_views(self, preprocess) -> bool:
         """Uncompressed ``x`` of the element type the model takes, for a framework that reads a read-only array
         in place (:data:`READ_ONLY_FRAMEWORKS`): each batch is a slice of the memory map, no copy."""
-        manifest = getattr(preprocess, "manifest", None) or self.manifest
-        return (self._data_offset is not None and not self.fortran and manifest is not None
-                and manifest.framework.name in READ_ONLY_FRAMEWORKS
-                and np.dtype(manifest.fed_input.element_type) == self.dtype)
+        return self._plan(getattr(preprocess, "manifest", None) or self.manifest)
+
+    def _plan(self, manifest: Manifest | None) -> bool:
+        """``x`` checked against ``manifest`` (`check`, once per manifest: a pass reads thousands of chunks) and
+        whether its reads are views (`reads_are_views`)."""
+        if self._planned is not None and self._planned[0] is manifest:
+            return self._planned[1]
+        if manifest is not None:
+            self.check(manifest)
+        views = (self._data_offset is not None and not self.fortran and manifest is not None
+                 and manifest.framework.name in READ_ONLY_FRAMEWORKS
+                 and np.dtype(manifest.fed_input.element_type) == self.dtype)
+        self._planned = (manifest, views)
+        return views
 
     def read(self, chunk, preprocess) -> Batch:
         manifest = getattr(preprocess, "manifest", None) or self.manifest
-        if manifest is not None:
-            self.check(manifest)
+        views = self._plan(manifest)
         if isinstance(chunk, tuple):
             chunk, rows = chunk
-        elif self.reads_are_views(preprocess):
-            rows = np.asarray(self.x[chunk.start:chunk.stop])  # a view: the pages are read as the model reads them
+            rows = cast_to(manifest, rows)
+        elif views:  # a view of the element type, contiguous: the pages are read as the model reads them
+            rows = np.asarray(self.x[chunk.start:chunk.stop])
         else:
-            rows = np.array(self.x[chunk.start:chunk.stop])  # read from disk here, in the worker
+            rows = cast_to(manifest, np.array(self.x[chunk.start:chunk.stop]))  # read from disk here, in the worker
         labels = None if self.y is None else self.y[chunk.start:chunk.stop]
         targets = {key: np.array(t[chunk.start:chunk.stop]) for key, t in self.targets.items()} or None
-        return Batch(cast_to(manifest, rows), labels, [f"{self.path.name}[{i}]" for i in chunk], targets=targets)
+        return Batch(rows, labels, IndexedIds(self.path.name, chunk), targets=targets)
 
 
 def _member_array(path: Path, archive: zipfile.ZipFile, name: str) -> np.ndarray:
