@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import threading
 import time
 import wave
@@ -155,11 +156,49 @@ def test_an_uncompressed_npz_reaches_onnxruntime_as_views_of_its_memory_map(tmp_
     assert all(np.shares_memory(b.data, plain.x) and not b.data.flags.writeable for b in batches)
     assert np.array_equal(np.concatenate([b.data for b in batches]), x[:5])
     assert [i for b in batches for i in b.ids] == [f"plain.npz[{i}]" for i in range(5)]
+    ids = batches[0].ids  # spelled only when read, but a sequence of str like a list in every other way
+    assert ids == ["plain.npz[0]", "plain.npz[1]", "plain.npz[2]"] and ids != ["plain.npz[0]"] and len(ids) == 3
+    assert ids[-1] == "plain.npz[2]" and ids[1:] == ["plain.npz[1]", "plain.npz[2]"] and "plain.npz[1]" in ids
+    assert pickle.loads(pickle.dumps(ids)) == ids and list(ids) == ids.tolist()
     copied = NpzDataset(tmp_path / "plain.npz", manifest=tensor_manifest())  # torch
     with copied.iter_batches(3, None) as stream:
         batches = list(stream)
     assert stream.stats.workers > 0 and all(b.data.flags.writeable for b in batches)
     assert not any(np.shares_memory(b.data, copied.x) for b in batches)
+
+
+@pytest.mark.parametrize("classes", [10, 100])
+def test_batch_scoring_and_summaries_are_numpy_per_row_whatever_the_width(classes):
+    """Issue 25: rows of fewer than 64 elements are reduced across a transposed copy (numpy reduces along a short
+    axis at a fixed cost per row); the softmax, the top-k and each row's min/max/mean/std must be what the
+    per-row computation gives, NaN rows included, at both widths."""
+    from mlms_nb.data.datasets.base import IndexedIds
+    from mlms_nb.data.postprocess import softmax, top_k
+    from mlms_nb.evaluation.outputs import OutputRecorder
+
+    rng = np.random.default_rng(1)
+    logits = (rng.standard_normal((300, classes)) * 4).astype(np.float32)
+    logits[7] = np.nan
+    exact = np.exp(logits.astype(np.float64) - logits.max(axis=1, keepdims=True))
+    exact /= exact.sum(axis=1, keepdims=True)
+    probs = softmax(logits)
+    assert probs.shape == logits.shape and probs.dtype == np.float32 and np.isnan(probs[7]).all()
+    np.testing.assert_allclose(np.delete(probs, 7, axis=0), np.delete(exact, 7, axis=0), rtol=1e-5, atol=1e-7)
+    order, _ = top_k(probs, 5)
+    assert np.array_equal(np.delete(order, 7, axis=0), np.argsort(-np.delete(exact, 7, axis=0), axis=1)[:, :5])
+    manifest = tensor_manifest().model_copy(update={"outputs": [tensor_manifest().outputs[0].model_copy(
+        update={"type": "tensor"})]})
+    recorder = OutputRecorder(manifest, "torch", "summary")
+    finite = np.delete(logits, 7, axis=0)
+    for start in range(0, len(finite), 64):  # calls of 64 in dataset order: summarised as one group
+        recorder.add(IndexedIds("d.npz", range(start, min(start + 64, len(finite)))), {"y": finite[start:start + 64]})
+    frame = recorder.frame()
+    assert frame["input_id"].tolist() == [f"d.npz[{i}]" for i in range(len(finite))]
+    rows = finite.astype(np.float64)
+    for column, per_row in (("min", rows.min(axis=1)), ("max", rows.max(axis=1)), ("mean", rows.mean(axis=1)),
+                            ("std", rows.std(axis=1))):
+        np.testing.assert_allclose(frame[column].to_numpy(), per_row, rtol=1e-12, atol=1e-15)
+    assert frame["shape"].tolist() == [[classes]] * len(finite) and frame["shape"][0] is not frame["shape"][1]
 
 
 def test_npy_folder_parquet_arrow_and_audio_folder(tmp_path):

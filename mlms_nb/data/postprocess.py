@@ -28,9 +28,20 @@ class Prediction:
         return int(self.probabilities.shape[0])
 
 
+NARROW = 64
+"""Rows (N, C) of fewer classes than this are reduced across a transposed copy: numpy reduces along a short last
+axis at a fixed cost per row (10 classes x 1024 rows: about 10x slower than across the rows)."""
+
+
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Numerically stable softmax in float32 (the max is subtracted first); NaN rows stay NaN."""
     x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 2 and axis in (-1, 1) and x.shape[1] < NARROW:
+        across = np.ascontiguousarray(x.T)  # (C, N): the same max and sums, taken across the rows
+        across -= across.max(axis=0)
+        np.exp(across, out=across)
+        across /= across.sum(axis=0)
+        return across.T
     shifted = x - np.max(x, axis=axis, keepdims=True)
     np.exp(shifted, out=shifted)
     shifted /= np.sum(shifted, axis=axis, keepdims=True)
@@ -81,6 +92,7 @@ class Postprocessor:
         if x.ndim != 2:
             raise MlmsError(f"{self.manifest.key}: postprocessing expects outputs shaped (N, classes), "
                             f"got {list(x.shape)}")
+        x = np.ascontiguousarray(x, dtype=np.float32)
         indices, probs = top_k(x, self.k)
-        return Prediction(probabilities=np.ascontiguousarray(x, dtype=np.float32), top_k_indices=indices,
+        return Prediction(probabilities=x, top_k_indices=indices,
                           top_k_probabilities=np.ascontiguousarray(probs, dtype=np.float32))

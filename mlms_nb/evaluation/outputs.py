@@ -18,6 +18,7 @@ calls made them in.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -151,15 +152,15 @@ class OutputRecorder:
             chunk.append(np.full(n * width, block_chunk, dtype=np.int64))
             for name, column in stats.items():
                 column.append(np.stack([s[name] for s in per_output], axis=1).reshape(-1))
-            columns["shape"].extend(list(s["shape"]) for _ in range(n) for s in per_output)
+            columns["shape"].extend(map(list, [s["shape"] for s in per_output] * n))  # a list of its own per row
             columns["dtype"].extend([s["dtype"] for s in per_output] * n)
             columns["values"].extend([s["values"][row] if row < len(s["values"]) else None
                                       for row in range(n) for s in per_output] if kept else [None] * (n * width))
         at, chunk = np.concatenate(at), np.concatenate(chunk)
         columns = {"framework": [self.framework] * len(at), "chunk": chunk, **columns,
                    **{name: np.concatenate(column) for name, column in stats.items()}}
-        order = np.lexsort((chunk, at))  # stable: rows made out of order go back to dataset order
         if (np.diff(at) < 0).any() or ((np.diff(at) == 0) & (np.diff(chunk) < 0)).any():
+            order = np.lexsort((chunk, at))  # stable: rows made out of order go back to dataset order
             columns = {k: (v[order] if isinstance(v, np.ndarray) else [v[i] for i in order])
                        for k, v in columns.items()}
         return OUTPUTS.frame(columns)
@@ -177,8 +178,7 @@ class _Ids:
         return self.size
 
     def __iter__(self):
-        for part in self.parts:
-            yield from part
+        return itertools.chain.from_iterable(self.parts)
 
 
 def _summaries(array: np.ndarray, axis: int, n: int, kept: int) -> dict[str, Any]:

@@ -102,10 +102,11 @@ class IndexedIds(Sequence):
     scoring its outputs). A sequence of str like a list (``==`` compares with any sequence); a slice is another
     `IndexedIds`; `tolist` spells them all at once."""
 
-    __slots__ = ("name", "positions")
+    __slots__ = ("name", "positions", "_spelled")
 
     def __init__(self, name: str, positions: range):
         self.name, self.positions = name, positions
+        self._spelled: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -116,11 +117,16 @@ class IndexedIds(Sequence):
         return f"{self.name}[{self.positions[index]}]"
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.tolist())
+        if self._spelled is None:
+            self.tolist()
+        return iter(self._spelled)
 
     def tolist(self) -> list[str]:
-        name = self.name
-        return [f"{name}[{i}]" for i in self.positions]
+        """The ids, spelled once (the scores and the outputs frame both read them)."""
+        if self._spelled is None:
+            name = self.name
+            self._spelled = [f"{name}[{i}]" for i in self.positions]
+        return list(self._spelled)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, IndexedIds):
