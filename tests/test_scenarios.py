@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from mlms_nb.errors import MlmsError
+from mlms_nb.evaluation.records import TimedLoop
 from mlms_nb.evaluation.scenarios import run_scenario, time_closed_loop, warm_up
 from mlms_nb.options import Timing
 
@@ -75,5 +76,30 @@ def test_interrupt_keeps_partial_samples():
 
     with pytest.raises(KeyboardInterrupt) as info:
         time_closed_loop(predict, BATCH, Timing(min_repeats=100, min_time_s=0))
-    samples, wall, _warmup = info.value.partial
+    samples, wall = info.value.partial
     assert len(samples) == 7 and wall > 0
+
+
+def test_a_scenario_gives_the_record_its_work_emits_complete_or_cut_short():
+    """One type for a timed loop (issue 24's duplicate, TimingResult merged into TimedLoop): run_scenario returns
+    the record itself, and a loop stopped part-way leaves it on the exception, marked incomplete, with the warm-up
+    count and the batch size given (a batch on axis 1 counts its inputs there, not on axis 0)."""
+    done = run_scenario("single-stream", lambda b: b, BATCH, Timing(warmup=2, min_repeats=5, min_time_s=0),
+                        framework="onnxruntime")
+    assert isinstance(done, TimedLoop) and done.complete and done.framework == "onnxruntime"
+    assert (done.batch_size, done.scenario, done.warmup_calls, len(done.samples_ns)) == (2, "single-stream", 2, 5)
+    calls = {"n": 0}
+
+    def predict(batch):
+        calls["n"] += 1
+        if calls["n"] == 3 + 8:
+            raise KeyboardInterrupt
+        return batch
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        run_scenario("offline", predict, BATCH.T, Timing(warmup=3, min_repeats=100, min_time_s=0), framework="torch",
+                     batch_size=2)
+    cut = info.value.partial
+    assert isinstance(cut, TimedLoop) and not cut.complete and cut.reason == ""
+    assert (cut.framework, cut.batch_size, cut.scenario, cut.warmup_calls) == ("torch", 2, "offline", 3)
+    assert len(cut.samples_ns) == 7 and cut.wall_ns >= int(cut.samples_ns.sum())

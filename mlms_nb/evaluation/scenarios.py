@@ -12,7 +12,6 @@ it measures is the framework, not the harness.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy as np
 from mlms_nb.data.feeds import count
 
 from mlms_nb.errors import MlmsError
+from mlms_nb.evaluation.records import TimedLoop
 from mlms_nb.options import Timing, spell
 from mlms_nb.profilers.energy import EnergyMeter
 
@@ -27,22 +27,10 @@ SCENARIOS = ("single-stream", "offline", "server")
 
 
 class PartialLoop(NamedTuple):
-    """What a timed loop had measured when something stopped it (Ctrl-C, a stop signal, a timeout, an error):
-    ``exception.partial``."""
+    """What one of the loops below had measured when something stopped it (Ctrl-C, a stop signal, a timeout, an
+    error): ``exception.partial``; `run_scenario` turns it into a `TimedLoop` marked incomplete."""
     samples_ns: np.ndarray
     wall_ns: int
-    warmup_calls: int = 0
-
-
-@dataclass
-class TimingResult:
-    """Latency samples (ns) of one scenario at one batch size, and what the loop saw."""
-    scenario: str
-    batch_size: int
-    samples_ns: np.ndarray
-    wall_ns: int
-    warmup_calls: int
-    extra: dict = field(default_factory=dict)
 
 
 OnCall = Callable[[], None] | None
@@ -153,13 +141,17 @@ def sleep_until(deadline_ns: int, clock: Callable[[], int]) -> None:
 
 
 def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timing, progress=None,
-                 energy: EnergyMeter | None = None) -> TimingResult:
-    """Warm up, then time one scenario at the batch's size. ``progress``: an object with ``warm_up()`` and
-    ``timed(scenario)``, each returning the `OnCall` of that phase and ``done()`` (see
-    :mod:`mlms_nb.evaluation.progress`); None: no reports. ``energy``: a meter read around the timed loop (not
-    the warm-up); its joules, per input and how they were measured (or why not) join the result's ``extra``."""
+                 energy: EnergyMeter | None = None, framework: str = "", batch_size: int | None = None) -> TimedLoop:
+    """Warm up, then time one scenario at the batch's size; returns the loop as the record a framework's work
+    emits (``framework`` filled in as given). ``batch_size``: the inputs in ``batch`` (default: its first axis;
+    give it for a batch on another axis). ``progress``: an object with ``warm_up()`` and ``timed(scenario)``, each
+    returning the `OnCall` of that phase and ``done()`` (see :mod:`mlms_nb.evaluation.progress`); None: no
+    reports. ``energy``: a meter read around the timed loop (not the warm-up); its joules, per input and how they
+    were measured (or why not) join the record's ``extra``. Stopped part-way, the exception's ``partial`` is the
+    record of what was measured, marked incomplete (its ``reason`` for the caller to fill in)."""
     if scenario not in SCENARIOS:
         raise MlmsError(f"unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
+    size = count(batch) if batch_size is None else int(batch_size)
     warm = warm_up(predict, batch, cfg, progress.warm_up() if progress else None)
     try:
         if energy is not None:
@@ -170,12 +162,14 @@ def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timin
             samples, wall = time_closed_loop(predict, batch, cfg, progress.timed(scenario) if progress else None)
             extra = {}
         if energy is not None:
-            extra.update(energy.stop().as_columns(len(samples) * count(batch)))
-    except BaseException as stop:  # the partial loop keeps its warm-up count
-        if getattr(stop, "partial", None) is not None:
-            stop.partial = stop.partial._replace(warmup_calls=warm)  # type: ignore[attr-defined]
+            extra.update(energy.stop().as_columns(len(samples) * size))
+    except BaseException as stop:  # what the loop measured, with its warm-up count
+        partial = getattr(stop, "partial", None)
+        if isinstance(partial, PartialLoop):
+            stop.partial = TimedLoop(framework, size, scenario, partial.samples_ns, partial.wall_ns, warm,  # type: ignore[attr-defined]
+                                     complete=False)
         raise
     finally:
         if progress:
             progress.done()
-    return TimingResult(scenario, count(batch), samples, wall, warm, extra)
+    return TimedLoop(framework, size, scenario, samples, wall, warm, extra)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -190,17 +190,15 @@ def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, 
         batch = make_batch(inputs, batch_size, manifest)
         result = run_scenario(opts.scenario, predict, batch, opts.timing,
                               reporter.loop(batch_size, opts.timing) if reporter else None,
-                              energy=energy_meter(opts.device))
+                              energy=energy_meter(opts.device), framework=fw, batch_size=batch_size)
     except BaseException as stop:
         partial = getattr(stop, "partial", None)
-        if partial is not None and len(partial.samples_ns):
-            emit(TimedLoop(fw, batch_size, opts.scenario, partial.samples_ns, partial.wall_ns, partial.warmup_calls,
-                           dict(extra or {}), complete=False, reason=stop_reason(stop)))
+        if isinstance(partial, TimedLoop) and len(partial.samples_ns):
+            emit(replace(partial, extra=dict(extra or {}), reason=stop_reason(stop)))
         if isinstance(stop, MemoryError):
             raise MemoryError(f"at batch size {batch_size}: {stop or 'an allocation failed'}") from None
         raise
-    emit(TimedLoop(fw, batch_size, opts.scenario, result.samples_ns, result.wall_ns, result.warmup_calls,
-                   {**result.extra, **(extra or {})}))
+    emit(replace(result, extra={**result.extra, **(extra or {})}))
     if not len(result.samples_ns):
         return float("nan"), (float("nan"), float("nan"))
     return float(np.median(result.samples_ns)), bootstrap_median_ci(np.asarray(result.samples_ns, dtype=float))
