@@ -137,6 +137,7 @@ class NpzDataset(Dataset):
             raise DatasetError(f"{self.path}: 'x' must have a leading batch dimension, got a scalar")
         self.shape, self.dtype, self.fortran = tuple(shape), dtype, fortran
         self._map: np.memmap | None = None
+        self._plain: np.ndarray | None = None  # the map as a plain array: slicing a memmap runs Python per slice
         self._planned: tuple[Manifest | None, bool] | None = None  # (the manifest checked, reads are views)
         self.y = None
         if y is not None:
@@ -165,7 +166,7 @@ class NpzDataset(Dataset):
         does not grow with the dataset."""
         targets = {key: ("memmap", t.filename, t.dtype, t.offset, t.shape) if isinstance(t, np.memmap) else t
                    for key, t in self.targets.items()}
-        return {**self.__dict__, "_map": None, "_planned": None, "targets": targets}
+        return {**self.__dict__, "_map": None, "_plain": None, "_planned": None, "targets": targets}
 
     def __setstate__(self, state: dict) -> None:
         state["targets"] = {key: np.memmap(t[1], dtype=t[2], mode="r", offset=t[3], shape=t[4])
@@ -238,7 +239,9 @@ class NpzDataset(Dataset):
             chunk, rows = chunk
             rows = cast_to(manifest, rows)
         elif views:  # a view of the element type, contiguous: the pages are read as the model reads them
-            rows = np.asarray(self.x[chunk.start:chunk.stop])
+            if self._plain is None:
+                self._plain = self.x.view(np.ndarray)
+            rows = self._plain[chunk.start:chunk.stop]
         else:
             rows = cast_to(manifest, np.array(self.x[chunk.start:chunk.stop]))  # read from disk here, in the worker
         labels = None if self.y is None else self.y[chunk.start:chunk.stop]
