@@ -137,7 +137,7 @@ class NpzDataset(Dataset):
             raise DatasetError(f"{self.path}: 'x' must have a leading batch dimension, got a scalar")
         self.shape, self.dtype, self.fortran = tuple(shape), dtype, fortran
         self._map: np.memmap | None = None
-        self._plain: np.ndarray | None = None  # the map as a plain array: slicing a memmap runs Python per slice
+        self._plain: np.ndarray | None = None  # the map as a plain array (what `read` slices)
         self._planned: tuple[Manifest | None, bool] | None = None  # (the manifest checked, reads are views)
         self.y = None
         if y is not None:
@@ -179,6 +179,7 @@ class NpzDataset(Dataset):
         if self._data_offset is not None and not self.fortran:
             if self._map is None:
                 self._map = np.memmap(self.path, dtype=self.dtype, mode="r", offset=self._data_offset, shape=self.shape)
+                self._plain = self._map.view(np.ndarray)
             return self._map
         with np.load(self.path, allow_pickle=False) as npz:
             return npz["x"]
@@ -199,7 +200,7 @@ class NpzDataset(Dataset):
 
     def chunks(self, size: int) -> Iterator[Any]:
         if self.manifest is not None:
-            self._plan(self.manifest)
+            self.reads_are_views(None)
         if self._data_offset is not None and not self.fortran:
             yield from super().chunks(size)
             return
@@ -216,32 +217,25 @@ class NpzDataset(Dataset):
 
     def reads_are_views(self, preprocess) -> bool:
         """Uncompressed ``x`` of the element type the model takes, for a framework that reads a read-only array
-        in place (:data:`READ_ONLY_FRAMEWORKS`): each batch is a slice of the memory map, no copy."""
-        return self._plan(getattr(preprocess, "manifest", None) or self.manifest)
-
-    def _plan(self, manifest: Manifest | None) -> bool:
-        """``x`` checked against ``manifest`` (`check`, once per manifest: a pass reads thousands of chunks) and
-        whether its reads are views (`reads_are_views`)."""
-        if self._planned is not None and self._planned[0] is manifest:
-            return self._planned[1]
-        if manifest is not None:
-            self.check(manifest)
-        views = (self._data_offset is not None and not self.fortran and manifest is not None
-                 and manifest.framework.name in READ_ONLY_FRAMEWORKS
-                 and np.dtype(manifest.fed_input.element_type) == self.dtype)
-        self._planned = (manifest, views)
-        return views
+        in place (:data:`READ_ONLY_FRAMEWORKS`): each batch is a slice of the memory map, no copy. ``x`` is checked
+        against the manifest first (`check`), once per manifest: a pass reads thousands of chunks."""
+        manifest = getattr(preprocess, "manifest", None) or self.manifest
+        if self._planned is None or self._planned[0] is not manifest:
+            if manifest is not None:
+                self.check(manifest)
+            self._planned = (manifest, self._data_offset is not None and not self.fortran and manifest is not None
+                             and manifest.framework.name in READ_ONLY_FRAMEWORKS
+                             and np.dtype(manifest.fed_input.element_type) == self.dtype)
+        return self._planned[1]
 
     def read(self, chunk, preprocess) -> Batch:
         manifest = getattr(preprocess, "manifest", None) or self.manifest
-        views = self._plan(manifest)
+        views = self.reads_are_views(preprocess)
         if isinstance(chunk, tuple):
             chunk, rows = chunk
             rows = cast_to(manifest, rows)
-        elif views:  # a view of the element type, contiguous: the pages are read as the model reads them
-            if self._plain is None:
-                self._plain = self.x.view(np.ndarray)
-            rows = self._plain[chunk.start:chunk.stop]
+        elif views:  # a slice of the map's plain view (slicing a memmap runs Python): read as the model reads it
+            rows = (self._plain if self._map is not None else self.x.view(np.ndarray))[chunk.start:chunk.stop]
         else:
             rows = cast_to(manifest, np.array(self.x[chunk.start:chunk.stop]))  # read from disk here, in the worker
         labels = None if self.y is None else self.y[chunk.start:chunk.stop]
