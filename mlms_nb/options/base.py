@@ -51,7 +51,7 @@ def spell_on(name: str) -> str:
     return _FLAGS[name] if _SPELLING.get() == "cli" and name in _FLAGS else f"{name}=True"
 
 
-def _opt(default: Any, description: str, cli: str | None = None, unit: str = "", **kw) -> Any:
+def option(default: Any, description: str, cli: str | None = None, unit: str = "", **kw) -> Any:
     extra = {k: v for k, v in (("cli", cli), ("unit", unit)) if v}
     extra.update(kw.pop("extra", {}))
     return Field(default, description=description, json_schema_extra=extra or None, **kw)
