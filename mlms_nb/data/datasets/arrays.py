@@ -23,7 +23,7 @@ import numpy as np
 
 from mlms_nb.data.datasets.base import Dataset, cast_to, check_label_keys, read_items, target_key
 from mlms_nb.data.datasets.files import LabeledFolder
-from mlms_nb.data.pipeline import Batch
+from mlms_nb.data.batch import Batch
 from mlms_nb.errors import DatasetError
 from mlms_nb.manifest import Manifest
 

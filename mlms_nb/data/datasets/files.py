@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from mlms_nb.data.datasets.base import Dataset, read_items
-from mlms_nb.data.pipeline import Batch
+from mlms_nb.data.batch import Batch
 from mlms_nb.errors import DatasetError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
