@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+from enum import Enum
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_serializer, field_validator, model_validator
 
 from mlms_nb.errors import MlmsError
 from mlms_nb.manifest import FRAMEWORKS, canonical_framework
@@ -59,17 +60,22 @@ class Timing(Options):
 
 class Tracing(Options):
     """The traced pass that follows the untimed sweep."""
-    trace_level: str = option("NONE", "deepest trace level: " + ", ".join(level.name for level in TraceLevel),
-                            "--trace-level", extra={"metavar": "LEVEL"})
+    trace_level: TraceLevel = option(TraceLevel.NONE, "deepest trace level: " + ", ".join(level.name for level in TraceLevel),
+                                     "--trace-level", extra={"metavar": "LEVEL", "python_default": "NONE",
+                                                             "python_type": "str | TraceLevel"})
     trace_repeats: int = option(5, "traced calls per batch size", "--trace-repeats", "calls", ge=1)
 
     @field_validator("trace_level", mode="before")
     @classmethod
-    def _level(cls, value: Any) -> str:
+    def _level(cls, value: Any) -> TraceLevel:
         try:
-            return TraceLevel.parse(value).name
+            return TraceLevel.parse(value)
         except MlmsError as err:
             raise ValueError(str(err)) from None
+
+    @field_serializer("trace_level")
+    def _level_name(self, level: TraceLevel) -> str:
+        return level.name  # a record and its JSON keep the name ("FRAMEWORK"), as the flag and Python take it
 
 
 class Generation(Options):
@@ -331,7 +337,7 @@ class EvaluateOptions(Options):
 
     def record(self) -> dict:
         """What `Evaluation.options` keeps: the options that shape the numbers, flat, plus how it was run."""
-        flat = self.flat()
+        flat = {name: value.name if isinstance(value, Enum) else value for name, value in self.flat().items()}
         for name in ("framework", "keep_probabilities", "trust", "progress", "history", "on", "where", "all_agents",
                      "tls_ca_file", "tls_cert", "tls_key"):
             flat.pop(name)
