@@ -241,7 +241,7 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
         from bokeh.plotting import figure
     except ImportError:
         raise MissingDependency(f"plot backend 'bokeh' needs Bokeh, which is not installed: {_EXTRA}") from None
-    from .timeline import X_LABEL, Y_LABEL, _fmt_time
+    from ._timeline_axes import X_LABEL, Y_LABEL, time_text
 
     tracks = tl.attrs["tracks"]
     n_tracks = max(len(tracks), 1)
@@ -287,7 +287,7 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
                           ncols=LEGEND_COLUMNS), "below")
     level = rows.attrs["level"]
     lod = Div(text=f"zoom level {level}{' (raw: every span)' if level >= tl.attrs['raw_level'] else ''}: "
-                   f"{_fmt_time((x1 - x0) / width_px)} per pixel, {len(rows):,} bars drawn",
+                   f"{time_text((x1 - x0) / width_px)} per pixel, {len(rows):,} bars drawn",
               name="timeline_lod", styles={"font-size": "9pt", "color": "#555"})
     args = dict(xr=fig.x_range, plot=fig, src=visible, sig=sig_src, lod=lod, payload=data, layout=layout)
     on_range = CustomJS(args=args, code=_RANGE_JS)

@@ -26,6 +26,7 @@ from mlms_nb.schema.trace import LEVEL_NAMES, validate_spans
 from . import _lod
 from ._lod import signatures  # noqa: F401  (hover signatures of the pyramid rows; the server index uses them)
 from ._plot import AnalysisError, MissingDependency, check_backend
+from ._timeline_axes import X_LABEL, Y_LABEL, tick_label, time_text  # noqa: F401  (the axes' words, public here too)
 
 # tab20, dark shades first: the same colours in Bokeh and matplotlib
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
@@ -36,8 +37,6 @@ NAMED_KINDS = ("op", "kernel", "memcpy", "memset", "runtime")
 """Kinds coloured by their own name when they carry no layer type (``aten::conv2d``, a CUDA kernel)."""
 LEVEL_SLACK = _lod.LEVEL_SLACK
 """A zoom level is drawn while its pixel is at most this many view pixels wide."""
-X_LABEL = "time since trace start (unit on each tick: s, ms, µs or ns)"
-Y_LABEL = "track (level · device · thread [depth])"
 _EXTRA = "pip install 'mlms-nb[analysis]'"
 _REQUIRED = ("trace_id", "span_id", "parent_id", "name", "level", "kind", "start_ns", "end_ns", "duration_ns",
              "thread", "device", "stream", "layer_type", "shape", "flops")
@@ -287,25 +286,6 @@ def focus_window(tl: pd.DataFrame, pad: float = 0.02) -> tuple[float, float]:
     return max(s - d, 0.0), min(e + d, tl.attrs["extent_ns"] / 1e6) if e + d > s else s + 1e-6
 
 
-def tick_label(ms: float, step_ms: float) -> str:
-    """An x tick for ``ms`` on an axis whose ticks are ``step_ms`` apart, in s, ms, µs or ns as the step reads
-    best (the same rule as the Bokeh figure's tick formatter)."""
-    scale, unit = ((1e3, "s") if step_ms >= 1e3 else (1.0, "ms") if step_ms >= 1 else
-                   (1e-3, "µs") if step_ms >= 1e-3 else (1e-6, "ns"))
-    decimals = int(min(6, max(0, -np.floor(np.log10(step_ms / scale) + 1e-9)))) if step_ms > 0 else 0
-    return f"{ms / scale:,.{decimals}f} {unit}"
-
-
-def _fmt_time(ms: float) -> str:
-    if not np.isfinite(ms):
-        return "unknown"
-    if ms >= 1:
-        return f"{ms:,.3f} ms"
-    if ms >= 1e-3:
-        return f"{ms * 1e3:,.3f} µs"
-    return f"{ms * 1e6:,.0f} ns"
-
-
 def _matplotlib(tl, start_ms, end_ms, title, measured_by):
     try:
         from matplotlib.collections import PolyCollection
@@ -346,7 +326,7 @@ def _matplotlib(tl, start_ms, end_ms, title, measured_by):
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel(Y_LABEL, fontsize=8)
     main, sub = _title(tl, title, measured_by, interactive=False)
-    ax.set_title(f"{main}\n{sub}; zoom level {rows.attrs['level']} ({_fmt_time(px)} per pixel)", fontsize=8)
+    ax.set_title(f"{main}\n{sub}; zoom level {rows.attrs['level']} ({time_text(px)} per pixel)", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=c, label=k[:40]) for k, c in colours.items()]
     handles.append(Patch(color=OTHER_COLOR, label="other"))

@@ -75,7 +75,7 @@ def record_onnxruntime(out: Path) -> None:
 
     from mlms_nb.frameworks import open_predictor
     from mlms_nb.manifest import find_manifest
-    from mlms_nb.tracing._align import wall_offset_ns
+    from mlms_nb.tracing.align import wall_offset_ns
 
     batch = _photo("onnxruntime")
     with open_predictor(find_manifest(MODEL, framework="onnxruntime")) as predictor, \
@@ -107,7 +107,7 @@ def record_tensorflow(out: Path) -> None:
     from mlms_nb.frameworks.tensorflow.graph import model_graph
     from mlms_nb.frameworks.tensorflow.xplane import MARKER, PROFILER_OPTIONS, find_xplane
     from mlms_nb.manifest import find_manifest
-    from mlms_nb.tracing._align import wall_offset_ns
+    from mlms_nb.tracing.align import wall_offset_ns
 
     batch = tf.convert_to_tensor(_photo("tensorflow"))
     with open_predictor(find_manifest(MODEL, framework="tensorflow")) as predictor, \

@@ -30,14 +30,10 @@ def layer_modules(model):
 
 
 @pytest.fixture(scope="module")
-def evaluation(models_home):
-    """A real traced evaluation: EfficientNet-Lite0 in PyTorch, layer spans at FRAMEWORK level."""
-    pytest.importorskip("torch")
-    import mlms_nb
-
-    return mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=list(BATCHES), dataset="synthetic:4",
-                            trace_level="FRAMEWORK", trace_repeats=REPS, min_repeats=3, min_time_s=0, warmup=1,
-                            history=False, progress=False)
+def evaluation(traced_evaluation, models_home):
+    """A real traced evaluation: EfficientNet-Lite0 in PyTorch, layer spans at FRAMEWORK level (the PyTorch part of
+    the session's traced evaluation)."""
+    return traced_evaluation.for_framework("torch")
 
 
 @pytest.fixture(scope="module")

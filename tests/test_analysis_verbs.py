@@ -15,12 +15,20 @@ from mlms_nb.schema.evaluation import TRACE_OVERHEAD
 
 
 @pytest.fixture(scope="module")
-def runs(models_home):
-    common = dict(batch_sizes=[1, 2], dataset="synthetic:2", warmup=1, min_repeats=5, min_time_s=0, progress=False)
-    traced = mlms_nb.evaluate("efficientnet_lite0", framework="torch", trace_level="FRAMEWORK", trace_repeats=3,
-                              **common)
-    plain = mlms_nb.evaluate("efficientnet_lite0", framework="onnxruntime", **common)
+def runs(traced_evaluation, models_home):
+    """The PyTorch part of the session's traced evaluation (stored: its id and history rows answer the CLI) and an
+    untraced ONNX Runtime run."""
+    traced = traced_evaluation.for_framework("torch")
+    plain = mlms_nb.evaluate("efficientnet_lite0", framework="onnxruntime", batch_sizes=[1, 2], dataset="synthetic:2",
+                             warmup=1, min_repeats=5, min_time_s=0, progress=False)
     return traced, plain
+
+
+def torch_row(traced_evaluation) -> str:
+    """The history row of the traced evaluation's PyTorch part."""
+    rows = mlms_nb.history()
+    row = rows[(rows["evaluation_id"] == traced_evaluation.id) & (rows["framework"] == "torch")]
+    return str(row["id"].iloc[0])
 
 
 def cli_json(capsys, *argv) -> dict:
@@ -44,7 +52,7 @@ def test_object_methods_return_analyses(runs):
     assert "saturation" in bundle["text/plain"] and "<table" in bundle["text/html"]
 
 
-def test_cli_roofline_layers_and_timeline_by_history_id(runs, shared_home, capsys, tmp_path):
+def test_cli_roofline_layers_and_timeline_by_history_id(runs, traced_evaluation, shared_home, capsys, tmp_path):
     traced, _ = runs
     data = cli_json(capsys, "roofline", traced.id, "--plot", "none")
     rows = data["rows"]
@@ -53,7 +61,7 @@ def test_cli_roofline_layers_and_timeline_by_history_id(runs, shared_home, capsy
     assert bounds["ZeroPad2d"] == "none" and bounds["ReLU6"] == "memory"
     conv = next(r for r in rows if r["layer_name"] == "_blocks.1._project_conv" and r["batch_size"] == 1)
     assert conv["intensity_flop_per_byte"] == pytest.approx(conv["flops"] / conv["bytes"])
-    row_id = str(traced.history_ids[0])
+    row_id = torch_row(traced_evaluation)
     data = cli_json(capsys, "layers", row_id, "--what", "latency", "--by", "type", "--plot", "none")
     assert {"ReLU6", "BatchNorm2d"} <= {r["layer_type"] for r in data["rows"]}
     page = tmp_path / "timeline.html"
@@ -99,10 +107,11 @@ def test_bad_runs_are_sentences(runs, shared_home, capsys):
 
 
 @pytest.fixture(scope="module")
-def two_framework_runs(models_home):
-    common = dict(framework="torch,onnxruntime", batch_sizes=[1], dataset="synthetic:2", warmup=1, min_repeats=3,
-                  min_time_s=0, trace_level="FRAMEWORK", trace_repeats=2, progress=False)
-    return mlms_nb.evaluate("efficientnet_lite0", **common), mlms_nb.evaluate("efficientnet_lite0", **common)
+def two_framework_runs(traced_evaluation, models_home):
+    """The session's traced evaluation (PyTorch and ONNX Runtime) and a second, smaller one of both."""
+    return traced_evaluation, mlms_nb.evaluate(
+        "efficientnet_lite0", framework="torch,onnxruntime", batch_sizes=[1], dataset="synthetic:2", warmup=1,
+        min_repeats=3, min_time_s=0, trace_level="FRAMEWORK", trace_repeats=2, progress=False)
 
 
 @pytest.mark.slow

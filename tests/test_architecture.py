@@ -81,3 +81,86 @@ def test_data_objects_declare_their_analysis_methods():
         for name in names:
             assert isinstance(cls.__dict__[name], FacadeMethod) and f"mlms_nb.{name}(" in cls.__dict__[name].__doc__
             assert callable(getattr(mlms_nb, name))
+
+
+# ---------------------------------------------------------------- no private name read across modules
+
+def _modules() -> dict[str, Path]:
+    """Every module of mlms_nb (the analyses folder is a link inside it) by dotted name."""
+    import os
+
+    root = REPO / "mlms_nb"
+    found = {}
+    for folder, _, names in os.walk(root, followlinks=True):
+        for file in names:
+            if file.endswith(".py"):
+                parts = (Path(folder) / file).relative_to(REPO).with_suffix("").parts
+                found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = Path(folder) / file
+    return found
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def private_reads(source: str, module: str, modules: set[str]) -> list[str]:
+    """Where ``module`` (its ``source``) reads a private name of another of our modules: ``from X import _name``,
+    ``X._name`` on an imported module, or a private module (``pkg._mod``) imported from outside ``pkg``. A private
+    module is private to its package: its siblings may import it."""
+    import ast
+
+    found, aliases = [], {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mlms_nb":
+            paths = [node.module]
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full in modules:  # a submodule: private to its package
+                    paths.append(full)
+                    aliases[alias.asname or alias.name] = full
+                elif _private(alias.name):
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            paths = [a.name for a in node.names if a.name.split(".")[0] == "mlms_nb"]
+            aliases.update({a.asname or a.name: a.name for a in node.names if a.name in modules})
+        else:
+            continue
+        for path in paths:
+            parts = path.split(".")
+            for i, part in enumerate(parts):
+                if _private(part) and not _inside(module, ".".join(parts[:i])):
+                    found.append(f"line {node.lineno}: private module {'.'.join(parts[:i + 1])} imported")
+                    break
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
+                and aliases.get(node.value.id, module) != module):
+            found.append(f"line {node.lineno}: {node.value.id}.{node.attr} ({aliases[node.value.id]})")
+    return found
+
+
+def test_no_private_name_is_read_across_modules():
+    modules = _modules()
+    found = [f"{path.relative_to(REPO)} {where}" for name, path in sorted(modules.items())
+             for where in private_reads(path.read_text(encoding="utf-8"), name, set(modules))]
+    assert not found, "private names read across modules (make them public where they live):\n" + "\n".join(found)
+
+
+def test_the_private_name_scan_sees_each_form():
+    modules = {"mlms_nb.a", "mlms_nb.a.m", "mlms_nb.a._p", "mlms_nb.b", "mlms_nb.b.n", "mlms_nb._fs"}
+    assert private_reads("from mlms_nb.a.m import _x\nfrom mlms_nb.a.m import y\n", "mlms_nb.b.n", modules) == [
+        "line 1: from mlms_nb.a.m import _x"]
+    assert private_reads("from mlms_nb.a import m\nm._x\nm.y\n", "mlms_nb.b.n", modules) == [
+        "line 2: m._x (mlms_nb.a.m)"]
+    assert private_reads("import mlms_nb.a.m as m\nm._x\n", "mlms_nb.b.n", modules) == ["line 2: m._x (mlms_nb.a.m)"]
+    assert private_reads("from mlms_nb.a._p import x\n", "mlms_nb.b.n", modules) == [
+        "line 1: private module mlms_nb.a._p imported"]
+    assert private_reads("from mlms_nb.a import _p\n", "mlms_nb.b.n", modules) == [
+        "line 1: private module mlms_nb.a._p imported"]
+    # a private module's siblings, the bottom layer's private modules, and a module's own names are fine
+    assert private_reads("from mlms_nb.a import _p\nfrom mlms_nb.a._p import x\n_p._y\n", "mlms_nb.a.m", modules) == [
+        "line 3: _p._y (mlms_nb.a._p)"]
+    assert private_reads("from mlms_nb._fs import atomic_write\n_own = 1\n", "mlms_nb.b.n", modules) == []

@@ -33,6 +33,40 @@ def lite0(models_home):
 # ------------------------------------------------------------------------------------------ real models
 
 @pytest.mark.slow
+def test_an_int8_copy_reads_after_its_home_moves(converted_models, tmp_path, monkeypatch):
+    """The INT8 copy's artifact.json records the fp32 graph relative to MLMS_HOME: after the home moves, the copy is
+    reused (not rebuilt) and ``quantized_from`` names the fp32 graph of the new home, which opens."""
+    import shutil
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    from mlms_nb.frameworks.onnxruntime.quantize import quantized_manifest
+
+    version = mlms_nb.find_manifest("efficientnet_lite0", framework="onnxruntime").version
+    fp32 = Path("artifacts", "efficientnet_lite0", version, "onnxruntime")
+    first, moved = tmp_path / "first", tmp_path / "moved"
+    shutil.copytree(converted_models / fp32, first / fp32)  # the fp32 graph, as convert built it
+    monkeypatch.setenv("MLMS_HOME", str(first))
+    built = quantized_manifest("efficientnet_lite0")
+    record = json.loads((Path(built.model.graph_path).parent / "artifact.json").read_text())
+    assert record["source"] == (fp32 / "model.onnx").as_posix()  # relative to MLMS_HOME, not the absolute path
+
+    first.rename(moved)
+    monkeypatch.setenv("MLMS_HOME", str(moved))
+    again = quantized_manifest("efficientnet_lite0")
+    assert again.model.sha256 == built.model.sha256
+    assert json.loads((Path(again.model.graph_path).parent / "artifact.json").read_text()) == record  # not rebuilt
+    source = Path(again.attributes["quantized_from"])
+    assert source.is_file() and source.is_relative_to(moved) and Path(again.model.graph_path).is_relative_to(moved)
+    for graph in (source, Path(again.model.graph_path)):
+        session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+        out = session.run(None, {"input": np.zeros((1, 3, 224, 224), np.float32)})[0]
+        assert out.shape == (1, 1000) and np.isfinite(out).all()
+
+
+
+@pytest.mark.slow
 def test_fp32_frameworks_agree_layer_by_layer(lite0):
     layers = lite0.layers
     assert lite0.frameworks == ["torch", "onnxruntime", "tensorflow", "onnxruntime-int8"]

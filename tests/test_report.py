@@ -3,8 +3,9 @@ batch sizes 1 and 2, FRAMEWORK level) is reported by ``mlms report``, and the PD
 the model, the median latencies exactly as the report formats them, figures present and not blank, every page
 the paper's size; then a comparison report of two runs, and the notebook's own screenshots.
 
-Slow: one evaluation (~20 s on 2 busy cores), shared by the module, then two reports (~30-45 s each: a kernel
-starts, and the roofline builds the model to count its FLOPs); the PDF checks themselves take a second.
+Slow: one evaluation (~20 s on 2 busy cores; conftest's ``traced_evaluation``, shared with the analyses' tests),
+then two reports (~30-45 s each: a kernel starts, and the roofline builds the model to count its FLOPs); the PDF
+checks themselves take a second.
 """
 from __future__ import annotations
 
@@ -47,12 +48,9 @@ def home():
 
 
 @pytest.fixture(scope="module")
-def evaluation(home):
-    import mlms_nb
-
-    return mlms_nb.evaluate("efficientnet_lite0", framework="torch,onnxruntime", batch_sizes=[1, 2],
-                            dataset="imagenet-samples", limit=4, trace_level="FRAMEWORK", trace_repeats=3,
-                            warmup=2, min_repeats=5, min_time_s=0.05, progress=False)
+def evaluation(home, traced_evaluation):
+    """The session's traced evaluation (PyTorch and ONNX Runtime, 4 labelled photos, stored)."""
+    return traced_evaluation
 
 
 @pytest.fixture(scope="module")

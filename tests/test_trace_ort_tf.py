@@ -19,7 +19,7 @@ from mlms_nb.frameworks.tensorflow.xplane import scope_layer
 from mlms_nb.manifest import find_manifest
 from mlms_nb.naming import keras_layer_to_torch_name
 from mlms_nb.tracing import Tracer, TraceLevel, attrs_dict, use_tracer
-from mlms_nb.tracing._align import match_windows, run_shifts
+from mlms_nb.tracing.align import match_windows, run_shifts
 
 L = TraceLevel
 MODEL = "efficientnet_lite0"

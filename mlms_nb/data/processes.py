@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mlms_nb.data.pipeline import READER_NICENESS, Batch, lower_priority
+from mlms_nb.data.batch import READER_NICENESS, Batch, lower_priority
 from mlms_nb.errors import DatasetError
 
 START_METHOD = "forkserver"

@@ -48,7 +48,7 @@ from typing import Any, Union
 import numpy as np
 from PIL import Image
 
-from mlms_nb._manifest_checks import MAX_IMAGE_SIDE
+from mlms_nb.manifest.checks import MAX_IMAGE_SIDE
 from mlms_nb.errors import DatasetError, ManifestError
 from mlms_nb.data.code_steps import UntrustedCodeError, check_code, compile_code  # noqa: F401  (re-exported)
 from mlms_nb.data.postprocess import DEFAULT_TOP_K, Postprocessor, Prediction, softmax, top_k  # noqa: F401  (re-exported)

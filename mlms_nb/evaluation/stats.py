@@ -17,6 +17,7 @@ import numpy as np
 
 from mlms_nb._bootstrap import CI_LEVEL, median_ci
 from mlms_nb._bootstrap import RESAMPLES as BOOTSTRAP_RESAMPLES
+from mlms_nb.display import is_missing
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import spell
 UNSTABLE_IQR_OVER_MEDIAN = 0.1
@@ -111,37 +112,28 @@ def stability_warning(row: Mapping[str, Any]) -> str | None:
     ratio = get("iqr_over_median", None)
     if unstable is None and ratio is not None:
         unstable = float(ratio) > UNSTABLE_IQR_OVER_MEDIAN
-    if not unstable or _missing(ratio):
+    if not unstable or is_missing(ratio):
         return None
     where = []
-    if not _missing(get("framework", None)):
+    if not is_missing(get("framework", None)):
         where.append(str(get("framework")))
-    if not _missing(get("batch_size", None)):
+    if not is_missing(get("batch_size", None)):
         where.append(f"batch size {int(get('batch_size'))}")
     scenario = get("scenario", None)
-    if not _missing(scenario) and scenario != "single-stream":
+    if not is_missing(scenario) and scenario != "single-stream":
         where.append(f"{scenario} scenario")
     prefix = (", ".join(where) + ": ") if where else ""
     median = get("median_ms", None)
     samples = get("samples", None)
     detail = f"the interquartile range is {float(ratio):.0%} of the median"
-    if not _missing(median):
+    if not is_missing(median):
         m = float(median)
         detail += f" ({m:,.0f} ms)" if m >= 100 else f" ({m:.3g} ms)"
-    if not _missing(samples):
+    if not is_missing(samples):
         detail += f" over {int(samples)} calls"
     return (f"{prefix}latency is unstable: {detail}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} threshold; "
             f"close other programs, fix the thread count ({spell('threads')}) or time longer ({spell('min_time_s')}) "
             "before comparing these numbers")
-
-
-def _missing(value: Any) -> bool:
-    if value is None:
-        return True
-    try:
-        return bool(np.isnan(value))
-    except (TypeError, ValueError):
-        return False
 
 
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,

@@ -80,7 +80,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         from mlms_nb.data.processes import start_server
 
         start_server()
-    level = TraceLevel.parse(opts.tracing.trace_level)
+    level = opts.tracing.trace_level
     traced = start_traced_pass(level, job.trace_id, fw) if level > TraceLevel.NONE else None
     reporter = Reporter(emit, fw) if opts.progress else None
     t_pre = time.perf_counter_ns()

@@ -69,7 +69,7 @@ def _onnx_costs(m: Manifest, batch_size: int, graph: str | None = None,
     from pathlib import Path
 
     from mlms_nb.data.assets import resolve_asset
-    from mlms_nb.frameworks.onnxruntime.costs import _load, onnx_node_costs
+    from mlms_nb.frameworks.onnxruntime.costs import load_onnx_model, onnx_node_costs
 
     _static(m, shapes)
     if graph is not None:
@@ -81,7 +81,7 @@ def _onnx_costs(m: Manifest, batch_size: int, graph: str | None = None,
             raise MlmsError(f"manifest {m.key} has no model.graph_path (an ONNX file) to cost")
         base = Path(m.source).parent if m.source else None
         path = resolve_asset(m.model.graph_path, sha256=m.model.sha256.get("graph_path"), base_dir=base)
-    proto = _load(path)
+    proto = load_onnx_model(path)
     initializers = {t.name for t in proto.graph.initializer}
     graph_inputs = [i.name for i in proto.graph.input if i.name not in initializers]
     if len(graph_inputs) != len(m.inputs):

@@ -4,7 +4,7 @@ predictor traces: profile into a temporary folder, import the profile into the t
 :class:`FrameworkProfile` holds what both need: the folder (removed when the session ends, whatever happens),
 the Unix - ``perf_counter_ns`` clock offset read at the start (profilers stamp the Unix clock), and the
 ``perf_counter_ns`` window of each traced ``predict`` call, by call number (the profiled runs are moved into
-these windows, :mod:`mlms_nb.tracing._align`).
+these windows, :mod:`mlms_nb.tracing.align`).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mlms_nb._fs import owned
-from mlms_nb.tracing._align import wall_offset_ns
+from mlms_nb.tracing.align import wall_offset_ns
 
 
 class FrameworkProfile:

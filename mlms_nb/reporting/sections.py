@@ -10,7 +10,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from mlms_nb.display import overhead_frame
+from mlms_nb.display import is_missing, overhead_frame
 from mlms_nb.reporting import _api, describe
 from mlms_nb.reporting._show import Block, detail, figure, heading, left_out, note, section
 from mlms_nb.tables import show_table
@@ -196,8 +196,8 @@ def ceilings_frame(extra: pd.DataFrame) -> pd.DataFrame:
         factor, unit = scales.get(rec.get("unit"), (1.0, rec.get("unit") or ""))
         value, iqr = rec.get("value"), rec.get("iqr")
         rows.append({"framework": rec.get("framework", ""), "metric": str(rec.get("metric", "")).replace("_", " "),
-                     "value": "-" if pd.isna(value) else f"{value / factor:,.2f} {unit}",
-                     "IQR": "-" if iqr is None or pd.isna(iqr) else f"{iqr / factor:,.2f} {unit}",
+                     "value": "-" if is_missing(value) else f"{value / factor:,.2f} {unit}",
+                     "IQR": "-" if is_missing(iqr) else f"{iqr / factor:,.2f} {unit}",
                      "how": rec.get("how", "")})
     frame = pd.DataFrame(rows)
     frame.attrs["keys"] = ["framework", "metric"]

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from mlms_nb._clock import now_utc
+from mlms_nb.display import is_missing
 from mlms_nb.errors import MlmsError
 from mlms_nb.stack import detect_stack, stack_hash
 from mlms_nb.theory.kernels import kernel_timings
@@ -143,7 +144,7 @@ class Ceilings:
 
 
 def _fmt(value: float) -> str:
-    if value is None or value != value:
+    if is_missing(value):
         return ""
     return f"{value:.4g}" if abs(value) < 1e3 else f"{value:.4e}"
 

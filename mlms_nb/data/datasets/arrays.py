@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from mlms_nb.data.datasets.base import Dataset, IndexedIds, cast_to, check_label_keys, read_items, target_key
-from mlms_nb.data.datasets.files import _LabeledFolder
-from mlms_nb.data.pipeline import Batch
+from mlms_nb.data.datasets.files import LabeledFolder
+from mlms_nb.data.batch import Batch
 from mlms_nb.errors import DatasetError
 from mlms_nb.manifest import Manifest
 
@@ -275,7 +275,7 @@ def _member_offset(path: Path, info: zipfile.ZipInfo) -> int:
 
 # ---------------------------------------------------------------- a folder of .npy
 
-class NpyFolder(_LabeledFolder):
+class NpyFolder(LabeledFolder):
     """Every ``.npy`` file under ``path``, one input each (an array shaped like the model's input, or one the
     preprocessor turns into it), labeled by subfolder or file-name pattern like `ImageFolder`."""
 

@@ -82,7 +82,7 @@ class Dataset:
                      niceness: int | None = None) -> Stream:
         """Batches of ``batch_size`` inputs (the last one smaller unless ``drop_last``), at most ``limit`` inputs
         in all, preprocessed by ``workers`` threads (``reader="processes"``: processes) ``prefetch`` batches ahead,
-        ``niceness`` steps below this thread's priority (`~mlms_nb.data.pipeline.lower_priority`).
+        ``niceness`` steps below this thread's priority (`~mlms_nb.data.batch.lower_priority`).
         ``skipped`` is reset at the start of each iteration. The returned `Stream` is an iterator; its ``stats``
         say where the time went."""
         return Stream(self, preprocess, check_batch_size(batch_size), check_limit(limit), bool(drop_last),

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from mlms_nb.data.datasets.base import Dataset, read_items
-from mlms_nb.data.pipeline import Batch
+from mlms_nb.data.batch import Batch
 from mlms_nb.errors import DatasetError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -96,7 +96,7 @@ class ImageNetSamples(FileDataset):
         return sorted(found)
 
 
-class _LabeledFolder(FileDataset):
+class LabeledFolder(FileDataset):
     """Every file under ``path`` with one of ``extensions`` (recursive, sorted by relative path).
 
     Labels:
@@ -170,14 +170,14 @@ class _LabeledFolder(FileDataset):
         return -1
 
 
-class ImageFolder(_LabeledFolder):
-    """Every image under ``path`` (``.jpg .jpeg .png .bmp .webp``), labeled as `_LabeledFolder` says."""
+class ImageFolder(LabeledFolder):
+    """Every image under ``path`` (``.jpg .jpeg .png .bmp .webp``), labeled as `LabeledFolder` says."""
     kind = "image"
     extensions = IMAGE_EXTENSIONS
 
 
-class AudioFolder(_LabeledFolder):
-    """Every audio file under ``path`` (``.wav .flac .ogg .mp3``), labeled as `_LabeledFolder` says; the manifest's
+class AudioFolder(LabeledFolder):
+    """Every audio file under ``path`` (``.wav .flac .ogg .mp3``), labeled as `LabeledFolder` says; the manifest's
     audio preprocessing decodes each one."""
     kind = "audio file"
     extensions = AUDIO_EXTENSIONS

@@ -18,7 +18,7 @@ import numpy as np
 
 from mlms_nb.data.datasets.arrays import as_input
 from mlms_nb.data.datasets.base import Dataset, read_items, target_key
-from mlms_nb.data.pipeline import Batch
+from mlms_nb.data.batch import Batch
 from mlms_nb.errors import DatasetError, InputDecodeError
 
 TABLE_SUFFIXES = (".parquet", ".pq", ".arrow", ".feather", ".ipc")

@@ -2,7 +2,7 @@
 
 Shapes come from ``onnx.shape_inference.infer_shapes`` (with data propagation, so ``Reshape`` targets
 computed from ``Shape`` resolve) after the graph inputs are given fixed shapes: ``input_shapes`` names
-them; any other symbolic dimension becomes ``batch_size``. Formulas follow the convention in ``_costs``;
+them; any other symbolic dimension becomes ``batch_size``. Formulas follow the convention in ``mlms_nb.theory.flops``;
 ``flops_matmul_conv`` holds the multiply-add FLOPs of Conv/ConvTranspose/Gemm/MatMul and attention
 products, the part comparable with PyTorch's FlopCounterMode. Weights are the node's floating-point
 initializers of rank >= 1 (a Clip's scalar bounds and a Pad's integer pads are attributes, not weights).
@@ -19,7 +19,7 @@ import pandas as pd
 
 from mlms_nb._optional import require
 from mlms_nb.errors import MlmsError
-from mlms_nb.theory._costs import (
+from mlms_nb.theory.flops import (
     AFFINE_FLOPS_PER_ELEMENT, COMMON_COLUMNS, INFERENCE_BATCHNORM_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_ELEMENT, attention_flops, finish_frame, numel, shape_json,
 )
@@ -47,7 +47,8 @@ REDUCTIONS = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Re
 
 # ---------------------------------------------------------------- loading and shapes
 
-def _load(model: Any):
+def load_onnx_model(model: Any):
+    """A copy of ``model`` (an onnx.ModelProto, or the path of a .onnx file), or one sentence saying why not."""
     onnx = require("onnx")
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
@@ -244,7 +245,7 @@ def onnx_node_costs(model: str | Path | Any, input_shapes: dict[str, list[int]] 
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise MlmsError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
-    proto = _load(model)
+    proto = load_onnx_model(model)
     fixed = _fix_input_shapes(proto, input_shapes, batch_size)
     shapes, types = _value_shapes(proto)
     float_types = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16

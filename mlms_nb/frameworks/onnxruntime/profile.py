@@ -16,7 +16,7 @@ Clock: ``ts`` is µs since the session's profiling start, and ``InferenceSession
 is that start on the **Unix clock** (``std::chrono::system_clock``; measured: it falls between ``time.time_ns()``
 read before and after the session is created, and is ~1.8e18 ns away from ``perf_counter_ns``). A node's tracer
 time is ``start_time_ns + ts * 1000 - wall_offset_ns``, then each ``model_run`` (with its nodes) is moved into the
-``perf_counter_ns`` window of the ``predict`` call it ran in (:mod:`mlms_nb.tracing._align`) and parented to
+``perf_counter_ns`` window of the ``predict`` call it ran in (:mod:`mlms_nb.tracing.align`) and parented to
 that call's span. Profile timestamps have 1 µs resolution.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 import orjson
 
 from mlms_nb.naming import onnx_node_to_torch_name
-from mlms_nb.tracing._align import match_windows, run_shifts
+from mlms_nb.tracing.align import match_windows, run_shifts
 from mlms_nb.schema.levels import TraceLevel
 
 _FRAMEWORK = TraceLevel.FRAMEWORK + 0

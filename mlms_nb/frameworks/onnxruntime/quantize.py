@@ -13,7 +13,8 @@
   anything, optimistic (no other labelled images ship with the package).
 
 The artifact lives next to the other conversions, ``artifacts_dir()/NAME/VERSION/onnxruntime-int8/model.onnx``,
-with an ``artifact.json`` (sha256, the fp32 ONNX's sha256, the settings, versions); it is rebuilt when the
+with an ``artifact.json`` (sha256, the fp32 ONNX's sha256 and path, relative to MLMS_HOME when inside it, the
+settings, versions); it is rebuilt when the
 fp32 graph, the settings or the file's own sha256 change. Built under the same lock and temp-file rules as
 :mod:`mlms_nb.frameworks.convert`. :func:`quantized_manifest` is the ONNX Runtime manifest pointed at it, so the
 INT8 copy opens, runs and traces like any model (``open_predictor``).
@@ -28,6 +29,7 @@ import numpy as np
 
 from mlms_nb._optional import require
 from mlms_nb.errors import PredictorError
+from mlms_nb.paths import mlms_home
 from mlms_nb.manifest import Manifest
 from mlms_nb.frameworks.convert import Artifact, artifact_folder, build_artifact, convert
 
@@ -85,17 +87,29 @@ def quantized_manifest(model: str | Manifest) -> Manifest:
     ``attributes["quantization"]`` holds the settings and ``attributes["quantized_from"]`` the fp32 graph it was
     quantized from (its node names say which layer each quantized tensor belongs to)."""
     m = _onnxruntime_manifest(model)
-    artifact = quantized_onnx(m)
-    fp32 = json.loads((artifact.path.parent / "artifact.json").read_text(encoding="utf-8"))["source"]
+    artifact, fp32 = _quantized(m, force=False)  # the fp32 graph of this MLMS_HOME, wherever the copy was built
     spec = m.model.model_copy(update={"graph_path": str(artifact.path), "sha256": {"graph_path": artifact.sha256}})
     return m.model_copy(update={"model": spec, "description": f"{m.description} (INT8 copy: {FRAMEWORK})".strip(),
-                                "attributes": {**m.attributes, "quantization": dict(SETTINGS), "quantized_from": fp32}})
+                                "attributes": {**m.attributes, "quantization": dict(SETTINGS),
+                                               "quantized_from": str(fp32)}})
 
 
 def quantized_onnx(model: str | Manifest, force: bool = False) -> Artifact:
     """Build (or reuse) the INT8 ONNX copy of ``model`` (a name or its ``onnxruntime`` manifest)."""
+    return _quantized(_onnxruntime_manifest(model), force)[0]
+
+
+def _recorded(path: Path) -> str:
+    """``path`` as artifact.json records it: relative to MLMS_HOME when inside it, so a moved home still reads."""
+    try:
+        return Path(path).resolve().relative_to(mlms_home().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _quantized(m: Manifest, force: bool) -> tuple[Artifact, Path]:
+    """The INT8 artifact and the fp32 graph it is (or was just) quantized from, both in this MLMS_HOME."""
     onnxruntime = require("onnxruntime", "quantizing a model")
-    m = _onnxruntime_manifest(model)
     try:
         fp32 = convert(m, to="onnxruntime")
     except PredictorError as err:
@@ -104,10 +118,10 @@ def quantized_onnx(model: str | Manifest, force: bool = False) -> Artifact:
     target = folder / "model.onnx"
     source_key = json.dumps({"fp32_sha256": fp32.sha256, **SETTINGS}, sort_keys=True)
     label = f"{m.name}@{m.version} -> {FRAMEWORK}"
-    meta = {"name": fp32.name, "version": fp32.version, "framework": FRAMEWORK, "source": str(fp32.path),
+    meta = {"name": fp32.name, "version": fp32.version, "framework": FRAMEWORK, "source": _recorded(fp32.path),
             "source_sha256": fp32.sha256, "quantization": SETTINGS,
             "versions": {"onnxruntime": onnxruntime.__version__}}
     digest = build_artifact(folder, target, label,
                             lambda tmp: {"calibration_inputs": _quantize(fp32.path, tmp, m)}, meta, force,
                             source_key=source_key)
-    return Artifact(path=target, sha256=digest, framework=FRAMEWORK, name=fp32.name, version=fp32.version)
+    return Artifact(path=target, sha256=digest, framework=FRAMEWORK, name=fp32.name, version=fp32.version), fp32.path

@@ -22,7 +22,7 @@ the Keras class, ``layer_index`` = the call's position by start time in its run,
 ``keras_call`` (the name scope), ``ops``. Op spans: ``name`` = ``layer_type`` = the standard op type (:func:`standard_op_type`: oneDNN's
 ``_MklNativeConv2D`` and grappler's ``_FusedMatMul`` are ``Conv2D`` and ``MatMul``), ``attrs``: ``tf_op`` (full
 op name), ``tf_op_type`` (the kernel's own spelling, where it differs), ``keras_layer``. Each run (one ``predict`` call, found by its marker) is moved into
-the ``perf_counter_ns`` window of that call (:mod:`mlms_nb.tracing._align`).
+the ``perf_counter_ns`` window of that call (:mod:`mlms_nb.tracing.align`).
 
 Fused layers. The graph optimizer may fold a layer's ops into an op of the layer that consumes its output: on
 oneDNN builds the remapper turns ``Pad`` (a ``ZeroPadding2D`` layer) + ``Conv2D`` into one
@@ -42,7 +42,7 @@ from typing import Collection, Mapping
 import numpy as np
 
 from mlms_nb.naming import keras_layer_to_torch_name
-from mlms_nb.tracing._align import run_shifts
+from mlms_nb.tracing.align import run_shifts
 from mlms_nb.errors import TraceFormatError
 from mlms_nb.schema.levels import TraceLevel
 

@@ -11,7 +11,7 @@ as ``"add (in forward of MBConvBlock)"``; views (reshape, flatten, transpose) co
 registry (convolution, mm/addmm/bmm/baddbmm, the SDPA kernels) called on the same ops, with the same
 fallback to ``func.decompose`` -- so its sum over the frame equals ``FlopCounterMode.get_total_flops()``.
 ``flops`` adds what FlopCounterMode leaves out: bias adds, BatchNorm, activations, pooling, element-wise
-ops, softmax, and attention kernels missing from its registry (CPU flash attention); see ``_costs``.
+ops, softmax, and attention kernels missing from its registry (CPU flash attention); see ``mlms_nb.theory.flops``.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pandas as pd
 
 from mlms_nb._optional import require
 from mlms_nb.errors import MlmsError
-from mlms_nb.theory._costs import (
+from mlms_nb.theory.flops import (
     AFFINE_FLOPS_PER_ELEMENT, COMMON_COLUMNS, INFERENCE_BATCHNORM_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_ELEMENT, attention_flops, finish_frame, numel, shape_json,
 )

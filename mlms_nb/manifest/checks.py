@@ -230,7 +230,7 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return path
 
 
-def _join(path: str, sub: str) -> str:
+def join_path(path: str, sub: str) -> str:
     if not sub:
         return path
     if not path or sub.startswith("["):
@@ -245,13 +245,13 @@ def _clean(msg: str) -> str:
     return msg
 
 
-def _errors(err: Any) -> list[tuple[str, str]]:
+def field_errors(err: Any) -> list[tuple[str, str]]:
     """``(field path, message)`` for every error pydantic found, with one wording for unknown/missing fields."""
     out = []
     for e in err.errors():
         path = _field_path(tuple(e["loc"]))
         if e["type"] == "mlms_problems":
-            out += [(_join(path, sub), msg) for sub, msg in e["ctx"]["problems"]]
+            out += [(join_path(path, sub), msg) for sub, msg in e["ctx"]["problems"]]
             continue
         msg = _clean(e["msg"])
         if e["type"] == "extra_forbidden":
@@ -261,6 +261,6 @@ def _errors(err: Any) -> list[tuple[str, str]]:
         # A validator's own message may start with the sub-field it is about (``[1]: ...``, ``size: ...``).
         head, sep, rest = msg.partition(": ")
         if sep and head and " " not in head and (head.startswith("[") or head.isidentifier()):
-            path, msg = _join(path, head), rest
+            path, msg = join_path(path, head), rest
         out.append((path, msg))
     return out

@@ -1,6 +1,6 @@
 """The parts of the manifest schema below the manifest itself: the framework, input, output and model specs, and how
 pydantic's errors become field paths (``inputs[0].dimensions[1]``); the pre/post-processing steps are in
-:mod:`mlms_nb._manifest_steps`.
+:mod:`mlms_nb.manifest.steps`.
 
 `mlms_nb.manifest` re-exports every public name here; import them from there.
 """
@@ -14,9 +14,8 @@ import semantic_version
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from mlms_nb import _manifest_checks as checks
+from mlms_nb.manifest import checks
 from mlms_nb.paths import builtin_manifest_dir
-from mlms_nb._manifest_checks import _errors, _join  # noqa: F401 - the field-path helpers, re-exported
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
 MAX_NAME = 128
@@ -40,17 +39,17 @@ def parse_version(text: str) -> semantic_version.Version:
         return semantic_version.Version.coerce(text.split("+")[0])
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
 
-def _problems(problems: list[tuple[str, str]]) -> PydanticCustomError:
+def problems_error(problems: list[tuple[str, str]]) -> PydanticCustomError:
     """Several ``(sub-path, message)`` errors raised as one; `_describe` reports each at its own path."""
     summary = "; ".join(f"{p}: {m}" if p else m for p, m in problems)
     return PydanticCustomError("mlms_problems", "{summary}", {"summary": summary, "problems": problems})
 
 
-def _text(value: Any, limit: int, what: str) -> Any:
+def bounded_text(value: Any, limit: int, what: str) -> Any:
     """Strings stay strings (other types fail pydantic's own check); too long or holding NUL: refused."""
     if isinstance(value, str):
         if len(value) > limit:
@@ -62,7 +61,7 @@ def _text(value: Any, limit: int, what: str) -> Any:
 
 # ---------------------------------------------------------------- framework, inputs, outputs, model
 
-class FrameworkOptions(_Strict):
+class FrameworkOptions(Strict):
     """Settings of the framework that runs the model. ``graph_optimization_level`` (ONNX Runtime only): how much
     ONNX Runtime rewrites the graph before running it -- ``disabled``, ``basic`` (constant folding, redundant
     nodes removed), ``extended`` (fusions) or ``all`` (its default: also layout transformations)."""
@@ -76,7 +75,7 @@ class FrameworkOptions(_Strict):
         return value.strip().lower() if isinstance(value, str) else value
 
 
-class FrameworkSpec(_Strict):
+class FrameworkSpec(Strict):
     """The framework that runs the model."""
     name: str = Field(examples=["torch"], description="torch, onnxruntime or tensorflow (aliases: pytorch, ort, "
                                                       "onnx, tf, keras)")
@@ -106,7 +105,7 @@ class FrameworkSpec(_Strict):
             raise ValueError(f"{value!r} is a YAML number; write the range as a quoted string, such as \">={value}\"")
         if not isinstance(value, str):
             return value
-        _text(value, 200, "a version range")
+        bounded_text(value, 200, "a version range")
         try:
             semantic_version.NpmSpec(value)
         except Exception as err:  # noqa: BLE001 - the range parser raises more than ValueError on odd input
@@ -122,7 +121,7 @@ ELEMENT_TYPES = ("float32", "float16", "float64", "uint8", "int8", "int32", "int
 INPUT_TYPES = ("image", "tensor", "audio", "text", "constant")
 
 
-class InputSpec(_Strict):
+class InputSpec(Strict):
     """One model input. ``dimensions`` exclude the batch and follow ``layout`` (NCHW: [C, H, W]); an image's
     height and width are 1 to 4096 pixels, each dimension 1 to 2^20, 2^26 elements in all. A dimension may be
     dynamic: ``null`` (any size) or a symbol such as ``H`` (the same size wherever the symbol appears in one call);
@@ -153,7 +152,7 @@ class InputSpec(_Strict):
     @field_validator("name", mode="before")
     @classmethod
     def _name(cls, value: Any) -> Any:
-        return _text(value, MAX_NAME, "a name")
+        return bounded_text(value, MAX_NAME, "a name")
 
     @field_validator("dimensions", mode="before")
     @classmethod
@@ -175,21 +174,21 @@ class InputSpec(_Strict):
         if self.type == "constant":
             return self._constant()
         if self.value is not None:
-            raise _problems([("value", "only a constant input has a value; set type: constant or remove it")])
+            raise problems_error([("value", "only a constant input has a value; set type: constant or remove it")])
         if self.dimensions is None:
-            raise _problems([("dimensions", "required field is missing")])
+            raise problems_error([("dimensions", "required field is missing")])
         if self.batch_axis is not None and self.batch_axis > len(self.dimensions):
-            raise _problems([("batch_axis", f"an input of {len(self.dimensions)} dimensions (without the batch) can "
+            raise problems_error([("batch_axis", f"an input of {len(self.dimensions)} dimensions (without the batch) can "
                                             f"take the batch at axis 0 to {len(self.dimensions)}, not {self.batch_axis}")])
         if self.type == "image":
             problems = []
             if len(self.dimensions) != 3:
-                raise _problems([("dimensions", f"expected 3 integers ({self.layout} without the batch), "
+                raise problems_error([("dimensions", f"expected 3 integers ({self.layout} without the batch), "
                                                 f"got {len(self.dimensions)}")])
             channels = self.channels
             if checks.is_dynamic(channels):
                 index = 0 if self.layout == "NCHW" else 2
-                raise _problems([(f"dimensions[{index}]", "an image's channel count must be a number (1 or 3), "
+                raise problems_error([(f"dimensions[{index}]", "an image's channel count must be a number (1 or 3), "
                                                           f"not {channels!r}")])
             height, width = self.height_width
             for name, side in (("height", height), ("width", width)):
@@ -202,22 +201,22 @@ class InputSpec(_Strict):
                 if len(values) not in (1, channels):
                     problems.append((field_name, f"expected 1 or {channels} values (one per channel), got {len(values)}"))
             if problems:
-                raise _problems(problems)
+                raise problems_error(problems)
         return self
 
     def _constant(self) -> "InputSpec":
         import numpy as np
 
         if self.value is None:
-            raise _problems([("value", "a constant input needs the value to feed, such as 16000")])
+            raise problems_error([("value", "a constant input needs the value to feed, such as 16000")])
         try:
             array = np.asarray(self.value, dtype=self.element_type)
         except (TypeError, ValueError, OverflowError) as err:
-            raise _problems([("value", f"not a {self.element_type} number or nested list of them ({err})")]) from None
+            raise problems_error([("value", f"not a {self.element_type} number or nested list of them ({err})")]) from None
         if array.size > 1 << 16:
-            raise _problems([("value", f"a constant of at most 65,536 elements is supported, got {array.size:,}")])
+            raise problems_error([("value", f"a constant of at most 65,536 elements is supported, got {array.size:,}")])
         if self.dimensions is not None and list(array.shape) != self.dimensions:
-            raise _problems([("dimensions", f"the value is shaped {list(array.shape)}, not {self.dimensions}")])
+            raise problems_error([("dimensions", f"the value is shaped {list(array.shape)}, not {self.dimensions}")])
         if self.batch_axis == 0 and "batch_axis" not in self.model_fields_set:
             self.batch_axis = None  # a constant is fed as it is unless told to repeat it per input
         self.dimensions = list(array.shape)
@@ -256,7 +255,7 @@ def labels_file(value: str) -> Path | None:
 OUTPUT_METRICS = ("mse", "mae", "iou", "exact_match")
 
 
-class OutputSpec(_Strict):
+class OutputSpec(Strict):
     """``labels``: a label file shipped with mlms-nb by name (``imagenet1k``), or the asset URI of a text file, one
     label per line; ``classes``: how many the output has (1 to 10^7), checked against the labels when both are known.
     ``metrics``: built-in metrics of this output against the reference framework's (mse, mae, iou of masks
@@ -279,12 +278,12 @@ class OutputSpec(_Strict):
     @field_validator("name", mode="before")
     @classmethod
     def _name(cls, value: Any) -> Any:
-        return _text(value, MAX_NAME, "a name")
+        return bounded_text(value, MAX_NAME, "a name")
 
     @field_validator("labels", mode="before")
     @classmethod
     def _uri(cls, value: Any) -> Any:
-        value = _text(value, MAX_URI, "an asset URI")
+        value = bounded_text(value, MAX_URI, "an asset URI")
         if isinstance(value, str) and LABELS_SHORTHAND.match(value) and value not in shipped_labels():
             raise ValueError(f"{value!r} is not a shipped label file; shipped ones: {', '.join(shipped_labels())} "
                              "(or give the path of a text file, one label per line)")
@@ -302,7 +301,7 @@ ASSET_FIELDS = ("graph_path", "weights_path")
 ENTRYPOINT_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     """Where the model comes from: ``architecture`` (a built-in builder), ``graph_path`` (a model file or SavedModel
     folder, used first when given) or ``entrypoint`` (your own code building the model); ``weights_path`` holds
     weights for an architecture or an entrypoint. Paths are asset URIs; ``sha256`` maps an asset field to its digest."""
@@ -333,12 +332,12 @@ class ModelSpec(_Strict):
     @field_validator("graph_path", "weights_path", "architecture", mode="before")
     @classmethod
     def _uri(cls, value: Any) -> Any:
-        return _text(value, MAX_URI, "an asset URI")
+        return bounded_text(value, MAX_URI, "an asset URI")
 
     @field_validator("reset", mode="before")
     @classmethod
     def _reset(cls, value: Any) -> Any:
-        _text(value, MAX_URI, "a method name")
+        bounded_text(value, MAX_URI, "a method name")
         if isinstance(value, str) and not value.isidentifier():
             raise ValueError(f"expected the name of a method of the model (a Python identifier), got {value[:100]!r}")
         return value
@@ -346,7 +345,7 @@ class ModelSpec(_Strict):
     @field_validator("entrypoint", mode="before")
     @classmethod
     def _entrypoint(cls, value: Any) -> Any:
-        _text(value, MAX_URI, "an entrypoint")
+        bounded_text(value, MAX_URI, "an entrypoint")
         if isinstance(value, str) and not ENTRYPOINT_PATTERN.match(value):
             raise ValueError(f"expected \"package.module:callable\" (a Python import path, a colon, a callable), "
                              f"got {value[:100]!r}")
@@ -373,8 +372,8 @@ class ModelSpec(_Strict):
         if self.entrypoint and self.architecture:
             raise ValueError("give an entrypoint or an architecture, not both")
         if self.entrypoint_args and not self.entrypoint:
-            raise _problems([("entrypoint_args", "needs an entrypoint")])
+            raise problems_error([("entrypoint_args", "needs an entrypoint")])
         if self.architecture and not self.graph_path and self.weights == "pretrained" and not self.weights_path:
-            raise _problems([("weights_path", f"architecture {self.architecture!r} with pretrained weights needs a "
+            raise problems_error([("weights_path", f"architecture {self.architecture!r} with pretrained weights needs a "
                                               "weights_path (or weights: random for performance runs)")])
         return self

@@ -9,16 +9,16 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from mlms_nb import _manifest_checks as checks
-from mlms_nb._manifest_checks import _errors, _join
-from mlms_nb._manifest_fields import MAX_URI, _problems, _Strict, _text
+from mlms_nb.manifest import checks
+from mlms_nb.manifest.checks import field_errors, join_path
+from mlms_nb.manifest.fields import MAX_URI, problems_error, Strict, bounded_text
 
-class DecodeArgs(_Strict):
+class DecodeArgs(Strict):
     """Read the image file and convert it to ``color_mode`` (the first preprocess step; added when missing)."""
     color_mode: Literal["RGB", "BGR", "GRAY"] = "RGB"
 
 
-class ResizeArgs(_Strict):
+class ResizeArgs(Strict):
     """``size`` (pixels, 1 to 4096): an int resizes the shorter side to it (keeping aspect); ``[h, w]`` exactly."""
     size: Union[int, tuple[int, int]]
     interpolation: Literal["nearest", "bilinear", "bicubic", "lanczos"] = "bilinear"
@@ -29,7 +29,7 @@ class ResizeArgs(_Strict):
         return checks.image_size(value)
 
 
-class ResizeFitArgs(_Strict):
+class ResizeFitArgs(Strict):
     """Keep the aspect ratio: scale so that the shorter side becomes ``short_side`` (when given) without the longer
     side passing ``long_side`` (when given), then round each side to the nearest multiple of ``multiple_of`` (at
     least one multiple). Sides in pixels, 1 to 4096."""
@@ -50,7 +50,7 @@ class ResizeFitArgs(_Strict):
         return self
 
 
-class DecodeAudioArgs(_Strict):
+class DecodeAudioArgs(Strict):
     """Read a WAV/FLAC/OGG file with soundfile (float32 in -1..1), mix to ``channels`` (mono averages them) and
     resample to ``sample_rate`` (Hz; soxr when installed, else scipy's polyphase filter)."""
     sample_rate: int = Field(16000, description="the model's sample rate (Hz)")
@@ -62,7 +62,7 @@ class DecodeAudioArgs(_Strict):
         return checks.whole_number(value, 1, 1_000_000, "Hz")
 
 
-class ChunkArgs(_Strict):
+class ChunkArgs(Strict):
     """Cut the signal's last axis into ordered chunks of ``size`` samples every ``hop`` (default ``size``), each
     prefixed by ``context`` samples of what came before (zeros before the start); the last chunk is padded with
     zeros. Gives ``(chunks, ..., context + size)``: one model call per chunk, in order."""
@@ -78,7 +78,7 @@ class ChunkArgs(_Strict):
         return checks.whole_number(value, 0 if info.field_name == "context" else 1, checks.MAX_DIMENSION, "samples")
 
 
-class TokenizeArgs(_Strict):
+class TokenizeArgs(Strict):
     """Tokenize text with a `tokenizers` file (``tokenizer.json``, an asset URI), truncated and padded to
     ``max_length``; ``ids``, ``attention_mask`` and ``type_ids`` name the model inputs each goes to (null: not fed)."""
     tokenizer: str = Field(description="asset URI of a tokenizers JSON file")
@@ -90,7 +90,7 @@ class TokenizeArgs(_Strict):
     @field_validator("tokenizer", mode="before")
     @classmethod
     def _uri(cls, value: Any) -> Any:
-        return _text(value, MAX_URI, "an asset URI")
+        return bounded_text(value, MAX_URI, "an asset URI")
 
     @field_validator("max_length", mode="before")
     @classmethod
@@ -98,7 +98,7 @@ class TokenizeArgs(_Strict):
         return checks.whole_number(value, 1, checks.MAX_DIMENSION, "tokens")
 
 
-class CenterCropArgs(_Strict):
+class CenterCropArgs(Strict):
     """``size`` (pixels, 1 to 4096): an int for a square, or ``[h, w]``."""
     size: Union[int, tuple[int, int]]
 
@@ -108,7 +108,7 @@ class CenterCropArgs(_Strict):
         return checks.image_size(value)
 
 
-class NormalizeArgs(_Strict):
+class NormalizeArgs(Strict):
     """``(x - mean) / scale`` per channel, on pixel values in 0..255; one value, or one per channel."""
     mean: list[float]
     scale: list[float]
@@ -119,12 +119,12 @@ class NormalizeArgs(_Strict):
         return checks.numbers(value, info.field_name)
 
 
-class ToLayoutArgs(_Strict):
+class ToLayoutArgs(Strict):
     """Move channels to the given layout; by default, the manifest input's layout."""
     layout: Literal["NCHW", "NHWC"] | None = None
 
 
-class SoftmaxArgs(_Strict):
+class SoftmaxArgs(Strict):
     """``axis``: -1 or 1, the class axis of the (N, classes) outputs postprocessing works on."""
     axis: int = -1
 
@@ -137,7 +137,7 @@ class SoftmaxArgs(_Strict):
         return int(value)
 
 
-class TopKArgs(_Strict):
+class TopKArgs(Strict):
     """``k``: how many classes to keep per input (1 to 10^7; at most the number of classes is used)."""
     k: int = 5
 
@@ -147,12 +147,12 @@ class TopKArgs(_Strict):
         return checks.whole_number(value, 1, checks.MAX_CLASSES, "classes")
 
 
-class CodeArgs(_Strict):
+class CodeArgs(Strict):
     """Python source defining ``process(x)``; run only when the caller passes ``trust=True``."""
     source: str
 
 
-STEP_ARGS: dict[str, type[_Strict]] = {
+STEP_ARGS: dict[str, type[Strict]] = {
     "decode": DecodeArgs,
     "resize": ResizeArgs,
     "resize_fit": ResizeFitArgs,
@@ -199,7 +199,7 @@ class Step(BaseModel):
         try:
             return {"op": op, "args": STEP_ARGS[op].model_validate(args)}
         except ValidationError as err:  # every bad argument, each at its own path (preprocess[2].resize.size)
-            raise _problems([(_join(op, path), msg) for path, msg in _errors(err)]) from None
+            raise problems_error([(join_path(op, path), msg) for path, msg in field_errors(err)]) from None
 
     def __repr__(self) -> str:
         return f"Step({self.op}, {self.args!r})"

@@ -10,6 +10,7 @@ import contextvars
 import difflib
 import functools
 import inspect
+from enum import Enum
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -51,7 +52,7 @@ def spell_on(name: str) -> str:
     return _FLAGS[name] if _SPELLING.get() == "cli" and name in _FLAGS else f"{name}=True"
 
 
-def _opt(default: Any, description: str, cli: str | None = None, unit: str = "", **kw) -> Any:
+def option(default: Any, description: str, cli: str | None = None, unit: str = "", **kw) -> Any:
     extra = {k: v for k, v in (("cli", cli), ("unit", unit)) if v}
     extra.update(kw.pop("extra", {}))
     return Field(default, description=description, json_schema_extra=extra or None, **kw)
@@ -136,6 +137,8 @@ def cli_words(cls: type[Options], values: dict[str, Any]) -> list[str]:
         if not flag or name not in values:
             continue
         value, default = values[name], info.get_default(call_default_factory=True)
+        if isinstance(default, Enum) and value is not None and not isinstance(value, Enum):
+            value = _member(type(default), value)  # a recorded name ("FRAMEWORK") against the model's member
         if value == default or value is None:
             continue
         if isinstance(default, bool):
@@ -143,8 +146,19 @@ def cli_words(cls: type[Options], values: dict[str, Any]) -> list[str]:
         elif isinstance(value, (list, tuple)):
             words += [flag, ",".join(map(str, value))]
         else:
-            words += [flag, str(value)]
+            words += [flag, value.name if isinstance(value, Enum) else str(value)]
     return words
+
+
+def _member(kind: type[Enum], value: Any) -> Any:
+    """The member of ``kind`` named (any case) or numbered ``value``; ``value`` itself when it is neither."""
+    try:
+        return kind[str(value).strip().upper().replace("-", "_")]
+    except KeyError:
+        try:
+            return kind(value)
+        except ValueError:
+            return value
 
 
 def _sentence(err: ValidationError, cls: type[Options]) -> str:
