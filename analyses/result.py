@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from mlms_nb.tables import FramesForPeople
+from mlms_nb.display import FramesForPeople
 from mlms_nb import display
 from mlms_nb.errors import AnalysisError
 

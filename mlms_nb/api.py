@@ -34,7 +34,7 @@ from mlms_nb.divergence.outputs import diverge_outputs as _diverge_outputs
 from mlms_nb.divergence.run import diverge as _diverge
 from mlms_nb import trust as _trust
 from mlms_nb._quiet import quieted
-from mlms_nb.tables import for_people
+from mlms_nb.display import for_people
 from mlms_nb.fleet.registry import agents_frame, list_agents
 from mlms_nb.fleet.run import evaluate_on_agents, tls_of
 from mlms_nb.errors import MlmsError

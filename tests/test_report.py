@@ -108,7 +108,7 @@ def check_pdf(pdf: Path, paper: str, folder: Path, figures_at_least: int) -> str
 
 def test_report_pdf_holds_the_model_and_the_median_latencies(evaluation, report, tmp_path):
     from mlms_nb.reporting import sections
-    from mlms_nb.tables import format_frame
+    from mlms_nb.display import format_frame
 
     out, done = report
     flat = check_pdf(out / "r.pdf", "A4", tmp_path / "images", figures_at_least=9)
@@ -155,7 +155,7 @@ def test_comparison_report_of_two_runs(evaluation, home, tmp_path):
     beside its notebook): compared on the framework they share, B's layer sections left out with the reason."""
     import mlms_nb
     from mlms_nb.reporting import build_report, sections
-    from mlms_nb.tables import format_frame
+    from mlms_nb.display import format_frame
 
     other = mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=[1, 2], dataset="imagenet-samples",
                              limit=4, warmup=2, min_repeats=5, min_time_s=0.05, threads=1, progress=False,

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from mlms_nb.tables import FramesForPeople
+from mlms_nb.display import FramesForPeople
 from mlms_nb._quiet import quieted
 from mlms_nb.errors import MlmsError
 

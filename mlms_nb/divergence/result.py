@@ -6,7 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from mlms_nb.tables import FramesForPeople
+from mlms_nb.display import FramesForPeople
 from mlms_nb import display
 from mlms_nb.analyses import divergence as _analysis
 

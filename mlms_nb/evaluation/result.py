@@ -17,7 +17,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from mlms_nb.tables import FramesForPeople, for_people
+from mlms_nb.display import FramesForPeople, for_people
 from mlms_nb import display
 from mlms_nb._facade import FacadeMethod
 from mlms_nb._clock import new_id, now_utc

@@ -28,7 +28,7 @@ import orjson
 import pandas as pd
 
 from mlms_nb._facade import FacadeMethod
-from mlms_nb.tables import for_people
+from mlms_nb.display import for_people
 from mlms_nb._fs import temp_path_beside
 from mlms_nb.errors import TraceFormatError, TraceSchemaError
 from mlms_nb.schema.columns import LEVEL_DTYPE, canonical_categorical
