@@ -1,6 +1,7 @@
 """How every result is shown: plain text, HTML and JSON of evaluations, analyses, divergences, trace summaries
 and frames, in one place (torch.utils.benchmark keeps `Measurement` data-only and renders in `Compare`; the same
-split here). Value objects hold data and derived views; their ``__repr__``/``_repr_mimebundle_`` call this.
+split here). Value objects hold data and derived views; their ``__repr__``/``_repr_mimebundle_`` come from
+:class:`ShownByDisplay`, which calls this.
 
 Low in the layers: it imports only the schemas and nothing else of mlms_nb, and reads the objects' public
 attributes (duck typing), so the data objects delegate to it without an import upward. What every rendering
@@ -42,7 +43,7 @@ __all__ = ["render_text", "render_html", "render_json", "mimebundle", "dumps", "
            "Section", "Page", "MAX_ROWS", "fmt_num", "fmt_int", "fmt_pct", "fmt_overhead", "overhead_frame",
            "is_missing", "panel_link_html", "PANEL_LINK_PREFIX", "target_text", "format_frame", "format_number",
            "significant_figures", "split_columns", "width_of", "table_html", "table_text", "show_table", "PeopleFrame",
-           "for_people", "FramesForPeople"]
+           "for_people", "FramesForPeople", "ShownByDisplay"]
 
 _PARTS = (("frame", pd.DataFrame), ("table", Table), ("notes", Notes), ("section", Section), ("page", Page),
           ("str", str))
@@ -85,6 +86,24 @@ def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, default=lambda o: o.item() if hasattr(o, "item") else (
         o.tolist() if hasattr(o, "tolist") else str(o)))
 
+
+
+class ShownByDisplay:
+    """Mixin: how a result class shows itself -- ``__repr__`` and ``to_text`` (plain text), ``_repr_html_`` and
+    ``_repr_mimebundle_`` (a notebook) -- all rendered here, from the object's public attributes."""
+
+    def to_text(self) -> str:
+        """A plain-text rendering (what the CLI prints)."""
+        return render_text(self)
+
+    def __repr__(self) -> str:
+        return render_text(self)
+
+    def _repr_html_(self) -> str:
+        return render_html(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return mimebundle(self)
 
 
 # ---------------------------------------------------------------------------------------------- tables and pages

@@ -17,8 +17,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from mlms_nb.display import FramesForPeople, for_people
-from mlms_nb import display
+from mlms_nb.display import FramesForPeople, ShownByDisplay, for_people
 from mlms_nb._facade import FacadeMethod
 from mlms_nb._clock import new_id, now_utc
 from mlms_nb._fs import atomic_write_text
@@ -36,7 +35,7 @@ __all__ = ["Evaluation", "EvaluationFormatError"]
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
-class Evaluation(FramesForPeople):
+class Evaluation(ShownByDisplay, FramesForPeople):
     """One evaluation of one model in one or more frameworks, on one stack, with one set of options.
 
     Frames (empty when not measured): ``latency`` one row per framework x batch size x scenario
@@ -392,16 +391,6 @@ class Evaluation(FramesForPeople):
 
     __hash__ = None  # a mutable value
 
-    # ------------------------------------------------------------------ display (see mlms_nb/display.py)
-    def to_text(self) -> str:
-        """A plain-text rendering: header lines, the table with units, the warnings."""
-        return display.render_text(self)
-
-    def __repr__(self) -> str:
-        return display.render_text(self)
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return display.mimebundle(self)
 
 
 def _warning_framework(warning: str, frameworks: list[str]) -> str | None:
