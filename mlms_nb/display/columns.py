@@ -5,9 +5,10 @@
 Units come from the column names, as the house spells them (``median_ms``, ``memory_bytes``,
 ``throughput_per_s``, ``flops``, ``share_pct``, ``intensity_flop_per_byte``). Bytes, FLOPs and rates are scaled
 to one prefix per column (MiB, GFLOP, GFLOP/s, ...) named in the header; every number in a column gets the
-same number of decimals, chosen for about three significant digits of the column's typical value -- or, for the
-latency statistics of a frame that holds the 95% CI of the median, for the digits that CI supports
-(torch.utils.benchmark's rule: ``floor(log10(median / half-width))`` significant figures, 1 to 4). Integers show
+same number of decimals, chosen for about three significant digits of the column's typical value -- except the
+latency statistics and the throughput of a frame that holds the 95% CI of the median: each row shows the digits
+its own CI supports (torch.utils.benchmark's rule: ``floor(log10(median / half-width))`` significant figures,
+1 to 4; :func:`spread_decimals`). Integers show
 as integers with thousands separators (no e-notation), times as ``YYYY-MM-DD HH:MM:SS``.
 
 Imports nothing from mlms_nb.
@@ -102,6 +103,9 @@ def _percent_decimals(typical: float) -> int:
 #: Latency statistics whose digits follow the spread of the median (when the frame holds its 95% CI)
 SPREAD_COLUMNS = ("median_ms", "mean_ms", "p25_ms", "p75_ms", "p90_ms", "p99_ms", "min_ms", "max_ms",
                   "median_ci_low_ms", "median_ci_high_ms", "iqr_ms")
+#: Rates whose digits follow a latency's spread: inputs/s is batch size / mean latency, so its relative spread is
+#: the mean's (95% CI from ``std_ms`` and ``samples``), or, in a frame without them, the median's
+RATE_COLUMNS = ("throughput_per_s",)
 
 
 def significant_figures(median: np.ndarray, ci_low: np.ndarray, ci_high: np.ndarray) -> np.ndarray:
@@ -115,19 +119,68 @@ def significant_figures(median: np.ndarray, ci_low: np.ndarray, ci_high: np.ndar
     return np.clip(figures, 1, 4).astype(int)
 
 
-def spread_decimals(frame: pd.DataFrame) -> int | None:
-    """Decimals for the latency columns of ``frame``: the fewest significant figures any row's CI supports, at the
-    leading digit of the column's typical median; None when the frame has no median with its CI."""
+def _numbers(frame: pd.DataFrame, name: str) -> np.ndarray:
+    return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=float)
+
+
+def _figures(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per row: the significant figures of the median (from its 95% CI) and of the mean (a normal 95% CI,
+    1.96 std / sqrt(samples), where the frame has them; else the median's); -1 where a row has no CI."""
     need = ("median_ms", "median_ci_low_ms", "median_ci_high_ms")
     if not all(c in frame.columns for c in need):
         return None
-    cols = [pd.to_numeric(frame[c], errors="coerce").to_numpy(dtype=float) for c in need]
-    ok = np.isfinite(cols[0]) & np.isfinite(cols[1]) & np.isfinite(cols[2]) & (cols[0] != 0)
+    median, low, high = (_numbers(frame, c) for c in need)
+    ok = np.isfinite(median) & np.isfinite(low) & np.isfinite(high) & (median != 0)
     if not ok.any():
         return None
-    figures = int(significant_figures(*(c[ok] for c in cols)).min())
-    typical = _typical(cols[0][ok])
-    return int(max(0, figures - 1 - math.floor(math.log10(typical)))) if typical else 0
+    figures = np.where(ok, significant_figures(np.where(ok, median, 1), np.where(ok, low, 0), np.where(ok, high, 2)), -1)
+    mean_figures = figures
+    if all(c in frame.columns for c in ("mean_ms", "std_ms", "samples")):
+        mean, std, n = (_numbers(frame, c) for c in ("mean_ms", "std_ms", "samples"))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            half = 1.96 * std / np.sqrt(n)
+        have = np.isfinite(mean) & np.isfinite(half) & (mean != 0) & (n > 1)
+        mean_figures = np.where(have, significant_figures(np.where(have, mean, 1), np.where(have, mean - half, 0),
+                                                          np.where(have, mean + half, 2)), figures)
+    return figures, mean_figures
+
+
+def _decimals(values: np.ndarray, figures: np.ndarray) -> np.ndarray:
+    """Decimals that show each value with its row's significant figures (0 at least; -1 where a row has none)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lead = np.floor(np.log10(np.abs(values)))
+    lead = np.where(np.isfinite(lead), lead, 0)
+    return np.where(figures > 0, np.maximum(0, figures - 1 - lead), -1).astype(int)
+
+
+def spread_decimals(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per column and row, the decimals the measured spread supports: the latency statistics
+    (:data:`SPREAD_COLUMNS`) at the figures of their row's median CI, placed at the median's leading digit (so
+    p90, p99 and the CI's ends read to the same place as the median), and the throughput at its own figures;
+    -1 for a row without a CI (the column's default precision applies). Empty when the frame holds no median
+    with its CI. Each row gets its own: a 0.5 ms row and a 50 ms row are measured to different places."""
+    found = _figures(frame)
+    if found is None:
+        return {}
+    figures, mean_figures = found
+    at_median = _decimals(_numbers(frame, "median_ms"), figures)
+    out = {c: at_median for c in SPREAD_COLUMNS if c in frame.columns}
+    for c in RATE_COLUMNS:
+        if c in frame.columns:
+            out[c] = _decimals(_numbers(frame, c), mean_figures)
+    return out
+
+
+def ci_decimals(median, low, high) -> int | None:
+    """Decimals for one median (and the statistics read beside it) that its 95% CI ``low``..``high`` supports;
+    None when the CI is missing (the caller's default precision applies)."""
+    try:
+        values = np.array([median, low, high], dtype=float)
+    except (TypeError, ValueError):
+        return None
+    if not np.isfinite(values).all() or values[0] == 0:
+        return None
+    return int(_decimals(values[:1], significant_figures(values[:1], values[1:2], values[2:]))[0])
 
 
 def describe_column(name: str, values: pd.Series) -> Column:
@@ -225,10 +278,10 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
     for name in names:
         values = frame[name]
         col = describe_column(name, values)
-        if spread is not None and name in SPREAD_COLUMNS and col.decimals is not None:
-            col.decimals = spread
-        if col.decimals is not None or (pd.api.types.is_numeric_dtype(values) and
-                                         not pd.api.types.is_bool_dtype(values)):
+        if name in spread and col.decimals is not None and col.scale == 1.0:
+            text = [format_number(v, col.decimals if d < 0 else int(d)) for v, d in zip(values, spread[name])]
+        elif col.decimals is not None or (pd.api.types.is_numeric_dtype(values) and
+                                          not pd.api.types.is_bool_dtype(values)):
             text = [format_number(v, col.decimals, col.scale) for v in values]
         else:
             text = [_text(v, max_text) for v in values]

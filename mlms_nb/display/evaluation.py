@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from mlms_nb.display.columns import ci_decimals, format_number, spread_decimals
 from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_pct, is_missing
 from mlms_nb.display.parts import records
 
@@ -152,16 +153,18 @@ def _evaluation_rows(ev) -> pd.DataFrame:
     for r in rows:
         a = acc_by_fw.get(r.get("framework"), {})
         low, high, ratio = r.get("median_ci_low_ms"), r.get("median_ci_high_ms"), r.get("iqr_over_median")
+        num = _spread_formatter(r)
         row = {"framework": str(r.get("framework")), "batch size": fmt_int(r.get("batch_size"))}
         if several:
             row["scenario"] = str(r.get("scenario", ""))
         row.update({
             "top-1 (%)": "n/a" if _na_reason(a) else fmt_pct(a.get("top1")),
             "top-5 (%)": "n/a" if _na_reason(a) else fmt_pct(a.get("top5")),
-            "median (ms)": fmt_num(r.get("median_ms")),
-            "95% CI of median (ms)": "-" if is_missing(low) or is_missing(high) else f"{fmt_num(low)} to {fmt_num(high)}",
-            "p90 (ms)": fmt_num(r.get("p90_ms")), "p99 (ms)": fmt_num(r.get("p99_ms")),
-            "throughput (/s)": fmt_num(r.get("throughput_per_s")),
+            "median (ms)": num("median_ms"),
+            "95% CI of median (ms)": "-" if is_missing(low) or is_missing(high) else
+            f"{num('median_ci_low_ms')} to {num('median_ci_high_ms')}",
+            "p90 (ms)": num("p90_ms"), "p99 (ms)": num("p99_ms"),
+            "throughput (/s)": num("throughput_per_s"),
             "IQR/median (%)": "-" if is_missing(ratio) else f"{100 * float(ratio):.1f}" + (
                 " unstable" if r.get("unstable") is True or r.get("unstable") == 1 else ""),
             "calls": fmt_int(r.get("samples")),
@@ -175,8 +178,28 @@ def _evaluation_rows(ev) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _ci(low: Any, high: Any) -> str:
-    return "-" if is_missing(low) or is_missing(high) else f"{fmt_num(low)} to {fmt_num(high)}"
+def _spread_formatter(r: dict):
+    """Formats a latency row's statistics with the digits its own spread supports (one row of
+    :func:`~mlms_nb.display.columns.spread_decimals`); 3 significant digits where the row has no CI."""
+    digits = {c: int(d[0]) for c, d in spread_decimals(pd.DataFrame([r])).items()}
+
+    def num(name: str) -> str:
+        d = digits.get(name, -1)
+        return fmt_num(r.get(name)) if d < 0 else format_number(r.get(name), d)
+    return num
+
+
+def _ci(low: Any, high: Any, decimals: int | None = None) -> str:
+    if is_missing(low) or is_missing(high):
+        return "-"
+    if decimals is None:
+        return f"{fmt_num(low)} to {fmt_num(high)}"
+    return f"{format_number(low, decimals)} to {format_number(high, decimals)}"
+
+
+def _at(decimals: int | None):
+    """A formatter of values read beside a median whose CI gave ``decimals`` (3 significant digits without)."""
+    return fmt_num if decimals is None else (lambda v: format_number(v, decimals))
 
 
 def _generation_rows(ev) -> pd.DataFrame:
@@ -193,13 +216,15 @@ def _generation_rows(ev) -> pd.DataFrame:
                "KV cache": "yes" if r.get("kv_cache") else "no"}
         if gen["scenario"].nunique() > 1:
             row["scenario"] = str(r["scenario"])
+        ttft = ci_decimals(r.get("ttft_median_ms"), r.get("ttft_ci_low_ms"), r.get("ttft_ci_high_ms"))
+        tpot = ci_decimals(r.get("tpot_median_ms"), r.get("tpot_ci_low_ms"), r.get("tpot_ci_high_ms"))
         row.update({
-            "TTFT median (ms)": fmt_num(r.get("ttft_median_ms")),
-            "TTFT 95% CI (ms)": _ci(r.get("ttft_ci_low_ms"), r.get("ttft_ci_high_ms")),
-            "TTFT p99 (ms)": fmt_num(r.get("ttft_p99_ms")),
-            "TPOT median (ms)": fmt_num(r.get("tpot_median_ms")),
-            "TPOT 95% CI (ms)": _ci(r.get("tpot_ci_low_ms"), r.get("tpot_ci_high_ms")),
-            "TPOT p99 (ms)": fmt_num(r.get("tpot_p99_ms")),
+            "TTFT median (ms)": _at(ttft)(r.get("ttft_median_ms")),
+            "TTFT 95% CI (ms)": _ci(r.get("ttft_ci_low_ms"), r.get("ttft_ci_high_ms"), ttft),
+            "TTFT p99 (ms)": _at(ttft)(r.get("ttft_p99_ms")),
+            "TPOT median (ms)": _at(tpot)(r.get("tpot_median_ms")),
+            "TPOT 95% CI (ms)": _ci(r.get("tpot_ci_low_ms"), r.get("tpot_ci_high_ms"), tpot),
+            "TPOT p99 (ms)": _at(tpot)(r.get("tpot_p99_ms")),
             "ITL p99 (ms)": fmt_num(r.get("itl_p99_ms")),
             "tokens/s per request": fmt_num(r.get("tokens_per_s_median")),
             "tokens/s total": fmt_num(r.get("output_tokens_per_s")),
