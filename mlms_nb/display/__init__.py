@@ -29,21 +29,22 @@ from typing import Any
 
 import pandas as pd
 
-from mlms_nb.display.columns import format_frame, format_number, significant_figures
+from mlms_nb.display.columns import format_frame, format_number, significant_figures, spread_decimals
 from mlms_nb.display.evaluation import (PANEL_LINK_PREFIX, evaluation_html, evaluation_json, evaluation_text,
                                         panel_link_html, target_text)
 from mlms_nb.display.layout import show_table, split_columns, table_html, table_text, width_of
 from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_overhead, fmt_pct, is_missing, overhead_frame
 from mlms_nb.display.parts import MAX_ROWS, Notes, Page, Section, Table, records
-from mlms_nb.display.people import FramesForPeople, PeopleFrame, for_people
+from mlms_nb.display.people import FramesForPeople, PeopleFrame, SpansFrame, for_people, spans_for_people, spans_preview
 from mlms_nb.display.results import (analysis_json, analysis_parts, divergence_html, divergence_json,
                                      divergence_text, trace_parts)
 
 __all__ = ["render_text", "render_html", "render_json", "mimebundle", "dumps", "records", "Table", "Notes",
            "Section", "Page", "MAX_ROWS", "fmt_num", "fmt_int", "fmt_pct", "fmt_overhead", "overhead_frame",
            "is_missing", "panel_link_html", "PANEL_LINK_PREFIX", "target_text", "format_frame", "format_number",
-           "significant_figures", "split_columns", "width_of", "table_html", "table_text", "show_table", "PeopleFrame",
-           "for_people", "FramesForPeople", "ShownByDisplay"]
+           "significant_figures", "spread_decimals", "split_columns", "width_of", "table_html", "table_text", "show_table", "PeopleFrame",
+           "for_people", "FramesForPeople", "ShownByDisplay", "SpansFrame", "spans_for_people",
+           "spans_preview"]
 
 _PARTS = (("frame", pd.DataFrame), ("table", Table), ("notes", Notes), ("section", Section), ("page", Page),
           ("str", str))

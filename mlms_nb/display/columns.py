@@ -64,8 +64,11 @@ def _strip(name: str, suffix: str) -> str:
     return name[: -len(suffix)] if name.endswith(suffix) else name
 
 
+_ACRONYMS = {"iqr": "IQR", "ci": "CI", "ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "qps": "QPS"}
+
+
 def _words(name: str) -> str:
-    return name.replace("_", " ").strip()
+    return " ".join(_ACRONYMS.get(w, w) for w in name.replace("_", " ").split())
 
 
 def _typical(values: np.ndarray) -> float:
@@ -123,26 +126,56 @@ def _numbers(frame: pd.DataFrame, name: str) -> np.ndarray:
     return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype=float)
 
 
-def _figures(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per row: the significant figures of the median (from its 95% CI) and of the mean (a normal 95% CI,
-    1.96 std / sqrt(samples), where the frame has them; else the median's); -1 where a row has no CI."""
-    need = ("median_ms", "median_ci_low_ms", "median_ci_high_ms")
-    if not all(c in frame.columns for c in need):
+#: Columns that count the calls a median is taken over (for the notch's CI when a frame has no bootstrap CI)
+COUNT_COLUMNS = ("samples", "repetitions")
+NOTCH = 1.57
+"""A box plot's notch: median +- 1.57 IQR / sqrt(n) is an approximate 95% CI of the median (McGill, Tukey and
+Larsen 1978; matplotlib's ``notch=True``), used where a frame holds the IQR and the count but no bootstrap CI."""
+
+
+def _ci_figures(value: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """significant_figures per row; -1 where the value or its CI is missing."""
+    ok = np.isfinite(value) & np.isfinite(low) & np.isfinite(high) & (value != 0)
+    return np.where(ok, significant_figures(np.where(ok, value, 1), np.where(ok, low, 0), np.where(ok, high, 2)), -1)
+
+
+def _median_figures(frame: pd.DataFrame, prefix: str = "") -> np.ndarray | None:
+    """Per row, the figures of ``<prefix>median_ms``: from its bootstrap 95% CI, else from the notch
+    (:data:`NOTCH`: the IQR -- or p75 - p25 -- and the count), else from the IQR itself (half of it as the
+    half-width: wider than a CI, so never more digits than the data hold); -1 where a row has none of these;
+    None when the frame has no way to tell."""
+    median_col = f"{prefix}median_ms"
+    if median_col not in frame.columns:
         return None
-    median, low, high = (_numbers(frame, c) for c in need)
-    ok = np.isfinite(median) & np.isfinite(low) & np.isfinite(high) & (median != 0)
-    if not ok.any():
-        return None
-    figures = np.where(ok, significant_figures(np.where(ok, median, 1), np.where(ok, low, 0), np.where(ok, high, 2)), -1)
-    mean_figures = figures
-    if all(c in frame.columns for c in ("mean_ms", "std_ms", "samples")):
-        mean, std, n = (_numbers(frame, c) for c in ("mean_ms", "std_ms", "samples"))
+    median = _numbers(frame, median_col)
+    figures = np.full(len(frame), -1)
+    low, high = f"{prefix}median_ci_low_ms", f"{prefix}median_ci_high_ms"
+    if low in frame.columns and high in frame.columns:
+        figures = _ci_figures(median, _numbers(frame, low), _numbers(frame, high))
+    if f"{prefix}iqr_ms" in frame.columns:
+        iqr = _numbers(frame, f"{prefix}iqr_ms")
+    elif f"{prefix}p25_ms" in frame.columns and f"{prefix}p75_ms" in frame.columns:
+        iqr = _numbers(frame, f"{prefix}p75_ms") - _numbers(frame, f"{prefix}p25_ms")
+    else:
+        iqr = None
+    if iqr is not None:
+        count = next((c for c in (f"{prefix}repetitions", *COUNT_COLUMNS) if c in frame.columns), None)
         with np.errstate(divide="ignore", invalid="ignore"):
-            half = 1.96 * std / np.sqrt(n)
-        have = np.isfinite(mean) & np.isfinite(half) & (mean != 0) & (n > 1)
-        mean_figures = np.where(have, significant_figures(np.where(have, mean, 1), np.where(have, mean - half, 0),
-                                                          np.where(have, mean + half, 2)), figures)
-    return figures, mean_figures
+            half = NOTCH * iqr / np.sqrt(_numbers(frame, count)) if count else iqr / 2
+        figures = np.where(figures < 0, _ci_figures(median, median - half, median + half), figures)
+    return figures if (figures >= 0).any() else None
+
+
+def _mean_figures(frame: pd.DataFrame, fallback: np.ndarray) -> np.ndarray:
+    """Per row, the figures of the mean latency: a normal 95% CI, 1.96 std / sqrt(samples), where the frame has
+    them; else ``fallback`` (the median's)."""
+    if not all(c in frame.columns for c in ("mean_ms", "std_ms", "samples")):
+        return fallback
+    mean, std, n = (_numbers(frame, c) for c in ("mean_ms", "std_ms", "samples"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        half = 1.96 * std / np.sqrt(np.where(n > 1, n, np.nan))
+    figures = _ci_figures(mean, mean - half, mean + half)
+    return np.where(figures >= 0, figures, fallback)
 
 
 def _decimals(values: np.ndarray, figures: np.ndarray) -> np.ndarray:
@@ -153,21 +186,61 @@ def _decimals(values: np.ndarray, figures: np.ndarray) -> np.ndarray:
     return np.where(figures > 0, np.maximum(0, figures - 1 - lead), -1).astype(int)
 
 
-def spread_decimals(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per column and row, the decimals the measured spread supports: the latency statistics
-    (:data:`SPREAD_COLUMNS`) at the figures of their row's median CI, placed at the median's leading digit (so
-    p90, p99 and the CI's ends read to the same place as the median), and the throughput at its own figures;
-    -1 for a row without a CI (the column's default precision applies). Empty when the frame holds no median
-    with its CI. Each row gets its own: a 0.5 ms row and a 50 ms row are measured to different places."""
-    found = _figures(frame)
-    if found is None:
-        return {}
-    figures, mean_figures = found
-    at_median = _decimals(_numbers(frame, "median_ms"), figures)
-    out = {c: at_median for c in SPREAD_COLUMNS if c in frame.columns}
-    for c in RATE_COLUMNS:
-        if c in frame.columns:
-            out[c] = _decimals(_numbers(frame, c), mean_figures)
+_RANGE_LOW = re.compile(r"^(?P<stat>.+?)_(?:ci_)?low_(?P<unit>.+)$")
+#: Prefixes of a frame's latency statistics: the plain ones, a layer's self time, the two runs of a comparison
+PREFIXES = ("", "self_", "a_", "b_")
+
+
+def spread_figures(frame: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per column: the significant figures its rows' measured spread supports (-1: none) and the values whose
+    leading digit places them. Each row gets its own: a 0.5 ms row and a 50 ms row are measured to different places.
+
+    - the latency statistics (:data:`SPREAD_COLUMNS`, under each of :data:`PREFIXES`) read to the place of
+      their row's median, at the figures its 95% CI supports (see :func:`_median_figures`);
+    - any other ``<stat>_<unit>`` with ``<stat>_[ci_]low_<unit>`` / ``<stat>_[ci_]high_<unit>`` beside it (a
+      throughput's CI, a roofline point's achieved rate over p25..p75), at the figures of that range;
+    - the throughput without a range of its own, at its mean latency's figures (inputs/s is batch size / mean);
+    - ``frame.attrs["figures"]`` (column -> one value per row), where the frame's maker knows better (the
+      tracing overhead's medians, from its noise; one clock reading per span: 3 figures).
+
+    :func:`spread_decimals` also takes ``frame.attrs["decimals"]`` (column -> decimals per row: a fixed place).
+    """
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    median_figures = None
+    for prefix in PREFIXES:
+        figures = _median_figures(frame, prefix)
+        if figures is None:
+            continue
+        median_figures = figures if prefix == "" else median_figures
+        anchor = _numbers(frame, f"{prefix}median_ms")
+        out.update({f"{prefix}{c}": (figures, anchor) for c in SPREAD_COLUMNS if f"{prefix}{c}" in frame.columns})
+    for name in frame.columns:
+        m = _RANGE_LOW.match(str(name))
+        if not m:
+            continue
+        stat, high = f"{m['stat']}_{m['unit']}", str(name).replace("_low_", "_high_")
+        if stat in frame.columns and high in frame.columns and stat not in out:
+            value = _numbers(frame, stat)
+            figures = _ci_figures(value, _numbers(frame, name), _numbers(frame, high))
+            out.update({stat: (figures, value), name: (figures, value), high: (figures, value)})
+    if median_figures is not None:
+        for c in RATE_COLUMNS:
+            if c in frame.columns and c not in out:
+                out[c] = (_mean_figures(frame, median_figures), _numbers(frame, c))
+    for name, values in (frame.attrs.get("figures") or {}).items():
+        if name in frame.columns and len(values) >= len(frame):
+            out[name] = (np.asarray(values[: len(frame)], dtype=int), _numbers(frame, name))
+    return out
+
+
+def spread_decimals(frame: pd.DataFrame, scales: dict[str, float] | None = None) -> dict[str, np.ndarray]:
+    """Per column and row, the decimals :func:`spread_figures` supports once the column is divided by its scale
+    (``scales``: column -> factor, e.g. 1e9 for GFLOP/s); -1 where a row has none."""
+    scales = scales or {}
+    out = {c: _decimals(anchor / scales.get(c, 1.0), figures) for c, (figures, anchor) in spread_figures(frame).items()}
+    for name, values in (frame.attrs.get("decimals") or {}).items():  # a fixed place (a clock's resolution)
+        if name in frame.columns and len(values) >= len(frame):
+            out[name] = np.asarray(values[: len(frame)], dtype=int)
     return out
 
 
@@ -200,7 +273,7 @@ def describe_column(name: str, values: pd.Series) -> Column:
     if name.endswith("_bytes") or name == "bytes":
         scale, unit = _prefix(_large(floats), _BINARY)
         base = _words(_strip(name, "_bytes")) or "bytes"
-        header = header or f"{base} ({unit})"
+        header = header or (base if base == unit else f"{base} ({unit})")
     elif name.endswith("flops_per_s"):
         scale, p = _prefix(_large(floats), _DECIMAL)
         header = header or f"{_words(_strip(name, 'flops_per_s')) or 'rate'} ({p}FLOP/s)"
@@ -262,6 +335,51 @@ def key_columns(columns: Iterable[str], key: Sequence[str] | None = None) -> lis
     return [c for c in (key if key is not None else KEY_COLUMNS) if c in columns]
 
 
+#: Units a long-format ``value`` column is scaled in, per row, with a decimal prefix
+_SCALED_UNITS = {"FLOP/s": "FLOP/s", "bytes/s": "B/s", "B/s": "B/s", "FLOP": "FLOP"}
+
+
+def scale_units(frame: pd.DataFrame) -> pd.DataFrame:
+    """A long-format frame (``value`` and ``unit`` columns, an ``iqr`` beside them) with each row's value (and
+    IQR) scaled to a decimal prefix of its unit (76,513,947,298 FLOP/s -> 76.5 GFLOP/s), the value read to the
+    figures its IQR allows (half the IQR as its spread); other frames as they are."""
+    if not {"value", "unit"} <= set(frame.columns) or not frame["unit"].isin(list(_SCALED_UNITS)).any():
+        return frame
+    out = frame.copy()
+    value = _numbers(frame, "value")
+    factor, units = np.ones(len(frame)), list(frame["unit"])
+    for i, (v, unit) in enumerate(zip(value, frame["unit"])):
+        if unit in _SCALED_UNITS and np.isfinite(v):
+            factor[i], prefix = _prefix(abs(v), _DECIMAL)
+            units[i] = prefix + _SCALED_UNITS[unit]
+    out["value"] = value / factor
+    out["unit"] = units
+    figures = np.full(len(frame), -1)
+    if "iqr" in frame.columns:
+        iqr = _numbers(frame, "iqr") / factor
+        out["iqr"] = iqr
+        figures = _ci_figures(out["value"].to_numpy(dtype=float), out["value"] - iqr / 2, out["value"] + iqr / 2)
+    out.attrs = dict(frame.attrs)
+    out.attrs["figures"] = {**out.attrs.get("figures", {}), "value": list(figures), "iqr": list(figures)}
+    return out
+
+
+#: Integer columns that name something (a thread, a process, a span) rather than count it: digits as they are
+IDENTIFIERS = ("thread", "stream", "pid", "tid", "device_id", "seed")
+
+
+def is_identifier(name: str) -> bool:
+    """Whether an integer column is an identifier, shown without thousands separators."""
+    return name in IDENTIFIERS or name.endswith("_id")
+
+
+def _missing_number(value) -> bool:
+    try:
+        return value is None or value is pd.NA or not math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
 def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns: Sequence[str] | None = None,
                  max_text: int = 48) -> pd.DataFrame:
     """``frame`` as strings: headers with units, numbers with one precision per column, key columns first.
@@ -270,16 +388,20 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
     whole) longer than ``max_text`` characters
     is shortened with an ellipsis. ``.attrs["keys"]``: the headers of the key columns; ``attrs["note"]`` kept.
     """
+    frame = scale_units(frame)
     names = [c for c in (columns if columns is not None else frame.columns) if c in frame.columns]
     names = order_columns(names + [c for c in key_columns(frame.columns, key) if c not in names], key)
     out = {}
     keys = []
-    spread = spread_decimals(frame)
+    described = {name: describe_column(name, frame[name]) for name in names}
+    spread = spread_decimals(frame, {n: c.scale for n, c in described.items()})
     for name in names:
         values = frame[name]
-        col = describe_column(name, values)
-        if name in spread and col.decimals is not None and col.scale == 1.0:
-            text = [format_number(v, col.decimals if d < 0 else int(d)) for v, d in zip(values, spread[name])]
+        col = described[name]
+        if is_identifier(name) and pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+            text = [MISSING if _missing_number(v) else str(int(v)) for v in values]  # an id: no separators
+        elif name in spread and col.decimals is not None:
+            text = [format_number(v, col.decimals if d < 0 else int(d), col.scale) for v, d in zip(values, spread[name])]
         elif col.decimals is not None or (pd.api.types.is_numeric_dtype(values) and
                                           not pd.api.types.is_bool_dtype(values)):
             text = [format_number(v, col.decimals, col.scale) for v in values]

@@ -12,21 +12,24 @@ import pandas as pd
 
 from mlms_nb.display.columns import MAX_CHARS, MISSING, format_frame
 
-def width_of(column: pd.Series, header: str) -> int:
-    """Characters a column needs: its longest cell or its header's longest word, whichever is wider."""
+def width_of(column: pd.Series, header: str, whole_header: bool = False) -> int:
+    """Characters a column needs: its longest cell or its header's longest word (HTML wraps a header), or its
+    whole header (``whole_header``: plain text does not), whichever is wider."""
     cells = max((len(str(v)) for v in column), default=0)
-    return max(cells, max((len(w) for w in header.split()), default=0)) + 2
+    head = len(header.strip()) if whole_header else max((len(w) for w in header.split()), default=0)
+    return max(cells, head) + 2
 
 
-def split_columns(table: pd.DataFrame, max_chars: int = MAX_CHARS) -> list[pd.DataFrame]:
+def split_columns(table: pd.DataFrame, max_chars: int = MAX_CHARS, whole_headers: bool = False) -> list[pd.DataFrame]:
     """A formatted table cut into parts of whole columns, each at most ``max_chars`` characters wide (a single
-    column wider than that gets a part of its own); the key columns (``attrs["keys"]``) start every part."""
+    column wider than that gets a part of its own); the key columns (``attrs["keys"]``) start every part.
+    ``whole_headers``: a header is as wide as all its words (plain text), not its longest word (HTML)."""
     keys = [k for k in table.attrs.get("keys", []) if k in table.columns]
     rest = [c for c in table.columns if c not in keys]
-    key_width = sum(width_of(table[k], k) for k in keys)
+    key_width = sum(width_of(table[k], k, whole_headers) for k in keys)
     parts, current, used = [], [], key_width
     for col in rest:
-        w = width_of(table[col], col)
+        w = width_of(table[col], col, whole_headers)
         if current and used + w > max_chars:
             parts.append(current)
             current, used = [], key_width
@@ -48,14 +51,13 @@ def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None =
     """HTML of ``frame`` formatted (unless ``formatted``) and split to fit: ``<div class="mlms-table">`` holding
     a caption, one ``<table>`` per part and the note. ``max_rows``: show the first rows and say how many more;
     ``max_text``: longer text is shortened with an ellipsis."""
+    more = 0
+    if max_rows is not None and len(frame) > max_rows:  # format only what is shown (a trace has a million spans)
+        more, attrs = len(frame) - max_rows, frame.attrs
+        frame = frame.head(max_rows)
+        frame.attrs = attrs
     table = frame if formatted else format_frame(frame, key=key, columns=columns, max_text=max_text)
     note = table.attrs.get("note", "") if note is None else note
-    more = 0
-    if max_rows is not None and len(table) > max_rows:
-        more = len(table) - max_rows
-        attrs = table.attrs
-        table = table.head(max_rows)
-        table.attrs = attrs
     parts = split_columns(table, max_chars)
     keys = set(table.attrs.get("keys", []))
     align = {c: "key" if c in keys else ("num" if all(_align(v) == "num" for v in table[c]) else "text")
@@ -114,7 +116,7 @@ def table_text(frame: pd.DataFrame, title: str | None = None, note: str | None =
     table = frame if formatted else format_frame(frame, key=key, columns=columns, max_text=max_text)
     note = table.attrs.get("note", "") if note is None else note
     lines = [title] if title else []
-    for part in split_columns(table, max_chars):
+    for part in split_columns(table, max_chars, whole_headers=True):
         widths = {c: width_of(part[c], c) - 2 for c in part.columns}
         widths = {c: max(w, len(c.strip())) for c, w in widths.items()}
         lines.append("  ".join(c.strip().rjust(widths[c]) for c in part.columns))

@@ -63,7 +63,18 @@ def overhead_frame(frame: pd.DataFrame) -> pd.DataFrame:
     noise = frame["noise_pct"] if "noise_pct" in frame else [None] * len(frame)
     out["overhead"] = [fmt_overhead(p, n) for p, n in zip(frame["overhead_pct"], noise)]
     out.attrs.update(frame.attrs)
+    figures = [_noise_figures(n) for n in noise]
+    out.attrs["figures"] = {c: figures for c in ("untraced_median_ms", "traced_median_ms") if c in frame}
     return out
+
+
+def _noise_figures(noise_pct: Any) -> int:
+    """Significant figures of a median whose relative 95% CI half-width is at most ``noise_pct`` % (the overhead's
+    noise sums both medians' half-widths, so it bounds each): torch.utils.benchmark's floor(log10(100 / noise)),
+    1 to 4; -1 (the column's default precision) when it was not recorded."""
+    if is_missing(noise_pct):
+        return -1
+    return 4 if float(noise_pct) <= 0 else int(min(4, max(1, math.floor(math.log10(100 / float(noise_pct))))))
 
 
 def fmt_pct(fraction: Any) -> str:
