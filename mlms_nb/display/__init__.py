@@ -14,7 +14,9 @@ warnings.
 
 The package, one module per concern (each under 400 lines):
 
-- :mod:`~mlms_nb.display.columns` -- one column's header, unit, scale and digits (the spread rule); a frame as strings;
+- :mod:`~mlms_nb.display.columns` -- one column's header, unit, scale and digits; a frame as strings;
+- :mod:`~mlms_nb.display.spread` -- the digits a measured spread supports (torch.utils.benchmark's rule), row by row;
+- :mod:`~mlms_nb.display.units` -- unit prefixes;
 - :mod:`~mlms_nb.display.layout` -- a formatted table split to an A4 page / a notebook cell, as text and HTML;
 - :mod:`~mlms_nb.display.people` -- PeopleFrame, and the display plumbing the result classes share;
 - :mod:`~mlms_nb.display.numbers` -- single numbers in words;
@@ -29,7 +31,8 @@ from typing import Any
 
 import pandas as pd
 
-from mlms_nb.display.columns import format_frame, format_number, significant_figures, spread_decimals
+from mlms_nb.display.columns import format_frame, format_number
+from mlms_nb.display.spread import significant_figures, spread_decimals
 from mlms_nb.display.evaluation import (PANEL_LINK_PREFIX, evaluation_html, evaluation_json, evaluation_text,
                                         panel_link_html, target_text)
 from mlms_nb.display.layout import show_table, split_columns, table_html, table_text, width_of

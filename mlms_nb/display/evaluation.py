@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mlms_nb.display.columns import ci_decimals, format_number, spread_decimals
+from mlms_nb.display.columns import format_number
+from mlms_nb.display.spread import ci_decimals, spread_decimals
 from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_pct, is_missing
 from mlms_nb.display.parts import records
 
