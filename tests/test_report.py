@@ -204,6 +204,7 @@ def test_nbconvert_mlms_pdf_keeps_every_bokeh_figure_of_example_04(home, tmp_pat
     for (w, h, path), (sw, sh) in zip(printed, on_screen):
         assert abs((w / h) / (sw / sh) - 1) < 0.05, (path, w, h, sw, sh)
         assert drawn_share(path) > 0.002, path  # bars/points in the palette's colours, not an empty frame
+        assert ink_at_edges(path) == 0, path  # titles and labels end inside the canvas: none cut at its edge
     shutil.copy(pdf, ARTIFACTS / "04_roofline_and_layers.pdf") if ARTIFACTS.is_dir() else None
 
 
@@ -252,6 +253,16 @@ def pdf_images(pdf: Path, folder: Path) -> list[tuple[int, int, Path]]:
     from PIL import Image
 
     return [(*Image.open(path).size, path) for path in sorted(folder.glob("img-*.png"))]
+
+
+def ink_at_edges(path: Path, margin: int = 3) -> int:
+    """Dark pixels (text, axis lines) within ``margin`` pixels of an image's edges: a title or label the canvas
+    cuts leaves its ink there; a whole figure has none (its frame and grid are light)."""
+    import numpy as np
+    from PIL import Image
+
+    ink = np.asarray(Image.open(path).convert("L")) < 120
+    return int(ink[:margin].sum() + ink[-margin:].sum() + ink[:, :margin].sum() + ink[:, -margin:].sum())
 
 
 def drawn_share(path: Path) -> float:
