@@ -125,7 +125,8 @@ class Chart:
             kwargs: dict[str, Any] = dict(title=title, x_axis_label=x_label, y_axis_label=y_label, width=width,
                                           height=height, tools="pan,wheel_zoom,box_zoom,reset,save,hover",
                                           x_axis_type="log" if x_log else "linear", toolbar_location="above",
-                                          sizing_mode="stretch_width", max_width=width, min_width=320)
+                                          sizing_mode="stretch_width", max_width=width, min_width=320,
+                                          min_border_right=24)  # room for a tick label at the x axis's end
             if self.categories is not None:
                 kwargs["y_range"] = list(reversed(self.categories))
             else:

@@ -276,3 +276,36 @@ def drawn_share(path: Path) -> float:
     colours = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in PALETTE])
     near = (np.abs(pixels[:, None, :] - colours[None, :, :]).max(axis=2) < 40).any(axis=1)
     return float(near.mean())
+
+
+def test_a_tick_label_at_the_x_axis_end_stays_inside_the_canvas(tmp_path):
+    """A chart whose x range ends on a major tick (80 ms here; in example 04 it depends on the measured latencies)
+    draws that tick's label inside its canvas: the PNG Chromium takes of the figure has no ink at its right edge."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    from mlms_nb.analyses import _plot
+    from mlms_nb.reporting.chromium import Browser
+
+    rows = [f"{i} layer" for i in range(5)]
+    (chart,) = _plot.charts("bokeh", [dict(title="Latency per layer", x_label="latency (ms)", y_label="layer",
+                                           categories=rows)], width=720, height=300)
+    chart.native.x_range.start, chart.native.x_range.end = 0, 80.0
+    chart.native.hbar(y=rows, right=[10, 20, 30, 40, 79], height=0.6)
+    _plot.combine([chart])
+    page, png = tmp_path / "figure.html", tmp_path / "figure.png"
+    page.write_text(file_html(chart.native, INLINE, "figure"), encoding="utf-8")
+
+    def shoot(browser):
+        tab = browser._browser.new_page(viewport={"width": 1000, "height": 500}, device_scale_factor=2)
+        try:
+            tab.goto(page.resolve().as_uri(), wait_until="load", timeout=60_000)
+            tab.wait_for_function("() => document.querySelector('[class^=bk-]') !== null", timeout=60_000)
+            tab.wait_for_timeout(1000)
+            tab.query_selector("[class^=bk-]").screenshot(path=str(png))
+        finally:
+            tab.close()
+
+    with Browser() as browser:
+        browser._call(shoot, browser)
+    assert drawn_share(png) > 0.01 and ink_at_edges(png) == 0
