@@ -166,7 +166,7 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
         add_heard(evaluation.warnings, heard_from)
         keeper(evaluation, framework)
 
-    evaluation = EvaluationRunner(manifests, options, sink=keep if keeper else None, metrics=metrics,
+    evaluation = EvaluationRunner(manifests, options, sink=keep if keeper is not None else None, metrics=metrics,
                                   failed=failed).run()
     add_heard(evaluation.warnings, heard_from)
     if keeper is not None:
