@@ -213,7 +213,8 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
         if is_identifier(name) and pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
             text = [MISSING if _missing_number(v) else str(int(v)) for v in values]  # an id: no separators
         elif name in spread and col.decimals is not None:
-            text = [format_number(v, col.decimals if d < 0 else int(d), col.scale) for v, d in zip(values, spread[name])]
+            text = [format_number(v, col.decimals if d < 0 else int(d), col.scale)
+                    for v, d in zip(values, spread[name])]
         elif col.decimals is not None or (pd.api.types.is_numeric_dtype(values) and
                                           not pd.api.types.is_bool_dtype(values)):
             text = [format_number(v, col.decimals, col.scale) for v in values]

@@ -101,7 +101,8 @@ class SpansFrame(PeopleFrame):
             return _plain(head)
         shown = spans_preview(head)
         if len(self) > SHOWN_ROWS:
-            shown.attrs["note"] = f"the first {SHOWN_ROWS} of {len(self):,} spans; " + shown.attrs["note"].split("; ", 1)[1]
+            rest = shown.attrs["note"].split("; ", 1)[1]
+            shown.attrs["note"] = f"the first {SHOWN_ROWS} of {len(self):,} spans; {rest}"
         return shown
 
     def _repr_html_(self) -> str:
