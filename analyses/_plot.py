@@ -107,7 +107,7 @@ class Chart:
 
     def __init__(self, backend: str, title: str, x_label: str, y_label: str, *, x_log: bool = False,
                  y_log: bool = False, categories: Sequence[str] | None = None, x_ticks: Sequence[float] | None = None,
-                 width: int = 720, height: int = 400, ax=None):
+                 width: int = 720, height: int = 400, ax=None, title_width: int | None = None):
         if ax is not None:
             width = int(ax.figure.get_figwidth() * 100 / len(ax.figure.axes))
         self.backend = check_backend(backend)
@@ -116,7 +116,8 @@ class Chart:
         # wrapped for the narrowest width the figure may be drawn at (it stretches to the output area), less the
         # y labels' column: Bokeh starts the title where the plot frame starts, so it must end inside the canvas
         labels_px = 7 * max((len(c) for c in self.categories), default=0) + 70 if self.categories else 70
-        title = "\n".join(textwrap.wrap(title, max(24, (min(width, 640) - labels_px) // 9)))
+        # (``title_width``: the narrowest a panel of a row is drawn at, its share of the output column)
+        title = "\n".join(textwrap.wrap(title, max(24, (min(width, 640, title_width or width) - labels_px) // 9)))
         self._legend = False
         self._x_log = x_log
         if self.backend == "bokeh":
@@ -124,7 +125,8 @@ class Chart:
             kwargs: dict[str, Any] = dict(title=title, x_axis_label=x_label, y_axis_label=y_label, width=width,
                                           height=height, tools="pan,wheel_zoom,box_zoom,reset,save,hover",
                                           x_axis_type="log" if x_log else "linear", toolbar_location="above",
-                                          sizing_mode="stretch_width", max_width=width, min_width=320)
+                                          sizing_mode="stretch_width", max_width=width, min_width=320,
+                                          min_border_right=24)  # room for a tick label at the x axis's end
             if self.categories is not None:
                 kwargs["y_range"] = list(reversed(self.categories))
             else:
@@ -303,6 +305,11 @@ class Chart:
                 self.native.legend(fontsize=8)
 
 
+OUTPUT_COLUMN_PX = 960
+"""The width a figure's row of panels shares: about JupyterLab's output column in a 1100 px window, as the
+PDF exporter draws it too."""
+
+
 def charts(backend: str, specs: Sequence[dict], *, width: int = 720, height: int = 400,
            stacked: bool = False) -> list[Chart]:
     """One :class:`Chart` per spec (``dict(title=..., x_label=..., y_label=..., x_log=..., categories=...)``, and
@@ -312,7 +319,10 @@ def charts(backend: str, specs: Sequence[dict], *, width: int = 720, height: int
     heights = [int(spec.get("height", height)) for spec in specs]
     specs = [{k: v for k, v in spec.items() if k != "height"} for spec in specs]
     if backend == "bokeh":
-        out = [Chart(backend, width=width, height=h, **spec) for spec, h in zip(specs, heights)]
+        # side by side, each panel gets its share of the output column (a notebook's, or the PDF exporter's page):
+        # its title wraps for that width, not for the panel's own maximum, so it ends inside its canvas
+        share = None if stacked or len(specs) == 1 else OUTPUT_COLUMN_PX // len(specs)
+        out = [Chart(backend, width=width, height=h, title_width=share, **spec) for spec, h in zip(specs, heights)]
     else:
         Figure = _matplotlib_figure()
         if stacked:

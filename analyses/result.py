@@ -7,13 +7,12 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from mlms_nb.tables import FramesForPeople
-from mlms_nb import display
+from mlms_nb.display import FramesForPeople, ShownByDisplay
 from mlms_nb.errors import AnalysisError
 
 
-@dataclass
-class Analysis(FramesForPeople):
+@dataclass(repr=False)
+class Analysis(ShownByDisplay, FramesForPeople):
     """One analysis result: ``table`` (units in column names, ``attrs["note"]``: how it was measured), a
     ``title``, and the function that draws it (``plot(backend)``); ``extra`` holds side tables (e.g. the
     machine ceilings under a roofline)."""
@@ -40,12 +39,3 @@ class Analysis(FramesForPeople):
         from ._output import show
 
         show(self.plot(backend, **kwargs))
-
-    def to_text(self) -> str:
-        return display.render_text(self)
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return display.mimebundle(self)
-
-    def __repr__(self) -> str:
-        return display.render_text(self)

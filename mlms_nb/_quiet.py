@@ -9,8 +9,12 @@ The C++ lines are written straight to file descriptor 2, below Python's ``sys.st
 fd 2 at a pipe for the duration of the block; a thread reads the pipe, drops the chatter lines and forwards
 everything else to where fd 2 pointed before (a terminal, a log file, or the pipe ipykernel reads in a notebook).
 
-``MLMS_VERBOSE=1``, ``--verbose`` on a verb (or ``quiet(verbose=True)``) shows everything. Bottom layer: imports
-only :mod:`mlms_nb.paths`.
+The few messages that matter to a user (a missing execution provider, a layer built without its input shape, a NaN
+in numpy) are also translated into one sentence of ours by :mod:`mlms_nb._translate` (a matching Python warning
+from anywhere, the user's numpy included, goes to the log too, its sentence standing in for it).
+
+``MLMS_VERBOSE=1``, ``--verbose`` on a verb (or ``quiet(verbose=True)``) shows everything, untranslated. Bottom
+layer: imports only :mod:`mlms_nb.paths` and :mod:`mlms_nb._translate`.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from mlms_nb._translate import hear
 from mlms_nb.paths import mlms_home
 
 VERBOSE_ENV = "MLMS_VERBOSE"
@@ -101,6 +106,7 @@ class _Forwarder(threading.Thread):
             text = seg.decode("utf-8", "replace")
             if is_chatter(text):
                 self.dropped.append(_ANSI.sub("", text).rstrip("\r\n"))
+                hear("line", None, self.dropped[-1])  # one that matters becomes a sentence of ours (_translate)
             else:
                 kept.append(seg)
         if kept:
@@ -170,7 +176,9 @@ class _Keep(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.kept.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+            message = record.getMessage()
+            self.kept.append(f"{record.levelname} {record.name}: {message}")
+            hear("line", None, message)
         except Exception:  # a record whose arguments do not format: keep its template
             self.kept.append(f"{record.levelname} {record.name}: {record.msg}")
 
@@ -191,7 +199,8 @@ def _python_quiet(kept: list[str]) -> Iterator[None]:
 
         def showwarning(message, category, filename, lineno, file=None, line=None):
             text = str(message)
-            if _framework_file(filename) or "The structure of `inputs` doesn't match" in text:
+            translated = hear("warning", category.__name__, text)  # ours to say in one sentence (_translate)
+            if translated or _framework_file(filename) or "The structure of `inputs` doesn't match" in text:
                 kept.append(f"{category.__name__} ({Path(filename).name}:{lineno}): {text}")
             else:
                 shown(message, category, filename, lineno, file, line)

@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mlms {args.verb}: interrupted", file=sys.stderr)
         return 130
     print(out.json() if getattr(args, "json", False) else out.text)
+    for note in out.notes:  # a framework warning that matters, in one sentence of ours (mlms_nb._translate)
+        print(f"mlms {args.verb}: {note}", file=sys.stderr)
     return out.exit_code
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Literal, NamedTuple
 
 from mlms_nb import api, display
 from mlms_nb._quiet import quiet
+from mlms_nb._translate import heard_since, mark
 from mlms_nb.analyses import figure_page
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import (
@@ -157,12 +158,17 @@ class Output:
     data: Any = None
     exit_code: int = 0
     figure: Any = field(default=None, repr=False)
+    notes: list[str] = field(default_factory=list)
+    """Framework warnings that matter, as our sentences (mlms_nb._translate), that ``shown`` does not hold
+    already: the CLI prints them on stderr, a notebook under the result."""
 
     @property
     def text(self) -> str:
         return display.render_text(self.shown)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        if self.notes:
+            return display.mimebundle(display.Page([self.shown, display.Notes("Warnings", self.notes)]))
         return display.mimebundle(self.shown)
 
     def json(self) -> str:
@@ -173,7 +179,13 @@ def run(verb: str, args: argparse.Namespace) -> Output:
     """Run one verb with parsed arguments; its errors and advice name options by their flags (``--min-time``).
     What the frameworks print meanwhile is kept in ``$MLMS_HOME/logs/frameworks.log`` (``--verbose``: shown)."""
     with spelling("cli"), quiet(verbose=True if getattr(args, "verbose", False) else None, label=f"mlms {verb}"):
-        return RUNNERS[verb](args)
+        start = mark()
+        out = RUNNERS[verb](args)
+    heard = heard_since(start)
+    if heard:
+        shown = out.text
+        out.notes = [sentence for sentence in heard if sentence not in shown]
+    return out
 
 
 def run_models(args: argparse.Namespace) -> Output:

@@ -106,7 +106,7 @@ def check_pdf(pdf: Path, paper: str, folder: Path, figures_at_least: int) -> str
 
 def test_report_pdf_holds_the_model_and_the_median_latencies(evaluation, report, tmp_path):
     from mlms_nb.reporting import sections
-    from mlms_nb.tables import format_frame
+    from mlms_nb.display import format_frame
 
     out, done = report
     flat = check_pdf(out / "r.pdf", "A4", tmp_path / "images", figures_at_least=9)
@@ -153,7 +153,7 @@ def test_comparison_report_of_two_runs(evaluation, home, tmp_path):
     beside its notebook): compared on the framework they share, B's layer sections left out with the reason."""
     import mlms_nb
     from mlms_nb.reporting import build_report, sections
-    from mlms_nb.tables import format_frame
+    from mlms_nb.display import format_frame
 
     other = mlms_nb.evaluate("efficientnet_lite0", framework="torch", batch_sizes=[1, 2], dataset="imagenet-samples",
                              limit=4, warmup=2, min_repeats=5, min_time_s=0.05, threads=1, progress=False,
@@ -202,6 +202,7 @@ def test_nbconvert_mlms_pdf_keeps_every_bokeh_figure_of_example_04(home, tmp_pat
     for (w, h, path), (sw, sh) in zip(printed, on_screen):
         assert abs((w / h) / (sw / sh) - 1) < 0.05, (path, w, h, sw, sh)
         assert drawn_share(path) > 0.002, path  # bars/points in the palette's colours, not an empty frame
+        assert ink_at_edges(path) == 0, path  # titles and labels end inside the canvas: none cut at its edge
     shutil.copy(pdf, ARTIFACTS / "04_roofline_and_layers.pdf") if ARTIFACTS.is_dir() else None
 
 
@@ -252,6 +253,16 @@ def pdf_images(pdf: Path, folder: Path) -> list[tuple[int, int, Path]]:
     return [(*Image.open(path).size, path) for path in sorted(folder.glob("img-*.png"))]
 
 
+def ink_at_edges(path: Path, margin: int = 3) -> int:
+    """Dark pixels (text, axis lines) within ``margin`` pixels of an image's edges: a title or label the canvas
+    cuts leaves its ink there; a whole figure has none (its frame and grid are light)."""
+    import numpy as np
+    from PIL import Image
+
+    ink = np.asarray(Image.open(path).convert("L")) < 120
+    return int(ink[:margin].sum() + ink[-margin:].sum() + ink[:, :margin].sum() + ink[:, -margin:].sum())
+
+
 def drawn_share(path: Path) -> float:
     """The share of an image's pixels in one of the figures' palette colours (within a small tolerance)."""
     import numpy as np
@@ -263,3 +274,36 @@ def drawn_share(path: Path) -> float:
     colours = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in PALETTE])
     near = (np.abs(pixels[:, None, :] - colours[None, :, :]).max(axis=2) < 40).any(axis=1)
     return float(near.mean())
+
+
+def test_a_tick_label_at_the_x_axis_end_stays_inside_the_canvas(tmp_path):
+    """A chart whose x range ends on a major tick (80 ms here; in example 04 it depends on the measured latencies)
+    draws that tick's label inside its canvas: the PNG Chromium takes of the figure has no ink at its right edge."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    from mlms_nb.analyses import _plot
+    from mlms_nb.reporting.chromium import Browser
+
+    rows = [f"{i} layer" for i in range(5)]
+    (chart,) = _plot.charts("bokeh", [dict(title="Latency per layer", x_label="latency (ms)", y_label="layer",
+                                           categories=rows)], width=720, height=300)
+    chart.native.x_range.start, chart.native.x_range.end = 0, 80.0
+    chart.native.hbar(y=rows, right=[10, 20, 30, 40, 79], height=0.6)
+    _plot.combine([chart])
+    page, png = tmp_path / "figure.html", tmp_path / "figure.png"
+    page.write_text(file_html(chart.native, INLINE, "figure"), encoding="utf-8")
+
+    def shoot(browser):
+        tab = browser._browser.new_page(viewport={"width": 1000, "height": 500}, device_scale_factor=2)
+        try:
+            tab.goto(page.resolve().as_uri(), wait_until="load", timeout=60_000)
+            tab.wait_for_function("() => document.querySelector('[class^=bk-]') !== null", timeout=60_000)
+            tab.wait_for_timeout(1000)
+            tab.query_selector("[class^=bk-]").screenshot(path=str(png))
+        finally:
+            tab.close()
+
+    with Browser() as browser:
+        browser._call(shoot, browser)
+    assert drawn_share(png) > 0.01 and ink_at_edges(png) == 0

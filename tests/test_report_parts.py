@@ -17,7 +17,7 @@ from mlms_nb.errors import MlmsError
 from mlms_nb.reporting import build_report
 from mlms_nb.reporting.chromium import ChromiumNotFoundError
 from mlms_nb.reporting.cleanup import clean_stream, strip_noise
-from mlms_nb.tables import format_frame, split_columns, table_html, table_text, width_of
+from mlms_nb.display import format_frame, split_columns, table_html, table_text, width_of
 
 TF_LINES = (
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
@@ -195,7 +195,7 @@ def test_latency_digits_follow_the_ci_and_frames_show_themselves_for_people():
     """torch.utils.benchmark's rule: a median whose 95% CI is +-0.1 ms at 13 ms has 2 significant figures; one whose
     CI is +-21 ms at 150 ms has 1; the column gets the fewest. Counts stay integers (no e-notation), stored times
     read to the second, and a derived frame (a selection, a groupby) still shows itself the same way."""
-    from mlms_nb.tables import for_people, significant_figures
+    from mlms_nb.display import for_people, significant_figures
 
     assert significant_figures([13.0, 150.0, 5.0], [12.9, 115.0, 5.0], [13.1, 157.0, 5.0]).tolist() == [2, 1, 4]
     frame = for_people(pd.DataFrame({

@@ -96,8 +96,8 @@ def test_for_framework_and_combine():
 def test_summary_has_units_and_a_note():
     ev = make_evaluation()
     s = ev.summary
-    assert list(s.columns) == ["framework", "batch_size", "top1", "top5", "median_ms", "p90_ms", "p99_ms",
-                               "throughput_per_s"]
+    assert list(s.columns) == ["framework", "batch_size", "top1", "top5", "median_ms", "median_ci_low_ms",
+                               "median_ci_high_ms", "p90_ms", "p99_ms", "throughput_per_s", "samples"]
     assert len(s) == 4 and list(s["framework"]) == ["torch", "torch", "onnxruntime", "onnxruntime"]
     assert s["top1"].iloc[0] == pytest.approx(2 / 3)
     row = ev.latency[(ev.latency.framework == "torch") & (ev.latency.batch_size == 8)].iloc[0]
@@ -165,3 +165,26 @@ def test_floats_keep_every_bit_and_odd_columns_survive():
     assert_same(ev, back)
     with pytest.raises(MlmsError, match="damaged"):
         Evaluation.from_json(ev.to_json().replace('"latency": "', '"latency": "AAAA'))
+
+
+def test_summary_digits_follow_each_rows_ci_in_text_html_and_the_evaluation_table():
+    """``ev.summary`` carries the median's 95% CI, so its digits are the ones that CI supports, row by row
+    (torch.utils.benchmark's rule: floor(log10(median / half-width)) significant figures): a 0.51234 ms median
+    known to +-0.0005 ms shows 0.512; a 50.1234 ms one known to +-0.6 ms shows 50. The evaluation's own table and
+    the summary's HTML read the same; counts are integers."""
+    ev = make_evaluation(frameworks=("torch",))
+    lat = ev.latency.copy()
+    lat["median_ms"] = [0.51234, 50.1234]
+    lat["median_ci_low_ms"] = [0.51184, 49.5234]
+    lat["median_ci_high_ms"] = [0.51284, 50.7234]
+    lat["p90_ms"] = [0.61234, 60.1234]
+    ev.latency = lat
+    text = repr(ev.summary)
+    rows = [line.split() for line in text.splitlines()[1:3]]
+    assert rows[0][4:8] == ["0.512", "0.512", "0.513", "0.612"] and rows[1][4:8] == ["50", "50", "51", "60"], text
+    assert [line.split()[-1] for line in text.splitlines()[-2:]] == ["40", "40"]  # calls, in the table's 2nd part
+    assert "e+" not in text and "median CI low (ms)" in text
+    html = ev.summary._repr_html_()
+    assert ">0.512<" in html and ">50<" in html and ">0.51234<" not in html
+    table = ev.to_text()
+    assert "0.512 to 0.513" in table and "50 to 51" in table and "50.1" not in table

@@ -17,7 +17,8 @@ from mlms_nb.divergence.outputs import diverge_outputs as _diverge_outputs
 from mlms_nb.divergence.run import diverge as _diverge
 from mlms_nb import trust as _trust
 from mlms_nb._quiet import quieted
-from mlms_nb.tables import for_people
+from mlms_nb._translate import add_heard, mark
+from mlms_nb.display import for_people
 from mlms_nb.fleet.run import evaluate_on_agents
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
@@ -107,6 +108,7 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     ``where`` (``"torch>=2.0 device=cpu team=vision"``) and the manifests' framework ranges, again on another one
     when it dies mid-run; ``all_agents=True`` on every matching agent in parallel: a list, one `Evaluation` per agent.
     """
+    heard_from = mark()  # framework warnings that matter, as our sentences, go with the result (mlms_nb._translate)
     if metrics is not None:
         from mlms_nb.evaluation.agreement import resolve_metrics
 
@@ -132,7 +134,14 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
             record_failures(one, failed, options.batch_sizes)
         return results
     keeper = HistoryKeeper(None if options.history is True else str(options.history)) if options.history else None
-    evaluation = EvaluationRunner(manifests, options, sink=keeper, metrics=metrics, failed=failed).run()
+
+    def keep(evaluation: Evaluation, framework: str) -> None:  # each framework's part is stored with what was heard
+        add_heard(evaluation.warnings, heard_from)
+        keeper(evaluation, framework)
+
+    evaluation = EvaluationRunner(manifests, options, sink=keep if keeper is not None else None, metrics=metrics,
+                                  failed=failed).run()
+    add_heard(evaluation.warnings, heard_from)
     if keeper is not None:
         keeper.finish(evaluation)
         evaluation.saved = keeper.kept(evaluation)

@@ -16,13 +16,13 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from mlms_nb.tables import FramesForPeople
+from mlms_nb.display import FramesForPeople, ShownByDisplay
 from mlms_nb._quiet import quieted
 from mlms_nb.errors import MlmsError
 
 
-@dataclass
-class OutputDivergence(FramesForPeople):
+@dataclass(repr=False)
+class OutputDivergence(ShownByDisplay, FramesForPeople):
     """Every output of ``model`` in each framework against the reference (``frameworks[0]``)."""
     model: str
     frameworks: list[str]
@@ -59,19 +59,6 @@ class OutputDivergence(FramesForPeople):
         from mlms_nb.analyses.divergence import plot_outputs
 
         return plot_outputs(self.table, backend=backend, tolerance=self.tolerance, title=self.title)
-
-    def to_text(self) -> str:
-        from mlms_nb import display
-
-        return display.render_text(self)
-
-    def __repr__(self) -> str:
-        return self.to_text()
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from mlms_nb import display
-
-        return display.mimebundle(self)
 
 
 @quieted("diverge")

@@ -6,13 +6,12 @@ from typing import Any
 
 import pandas as pd
 
-from mlms_nb.tables import FramesForPeople
-from mlms_nb import display
+from mlms_nb.display import FramesForPeople, ShownByDisplay
 from mlms_nb.analyses import divergence as _analysis
 
 
-@dataclass
-class Divergence(FramesForPeople):
+@dataclass(repr=False)
+class Divergence(ShownByDisplay, FramesForPeople):
     """Where the outputs of one model drift apart across frameworks, layer by layer.
 
     - ``layers``: one row per aligned layer in PyTorch execution order (``layer_index``, ``layer`` (label),
@@ -73,16 +72,3 @@ class Divergence(FramesForPeople):
             from mlms_nb.errors import FrameworkNotInstalledError
 
             raise FrameworkNotInstalledError(str(err)) from None
-
-    # ------------------------------------------------------------------------------------------ display
-    def to_text(self) -> str:
-        return display.render_text(self)
-
-    def __repr__(self) -> str:
-        return display.render_text(self)
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return display.mimebundle(self)
-
-    def _repr_html_(self) -> str:
-        return display.render_html(self)

@@ -17,8 +17,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from mlms_nb.tables import FramesForPeople, for_people
-from mlms_nb import display
+from mlms_nb.display import FramesForPeople, ShownByDisplay, for_people
 from mlms_nb._facade import FacadeMethod
 from mlms_nb._clock import new_id, now_utc
 from mlms_nb._fs import atomic_write_text
@@ -36,7 +35,7 @@ __all__ = ["Evaluation", "EvaluationFormatError"]
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
-class Evaluation(FramesForPeople):
+class Evaluation(ShownByDisplay, FramesForPeople):
     """One evaluation of one model in one or more frameworks, on one stack, with one set of options.
 
     Frames (empty when not measured): ``latency`` one row per framework x batch size x scenario
@@ -133,7 +132,9 @@ class Evaluation(FramesForPeople):
 
     @property
     def summary(self) -> pd.DataFrame:
-        """Per framework and batch size: top1, top5 (fractions), median_ms, p90_ms, p99_ms, throughput_per_s.
+        """Per framework and batch size: top1, top5 (fractions), median_ms with its 95% CI (median_ci_low_ms,
+        median_ci_high_ms), p90_ms, p99_ms, throughput_per_s and samples (timed calls): the CI is what the display
+        reads each row's digits from (torch.utils.benchmark's rule).
 
         ``.attrs["note"]`` says how latency was measured. A ``scenario`` column appears only when the
         latency frame holds more than one scenario.
@@ -154,15 +155,14 @@ class Evaluation(FramesForPeople):
                 if several:
                     row["scenario"] = rec.get("scenario")
                 row.update({"top1": a.get("top1", np.nan), "top5": a.get("top5", np.nan)})
-                row.update({k: rec.get(k, np.nan) for k in ("median_ms", "p90_ms", "p99_ms", "throughput_per_s")})
+                row.update({k: rec.get(k, np.nan) for k in _SUMMARY_STATISTICS})
                 rows.append(row)
         measured = set() if lat.empty else set(lat["framework"])
         for fw in self.frameworks:  # accuracy without latency (interrupted runs) still shows
             if fw in acc_by_fw and fw not in measured:
                 a = acc_by_fw[fw]
                 rows.append({"framework": fw, "batch_size": np.nan, "top1": a.get("top1", np.nan),
-                             "top5": a.get("top5", np.nan), "median_ms": np.nan, "p90_ms": np.nan,
-                             "p99_ms": np.nan, "throughput_per_s": np.nan})
+                             "top5": a.get("top5", np.nan), **{k: np.nan for k in _SUMMARY_STATISTICS}})
         columns = [c for c in SUMMARY.names if c != "scenario" or several]
         frame = pd.DataFrame(rows, columns=columns)
         if not frame.empty:
@@ -170,7 +170,7 @@ class Evaluation(FramesForPeople):
             frame = frame.sort_values(
                 by=["framework", "batch_size"], key=lambda s: s.map(order) if s.name == "framework" else s,
                 kind="stable", ignore_index=True)
-            for col in ("top1", "top5", "median_ms", "p90_ms", "p99_ms", "throughput_per_s"):
+            for col in ("top1", "top5", *_SUMMARY_STATISTICS[:-1]):  # samples: int64 (float64 beside a NaN row)
                 frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
         frame.attrs["note"] = self.measurement_note()
         return for_people(frame)
@@ -392,16 +392,10 @@ class Evaluation(FramesForPeople):
 
     __hash__ = None  # a mutable value
 
-    # ------------------------------------------------------------------ display (see mlms_nb/display.py)
-    def to_text(self) -> str:
-        """A plain-text rendering: header lines, the table with units, the warnings."""
-        return display.render_text(self)
 
-    def __repr__(self) -> str:
-        return display.render_text(self)
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return display.mimebundle(self)
+_SUMMARY_STATISTICS = ("median_ms", "median_ci_low_ms", "median_ci_high_ms", "p90_ms", "p99_ms", "throughput_per_s",
+                       "samples")
 
 
 def _warning_framework(warning: str, frameworks: list[str]) -> str | None:

@@ -13,7 +13,7 @@ import pandas as pd
 from mlms_nb.display import is_missing, overhead_frame
 from mlms_nb.reporting import _api, describe
 from mlms_nb.reporting._show import Block, detail, figure, heading, left_out, note, section
-from mlms_nb.tables import show_table
+from mlms_nb.display import show_table
 
 LATENCY_COLUMNS = ("framework", "batch_size", "scenario", "samples", "median_ms", "median_ci_low_ms",
                    "median_ci_high_ms", "p90_ms", "p99_ms", "iqr_ms", "iqr_over_median", "unstable",

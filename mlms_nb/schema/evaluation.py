@@ -244,7 +244,8 @@ SUMMARY = FrameSchema("summary", (
     Column("scenario", "str", "", _SCENARIO.doc, "when the latency frame holds several scenarios"),
     Column("top1", "float64", "fraction", "top-1 accuracy (0..1); NaN without labeled data"),
     Column("top5", "float64", "fraction", "top-5 accuracy (0..1); NaN without labeled data"),
-    LATENCY["median_ms"], LATENCY["p90_ms"], LATENCY["p99_ms"], LATENCY["throughput_per_s"],
+    LATENCY["median_ms"], LATENCY["median_ci_low_ms"], LATENCY["median_ci_high_ms"], LATENCY["p90_ms"],
+    LATENCY["p99_ms"], LATENCY["throughput_per_s"], LATENCY["samples"],
 ), key=("framework", "batch_size"))
 
 TRACE_OVERHEAD = FrameSchema("trace_overhead", (

@@ -28,7 +28,7 @@ import orjson
 import pandas as pd
 
 from mlms_nb._facade import FacadeMethod
-from mlms_nb.tables import for_people
+from mlms_nb.display import for_people, spans_for_people
 from mlms_nb._fs import temp_path_beside
 from mlms_nb.errors import TraceFormatError, TraceSchemaError
 from mlms_nb.schema.columns import LEVEL_DTYPE, canonical_categorical
@@ -58,7 +58,7 @@ class Trace:
 
     def __init__(self, spans: pd.DataFrame | None = None, counters: pd.DataFrame | None = None,
                  metadata: dict[str, Any] | None = None):
-        self.spans = validate_spans(spans) if spans is not None else empty_spans()
+        self.spans = spans_for_people(validate_spans(spans) if spans is not None else empty_spans())
         self.counters = for_people(validate_counters(counters) if counters is not None else empty_counters())
         self.metadata: dict[str, Any] = dict(metadata or {})
 

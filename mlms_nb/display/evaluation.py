@@ -1,218 +1,17 @@
-"""How every result is shown: plain text, HTML and JSON of evaluations, analyses, divergences, trace summaries
-and frames, in one place (torch.utils.benchmark keeps `Measurement` data-only and renders in `Compare`; the same
-split here). Value objects hold data and derived views; their ``__repr__``/``_repr_mimebundle_`` call this.
-
-Low in the layers: it imports only the schemas and the bottom layer and reads the objects' public attributes
-(duck typing), so the data objects delegate to it without an import upward. What every rendering keeps: units in
-every header, how the numbers were measured (the note), the 95% CI of the median and "unstable" warnings.
-
-- :func:`render_text`, :func:`render_html`, :func:`render_json` (JSON-ready data), :func:`mimebundle`;
-- :class:`Table` (a frame with a title and a note), :class:`Notes` (a titled list), :class:`Section` (a titled
-  part) and :class:`Page` (parts shown one after another) compose what a verb shows.
-
-One module on purpose (~570 lines, the generation table of issue 21 included): issue 9 asks for the text, HTML and JSON rendering of every result in one
-module, the way torch.utils.benchmark keeps it in `Compare`.
-"""
+"""An evaluation in words: the header lines (model, stack, data, how it was measured, cold start, energy,
+outputs, agreement), the latency and generation tables with units in their headers, and the CLI's JSON."""
 from __future__ import annotations
 
 import html
-import json
-import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from mlms_nb.schema.divergence import column, pair_label
-from mlms_nb.tables import table_html, table_text
-
-MAX_ROWS = 60
-"""Rows of a table shown before the middle is elided."""
-
-
-# ---------------------------------------------------------------------------------------------- numbers
-
-def is_missing(value: Any) -> bool:
-    """None, NA, NaT or a float NaN."""
-    if value is None or value is pd.NA or value is pd.NaT:
-        return True
-    return isinstance(value, (float, np.floating)) and math.isnan(value)
-
-
-def fmt_num(value: Any) -> str:
-    """3 significant digits for small numbers, thousands separators for large ones; '-' when missing."""
-    if is_missing(value):
-        return "-"
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    a = abs(v)
-    if a == 0:
-        return "0"
-    for at_least, spec in ((100, ",.0f"), (10, ".1f"), (1, ".2f"), (0.001, ".3f")):
-        if a >= at_least:
-            return format(v, spec)
-    return f"{v:.2e}"
-
-
-def fmt_int(value: Any) -> str:
-    if is_missing(value) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
-        return "-" if is_missing(value) else str(value)
-    return str(int(value))
-
-
-def fmt_overhead(pct: Any, noise: Any = None) -> str:
-    """A tracing overhead (%) against its noise (%): "within noise (±x%)" when it lies inside it (a negative one
-    always: tracing cannot speed a call up), else the percentage with its noise."""
-    if is_missing(pct):
-        return "-"
-    pct = float(pct)
-    if is_missing(noise):
-        return "within noise (spread not recorded)" if pct <= 0 else f"{pct:+.1f}% (spread not recorded)"
-    noise = float(noise)
-    if abs(pct) <= noise or pct < 0:
-        return f"within noise (±{noise:.1f}%)"
-    return f"+{pct:.1f}% (±{noise:.1f}%)"
-
-
-def overhead_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """A trace_overhead frame for reading: ``overhead_pct`` and ``noise_pct`` as one text column, "overhead"."""
-    if frame.empty or "overhead_pct" not in frame:
-        return frame
-    out = frame.drop(columns=[c for c in ("overhead_pct", "noise_pct") if c in frame])
-    noise = frame["noise_pct"] if "noise_pct" in frame else [None] * len(frame)
-    out["overhead"] = [fmt_overhead(p, n) for p, n in zip(frame["overhead_pct"], noise)]
-    out.attrs.update(frame.attrs)
-    return out
-
-
-def fmt_pct(fraction: Any) -> str:
-    """A fraction 0..1 as a percentage with one decimal."""
-    return "-" if is_missing(fraction) else f"{100 * float(fraction):.1f}"
-
-
-# ---------------------------------------------------------------------------------------------- parts of a page
-
-@dataclass
-class Table:
-    """A frame with a title (units belong in its column names), the note on how it was measured and what to
-    say when it has no rows."""
-    frame: pd.DataFrame
-    title: str = ""
-    note: str | None = None
-    empty: str = "(no rows)"
-
-    def __post_init__(self) -> None:
-        if self.note is None:
-            self.note = str(self.frame.attrs.get("note", ""))
-
-
-@dataclass
-class Notes:
-    """A titled list of sentences (manifests that failed to load, what could not be traced)."""
-    title: str
-    items: list[str]
-
-
-@dataclass
-class Section:
-    """A part under a heading (``torch: <trace summary>``)."""
-    title: str
-    body: Any
-
-
-@dataclass
-class Page:
-    """Parts shown one after another (each is anything :func:`render_text` takes)."""
-    parts: list = field(default_factory=list)
-
-
-# ---------------------------------------------------------------------------------------------- dispatch
-
-_PARTS = (("frame", pd.DataFrame), ("table", Table), ("notes", Notes), ("section", Section), ("page", Page),
-          ("str", str))
-_RESULTS = (("evaluation", ("samples", "latency", "measurement_note")), ("divergence", ("first_divergent_layer", "pairs")),
-            ("analysis", ("table", "title")), ("trace", ("spans", "counters")), ("rendered", ("to_text", "_repr_html_")))
-"""How a result is recognised: by the public attributes it has (display imports none of their classes); a
-result of another face that renders itself (``to_text`` and ``_repr_html_``: a report) is shown as it renders."""
-
-
-def _kind(obj: Any) -> str:
-    kind = next((k for k, cls in _PARTS if isinstance(obj, cls)), None) or next(
-        (k for k, attrs in _RESULTS if all(hasattr(obj, a) for a in attrs)), None)
-    if kind is None:
-        raise TypeError(f"mlms_nb.display cannot render a {type(obj).__name__}")
-    return kind
-
-
-def render_text(obj: Any) -> str:
-    """Plain text: what the CLI prints and what a notebook shows where HTML is not rendered."""
-    return _TEXT[_kind(obj)](obj)
-
-
-def render_html(obj: Any) -> str:
-    """An HTML fragment (escaped; no scripts) for a notebook output."""
-    return _HTML[_kind(obj)](obj)
-
-
-def render_json(obj: Any) -> Any:
-    """JSON-ready data (what ``mlms VERB --json`` prints)."""
-    return _JSON[_kind(obj)](obj)
-
-
-def mimebundle(obj: Any) -> dict[str, str]:
-    """``{"text/plain", "text/html"}`` for ``_repr_mimebundle_``."""
-    return {"text/plain": render_text(obj), "text/html": render_html(obj)}
-
-
-def dumps(data: Any) -> str:
-    """JSON text of :func:`render_json` data (numpy values become Python ones, anything else its str)."""
-    return json.dumps(data, indent=2, default=lambda o: o.item() if hasattr(o, "item") else (
-        o.tolist() if hasattr(o, "tolist") else str(o)))
-
-
-def records(frame: pd.DataFrame) -> list[dict]:
-    return json.loads(frame.to_json(orient="records", default_handler=str)) if not frame.empty else []
-
-
-# ---------------------------------------------------------------------------------------------- tables and pages
-
-def _table_text(t: Table) -> str:
-    """The table as :mod:`mlms_nb.tables` formats it for people (the same digits, units and width as the report)."""
-    if t.frame.empty:
-        return "\n".join(filter(None, [t.title, t.empty, t.note]))
-    return table_text(t.frame, t.title or None, t.note, max_rows=MAX_ROWS)
-
-
-def _table_html(t: Table) -> str:
-    if t.frame.empty:
-        head = f"<h4>{html.escape(t.title)}</h4>" if t.title else ""
-        return head + f"<p>{html.escape(t.empty)}</p>" + (f"<p><small>{html.escape(t.note)}</small></p>" if t.note else "")
-    return table_html(t.frame, t.title or None, t.note, max_rows=MAX_ROWS)
-
-
-def _notes_text(n: Notes) -> str:
-    return f"{n.title}:\n" + "\n".join(f"  {item}" for item in n.items) if n.items else ""
-
-
-def _notes_html(n: Notes) -> str:
-    items = "".join(f"<li>{html.escape(str(i))}</li>" for i in n.items)
-    return f"<p>{html.escape(n.title)}:</p><ul>{items}</ul>" if n.items else ""
-
-
-def _page_text(p: Page) -> str:
-    return "\n\n".join(filter(None, (render_text(part) for part in p.parts)))
-
-
-def _page_html(p: Page) -> str:
-    return "".join(render_html(part) for part in p.parts)
-
-
-# ---------------------------------------------------------------------------------------------- evaluations
+from mlms_nb.display.columns import format_number
+from mlms_nb.display.spread import ci_decimals, spread_decimals
+from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_pct, is_missing
+from mlms_nb.display.parts import records
 
 def _evaluation_header(ev) -> list[tuple[str, str]]:
     """(label, text) lines shown above the table: model, stack, data, how it was measured, cold start."""
@@ -355,16 +154,18 @@ def _evaluation_rows(ev) -> pd.DataFrame:
     for r in rows:
         a = acc_by_fw.get(r.get("framework"), {})
         low, high, ratio = r.get("median_ci_low_ms"), r.get("median_ci_high_ms"), r.get("iqr_over_median")
+        num = _spread_formatter(r)
         row = {"framework": str(r.get("framework")), "batch size": fmt_int(r.get("batch_size"))}
         if several:
             row["scenario"] = str(r.get("scenario", ""))
         row.update({
             "top-1 (%)": "n/a" if _na_reason(a) else fmt_pct(a.get("top1")),
             "top-5 (%)": "n/a" if _na_reason(a) else fmt_pct(a.get("top5")),
-            "median (ms)": fmt_num(r.get("median_ms")),
-            "95% CI of median (ms)": "-" if is_missing(low) or is_missing(high) else f"{fmt_num(low)} to {fmt_num(high)}",
-            "p90 (ms)": fmt_num(r.get("p90_ms")), "p99 (ms)": fmt_num(r.get("p99_ms")),
-            "throughput (/s)": fmt_num(r.get("throughput_per_s")),
+            "median (ms)": num("median_ms"),
+            "95% CI of median (ms)": "-" if is_missing(low) or is_missing(high) else
+            f"{num('median_ci_low_ms')} to {num('median_ci_high_ms')}",
+            "p90 (ms)": num("p90_ms"), "p99 (ms)": num("p99_ms"),
+            "throughput (/s)": num("throughput_per_s"),
             "IQR/median (%)": "-" if is_missing(ratio) else f"{100 * float(ratio):.1f}" + (
                 " unstable" if r.get("unstable") is True or r.get("unstable") == 1 else ""),
             "calls": fmt_int(r.get("samples")),
@@ -378,8 +179,28 @@ def _evaluation_rows(ev) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _ci(low: Any, high: Any) -> str:
-    return "-" if is_missing(low) or is_missing(high) else f"{fmt_num(low)} to {fmt_num(high)}"
+def _spread_formatter(r: dict):
+    """Formats a latency row's statistics with the digits its own spread supports (one row of
+    :func:`~mlms_nb.display.columns.spread_decimals`); 3 significant digits where the row has no CI."""
+    digits = {c: int(d[0]) for c, d in spread_decimals(pd.DataFrame([r])).items()}
+
+    def num(name: str) -> str:
+        d = digits.get(name, -1)
+        return fmt_num(r.get(name)) if d < 0 else format_number(r.get(name), d)
+    return num
+
+
+def _ci(low: Any, high: Any, decimals: int | None = None) -> str:
+    if is_missing(low) or is_missing(high):
+        return "-"
+    if decimals is None:
+        return f"{fmt_num(low)} to {fmt_num(high)}"
+    return f"{format_number(low, decimals)} to {format_number(high, decimals)}"
+
+
+def _at(decimals: int | None):
+    """A formatter of values read beside a median whose CI gave ``decimals`` (3 significant digits without)."""
+    return fmt_num if decimals is None else (lambda v: format_number(v, decimals))
 
 
 def _generation_rows(ev) -> pd.DataFrame:
@@ -396,13 +217,15 @@ def _generation_rows(ev) -> pd.DataFrame:
                "KV cache": "yes" if r.get("kv_cache") else "no"}
         if gen["scenario"].nunique() > 1:
             row["scenario"] = str(r["scenario"])
+        ttft = ci_decimals(r.get("ttft_median_ms"), r.get("ttft_ci_low_ms"), r.get("ttft_ci_high_ms"))
+        tpot = ci_decimals(r.get("tpot_median_ms"), r.get("tpot_ci_low_ms"), r.get("tpot_ci_high_ms"))
         row.update({
-            "TTFT median (ms)": fmt_num(r.get("ttft_median_ms")),
-            "TTFT 95% CI (ms)": _ci(r.get("ttft_ci_low_ms"), r.get("ttft_ci_high_ms")),
-            "TTFT p99 (ms)": fmt_num(r.get("ttft_p99_ms")),
-            "TPOT median (ms)": fmt_num(r.get("tpot_median_ms")),
-            "TPOT 95% CI (ms)": _ci(r.get("tpot_ci_low_ms"), r.get("tpot_ci_high_ms")),
-            "TPOT p99 (ms)": fmt_num(r.get("tpot_p99_ms")),
+            "TTFT median (ms)": _at(ttft)(r.get("ttft_median_ms")),
+            "TTFT 95% CI (ms)": _ci(r.get("ttft_ci_low_ms"), r.get("ttft_ci_high_ms"), ttft),
+            "TTFT p99 (ms)": _at(ttft)(r.get("ttft_p99_ms")),
+            "TPOT median (ms)": _at(tpot)(r.get("tpot_median_ms")),
+            "TPOT 95% CI (ms)": _ci(r.get("tpot_ci_low_ms"), r.get("tpot_ci_high_ms"), tpot),
+            "TPOT p99 (ms)": _at(tpot)(r.get("tpot_p99_ms")),
             "ITL p99 (ms)": fmt_num(r.get("itl_p99_ms")),
             "tokens/s per request": fmt_num(r.get("tokens_per_s_median")),
             "tokens/s total": fmt_num(r.get("output_tokens_per_s")),
@@ -442,7 +265,7 @@ def _text_table(table: pd.DataFrame) -> str:
     return table.to_string(index=False, formatters={first.ljust(width): lambda s: s.ljust(width)})
 
 
-def _evaluation_text(ev) -> str:
+def evaluation_text(ev) -> str:
     out = [f"{label}: {text}" for label, text in _evaluation_header(ev)]
     table, generation = _evaluation_rows(ev), _generation_rows(ev)
     if table.empty and generation.empty:
@@ -457,7 +280,7 @@ def _evaluation_text(ev) -> str:
     return "\n".join(out)
 
 
-def _evaluation_html(ev) -> str:
+def evaluation_html(ev) -> str:
     esc = html.escape
     parts = ['<div class="mlms-evaluation">']
     for label, text in _evaluation_header(ev):
@@ -502,7 +325,7 @@ def panel_link_html(evaluation_id: str, framework: str | None = None) -> str:
             f'Open {html.escape(what)} in the JupyterLab panel</a></div>')
 
 
-def _evaluation_json(ev) -> dict:
+def evaluation_json(ev) -> dict:
     """The CLI's JSON: ``{"evaluation_id", "complete", "saved", "missing" (one sentence per framework not fully
     measured), "outcomes" (per framework: status, reason, message, measured/missing/cut-short batch sizes), "warnings", "stack", "options", "results": [{"model",
     "framework", "accuracy", "cold_start", "full_pass" ({inputs, wall_s, inputs_per_s, preprocess_s, inference_s,
@@ -530,102 +353,3 @@ def _evaluation_json(ev) -> dict:
             "outcomes": ev.outcomes, "warnings": ev.warnings, "stack": ev.stack, "options": ev.options,
             "results": results}
 
-
-# ---------------------------------------------------------------------------------------------- analyses
-
-def _analysis_parts(a) -> list:
-    extras = [Table(frame, name.replace("_", " ").capitalize(), empty=f"no {name.replace('_', ' ')}")
-              for name, frame in a.extra.items()]
-    return [Table(a.table, a.title, note=a.note), *extras]
-
-
-def _analysis_json(a) -> dict:
-    return {"title": a.title, "note": a.note, "rows": records(a.table),
-            **{name: records(frame) for name, frame in a.extra.items()}}
-
-
-# ---------------------------------------------------------------------------------------------- divergences
-
-def _divergence_header(d) -> list[tuple[str, str]]:
-    lines = [("Model", f"{d.model} on {d.inputs} inputs of {d.dataset}"),
-             ("Frameworks", ", ".join(d.frameworks) + f" (reference: {d.frameworks[0]})"),
-             ("Tolerance", f"{d.tolerance:g}, on max_rel_error = max|b - a| / max|a| per layer")]
-    outputs = d.outputs.set_index("pair")
-    for a, b in d.pairs:
-        key = pair_label(a, b)
-        out = outputs.loc[key]
-        lines.append((key, f"first layer over tolerance: {d.first_divergent_layer.get(key) or 'none'}; largest "
-                           f"max_rel_error {d.layers[column('max_rel_error', key)].max(skipna=True):.3g}; top-1 "
-                           f"agreement {out['top1_agreement']:.0%}, JS mean {out['js_mean_nats']:.3g} nats, "
-                           f"max |logit error| {out['max_abs_logit_error']:.3g}"))
-    lines.append(("Top-1 accuracy (delta vs reference)",
-                  ", ".join(f"{r.framework} {r.top1:.0%} ({r.top1_delta:+.0%})" for r in d.accuracy.itertuples())))
-    return lines
-
-
-def _divergence_text(d) -> str:
-    shown = (["layer"] + [column("max_rel_error", pair_label(*p)) for p in d.pairs]
-             + [column("latency_ms", f) for f in d.frameworks])
-    return "\n".join([f"Divergence of {d.model}", *(f"  {label}: {text}" for label, text in _divergence_header(d)),
-                      d.layers[shown].to_string(max_rows=20, float_format=lambda v: f"{v:.3g}"),
-                      *(f"  {k}: {v}" for k, v in d.notes.items())])
-
-
-def _divergence_html(d) -> str:
-    esc = html.escape
-
-    def details(summary: str, frame: pd.DataFrame, digits: int, max_rows: int = MAX_ROWS) -> str:
-        return (f"<details><summary>{esc(summary)}</summary>"
-                + frame.to_html(index=False, max_rows=max_rows, float_format=f"{{:.{digits}g}}".format) + "</details>")
-
-    parts = ['<div class="mlms-divergence">', f"<h4>Divergence of {esc(d.model)}</h4>"]
-    parts += [f"<div><b>{esc(label)}:</b> {esc(text)}</div>" for label, text in _divergence_header(d)]
-    parts += [details("outputs per pair", d.outputs, 4), details("accuracy per framework", d.accuracy, 4),
-              details("per layer (error, latency in ms)", d.layers.drop(columns=["layer_name", "call"]), 3, 200)]
-    parts.append("<ul>" + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in d.notes.items()) + "</ul></div>")
-    return "\n".join(parts)
-
-
-def _divergence_json(d) -> dict:
-    return {"layers": records(d.layers), "first_divergent_layer": d.first_divergent_layer}
-
-
-# ---------------------------------------------------------------------------------------------- traces
-
-def _trace_parts(trace) -> list:
-    """Spans per level and kind (count, total and median duration in ms), and what could not be traced."""
-    spans = trace.spans
-    frame = spans if spans.empty else (
-        spans.assign(duration_ms=spans["duration_ns"] / 1e6).groupby(["level", "kind"], observed=True)["duration_ms"]
-        .agg(spans="count", total_ms="sum", median_ms="median").reset_index())
-    note = (f"trace {trace.trace_id}: {len(spans)} spans, {len(trace.counters)} counter samples; "
-            "durations from time.perf_counter_ns, summed over every traced call")
-    unavailable = trace.metadata.get("unavailable") or {}
-    return [Table(frame, "Trace", note=note, empty="no spans were recorded"),
-            Notes("Not traced here", [f"{k}: {v}" for k, v in unavailable.items()])]
-
-
-# ---------------------------------------------------------------------------------------------- the tables
-
-_TEXT = {
-    "frame": lambda f: _table_text(Table(f)), "table": _table_text, "notes": _notes_text, "page": _page_text,
-    "section": lambda s: f"{s.title}: {render_text(s.body)}", "str": str,
-    "evaluation": _evaluation_text, "divergence": _divergence_text,
-    "analysis": lambda a: _page_text(Page(_analysis_parts(a))), "trace": lambda t: _page_text(Page(_trace_parts(t))),
-    "rendered": lambda r: r.to_text(),
-}
-_HTML = {
-    "frame": lambda f: _table_html(Table(f)), "table": _table_html, "notes": _notes_html, "page": _page_html,
-    "section": lambda s: f"<h4>{html.escape(s.title)}</h4>{render_html(s.body)}",
-    "str": lambda s: f"<pre>{html.escape(s)}</pre>",
-    "evaluation": _evaluation_html, "divergence": _divergence_html,
-    "analysis": lambda a: _page_html(Page(_analysis_parts(a))), "trace": lambda t: _page_html(Page(_trace_parts(t))),
-    "rendered": lambda r: r._repr_html_(),
-}
-_JSON = {
-    "frame": records, "table": lambda t: records(t.frame), "notes": lambda n: list(n.items), "str": str,
-    "section": lambda s: {s.title: render_json(s.body)}, "page": lambda p: [render_json(x) for x in p.parts],
-    "evaluation": _evaluation_json, "divergence": _divergence_json, "analysis": _analysis_json,
-    "trace": lambda t: records(_trace_parts(t)[0].frame),
-    "rendered": lambda r: r.to_dict() if hasattr(r, "to_dict") else r.to_text(),
-}

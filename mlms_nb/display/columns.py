@@ -1,0 +1,253 @@
+"""How one table column reads for people: its header with the unit, one scale and one precision per column
+(:func:`describe_column`), a number as the report prints it (:func:`format_number`) and a whole frame as strings
+(:func:`format_frame`).
+
+Units come from the column names, as the house spells them (``median_ms``, ``memory_bytes``,
+``throughput_per_s``, ``flops``, ``share_pct``, ``intensity_flop_per_byte``). Bytes, FLOPs and rates are scaled
+to one prefix per column (MiB, GFLOP, GFLOP/s, ...) named in the header; every number in a column gets the
+same number of decimals, chosen for about three significant digits of the column's typical value -- except the
+latency statistics and the throughput of a frame that holds the 95% CI of the median: each row shows the digits
+its own CI supports (torch.utils.benchmark's rule: ``floor(log10(median / half-width))`` significant figures,
+1 to 4; :mod:`mlms_nb.display.spread`). Integers show
+as integers with thousands separators (no e-notation), times as ``YYYY-MM-DD HH:MM:SS``.
+
+Imports nothing from mlms_nb outside this package.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from mlms_nb.display.spread import scale_units, spread_decimals
+from mlms_nb.display.units import BINARY, DECIMAL, prefix_for
+
+#: Columns that identify a row, shown first (in this order) and repeated in every part of a split table.
+KEY_COLUMNS = ("run", "framework", "scenario", "batch_size", "layer_index", "layer_name", "name", "layer_type",
+               "metric", "option", "what")
+
+#: Headers for names that read badly when only the underscores are replaced.
+HEADERS = {
+    "batch_size": "batch size", "samples": "calls", "iqr_over_median": "IQR/median (%)",
+    "throughput_per_s": "throughput (/s)", "median_ci_low_ms": "median CI low (ms)",
+    "median_ci_high_ms": "median CI high (ms)", "iqr_ms": "IQR (ms)", "p90_ms": "p90 (ms)", "p99_ms": "p99 (ms)",
+    "p25_ms": "p25 (ms)", "p75_ms": "p75 (ms)", "warmup_calls": "warm-up calls", "top1": "top-1 (%)",
+    "top5": "top-5 (%)", "load_ms": "load (ms)", "first_inference_ms": "first inference (ms)",
+    "untraced_median_ms": "untraced median (ms)", "traced_median_ms": "traced median (ms)",
+    "overhead_pct": "overhead (%)", "intensity_flop_per_byte": "intensity (FLOP/byte)",
+    "ridge_flop_per_byte": "ridge (FLOP/byte)", "pct_of_attainable": "of attainable (%)",
+    "percent": "share (%)", "share_pct": "share (%)", "calls_per_predict": "calls per predict",
+    "delta_ci_low_ms": "delta CI low (ms)", "delta_ci_high_ms": "delta CI high (ms)", "p_value": "p value",
+}
+
+#: Columns holding fractions 0..1 shown as percentages.
+FRACTIONS = ("top1", "top5", "iqr_over_median")
+
+MISSING = "-"
+#: Widest table part, in characters: about a 7.5 pt table across an A4 page, or a notebook's output column.
+MAX_CHARS = 125
+
+
+@dataclass
+class Column:
+    """How one column is shown: its header (with unit), the factor its values are divided by, its decimals."""
+    name: str
+    header: str
+    scale: float = 1.0
+    decimals: int | None = None  # None: not a float column
+
+
+def _strip(name: str, suffix: str) -> str:
+    return name[: -len(suffix)] if name.endswith(suffix) else name
+
+
+_ACRONYMS = {"iqr": "IQR", "ci": "CI", "ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "qps": "QPS"}
+
+
+def _words(name: str) -> str:
+    return " ".join(_ACRONYMS.get(w, w) for w in name.replace("_", " ").split())
+
+
+def _typical(values: np.ndarray) -> float:
+    """The magnitude a column's precision is chosen for: its small values (10th percentile of the non-zero
+    magnitudes), so that 10.3 next to 291 still shows its decimal."""
+    v = np.abs(values[np.isfinite(values) & (values != 0)])
+    return float(np.percentile(v, 10)) if v.size else 0.0
+
+
+def _large(values: np.ndarray) -> float:
+    """The magnitude a column's unit prefix is chosen for (the median of the non-zero magnitudes)."""
+    v = np.abs(values[np.isfinite(values) & (values != 0)])
+    return float(np.median(v)) if v.size else 0.0
+
+
+def decimals_for(typical: float, significant: int = 3) -> int:
+    """Decimals that show ``typical`` with about ``significant`` significant digits (0 to 4)."""
+    if not typical or not math.isfinite(typical):
+        return 0
+    return int(min(4, max(0, significant - 1 - math.floor(math.log10(abs(typical))))))
+
+
+def _percent_decimals(typical: float) -> int:
+    """Percentages: one decimal, more only for shares below 0.1%."""
+    return 1 if typical >= 0.1 or not typical else decimals_for(typical, 2)
+
+
+def describe_column(name: str, values: pd.Series) -> Column:
+    """The header (with unit), scale and decimals of column ``name``."""
+    numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    header = HEADERS.get(name)
+    if not numeric:
+        return Column(name, header or _words(name))
+    floats = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
+    integer = pd.api.types.is_integer_dtype(values) or (
+        np.isfinite(floats).any() and np.all(floats[np.isfinite(floats)] == np.round(floats[np.isfinite(floats)]))
+        and _large(floats) >= 10)
+    already_pct = name in ("top1", "top5") and np.nanmax(np.abs(floats), initial=0) > 1  # a manifest's 75.1 (%)
+    if name in FRACTIONS and not already_pct:
+        return Column(name, header or f"{_words(name)} (%)", 0.01, _percent_decimals(_typical(floats) * 100))
+    scale, unit = 1.0, None
+    if name.endswith("_bytes") or name == "bytes":
+        scale, unit = prefix_for(_large(floats), BINARY)
+        base = _words(_strip(name, "_bytes")) or "bytes"
+        header = header or (base if base == unit else f"{base} ({unit})")
+    elif name.endswith("flops_per_s"):
+        scale, p = prefix_for(_large(floats), DECIMAL)
+        header = header or f"{_words(_strip(name, 'flops_per_s')) or 'rate'} ({p}FLOP/s)"
+    elif name.endswith("_bytes_per_s"):
+        scale, p = prefix_for(_large(floats), DECIMAL)
+        header = header or f"{_words(_strip(name, '_bytes_per_s'))} ({p}B/s)"
+    elif name == "flops" or name.endswith("_flops"):
+        scale, p = prefix_for(_large(floats), DECIMAL)
+        header = header or f"{_words(name)} ({p}FLOP)"
+    elif name.endswith("_per_s"):
+        header = header or f"{_words(_strip(name, '_per_s'))} (/s)"
+    else:
+        for suffix, u in (("_ms", "ms"), ("_ns", "ns"), ("_us", "µs"), ("_s", "s"), ("_pct", "%"),
+                          ("_flop_per_byte", "FLOP/byte")):
+            if name.endswith(suffix):
+                header = header or f"{_words(_strip(name, suffix))} ({u})"
+                break
+        else:
+            if integer and pd.api.types.is_integer_dtype(values):
+                return Column(name, header or _words(name), 1.0, None)
+    scaled = floats / scale
+    if name.endswith("_pct") or name == "percent":
+        return Column(name, header or _words(name), 1.0, _percent_decimals(_typical(scaled)))
+    decimals = 0 if (integer and scale == 1.0) else decimals_for(_typical(scaled))
+    return Column(name, header or _words(name), scale, decimals)
+
+
+def format_number(value, decimals: int | None, scale: float = 1.0) -> str:
+    """One number as the report shows it: thousands separators, ``decimals`` decimals, ``-`` when missing;
+    a value too small for the column's decimals keeps two significant digits."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    try:
+        v = float(value) / scale
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(v):
+        return MISSING
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if decimals is None:
+        return f"{int(round(v)):,}"
+    if v != 0 and abs(v) < 0.5 * 10 ** -decimals:
+        return f"{v:.2g}"
+    return f"{v:,.{decimals}f}"
+
+
+def order_columns(columns: Iterable[str], key: Sequence[str] | None = None) -> list[str]:
+    """Key columns first (``key``, else the house's :data:`KEY_COLUMNS` present), then the rest in order."""
+    columns = list(columns)
+    keys = [c for c in (key if key is not None else KEY_COLUMNS) if c in columns]
+    return keys + [c for c in columns if c not in keys]
+
+
+def key_columns(columns: Iterable[str], key: Sequence[str] | None = None) -> list[str]:
+    columns = list(columns)
+    return [c for c in (key if key is not None else KEY_COLUMNS) if c in columns]
+
+
+#: Integer columns that name something (a thread, a process, a span) rather than count it: digits as they are
+IDENTIFIERS = ("thread", "stream", "pid", "tid", "device_id", "seed")
+
+
+def is_identifier(name: str) -> bool:
+    """Whether an integer column is an identifier, shown without thousands separators."""
+    return name in IDENTIFIERS or name.endswith("_id")
+
+
+def _missing_number(value) -> bool:
+    try:
+        return value is None or value is pd.NA or not math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
+def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+                 max_text: int = 48) -> pd.DataFrame:
+    """``frame`` as strings: headers with units, numbers with one precision per column, key columns first.
+
+    ``columns``: only these (in this order after the key columns). Text (not one word: paths, hashes and ids stay
+    whole) longer than ``max_text`` characters
+    is shortened with an ellipsis. ``.attrs["keys"]``: the headers of the key columns; ``attrs["note"]`` kept.
+    """
+    frame = scale_units(frame)
+    names = [c for c in (columns if columns is not None else frame.columns) if c in frame.columns]
+    names = order_columns(names + [c for c in key_columns(frame.columns, key) if c not in names], key)
+    out = {}
+    keys = []
+    described = {name: describe_column(name, frame[name]) for name in names}
+    spread = spread_decimals(frame, {n: c.scale for n, c in described.items()})
+    for name in names:
+        values = frame[name]
+        col = described[name]
+        if is_identifier(name) and pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+            text = [MISSING if _missing_number(v) else str(int(v)) for v in values]  # an id: no separators
+        elif name in spread and col.decimals is not None:
+            text = [format_number(v, col.decimals if d < 0 else int(d), col.scale)
+                    for v, d in zip(values, spread[name])]
+        elif col.decimals is not None or (pd.api.types.is_numeric_dtype(values) and
+                                          not pd.api.types.is_bool_dtype(values)):
+            text = [format_number(v, col.decimals, col.scale) for v in values]
+        else:
+            text = [_text(v, max_text) for v in values]
+        header = col.header
+        while header in out:
+            header += " "
+        out[header] = text
+        if name in key_columns(frame.columns, key):
+            keys.append(header)
+    result = pd.DataFrame(out, index=range(len(frame)))
+    result.attrs = {"keys": keys, "note": str(frame.attrs.get("note", ""))}
+    return result
+
+
+def _text(value, max_text: int) -> str:
+    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if isinstance(value, (pd.Timestamp, np.datetime64)):
+        stamp = pd.Timestamp(value)
+        return stamp.strftime("%Y-%m-%d %H:%M:%S") + ("Z" if stamp.tzinfo is not None else "")
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple, np.ndarray)):
+        value = "×".join(map(str, value)) if all(isinstance(v, (int, np.integer)) for v in value) else str(list(value))
+    text = str(value)
+    if _ISO_TIME.match(text):  # a stored timestamp: to the second, in UTC
+        return text[:10] + " " + text[11:19] + ("Z" if text.endswith(("Z", "+00:00")) else "")
+    if len(text) <= max_text or not any(c.isspace() for c in text):
+        return text  # an identifier (a path, a sha256, an id, a URL) is whole or useless: never cut
+    return text[: max_text - 1] + "…"
+
+
+_ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?$")
+

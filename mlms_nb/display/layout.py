@@ -1,0 +1,160 @@
+"""Formatted tables cut to fit and rendered: :func:`split_columns` (parts no wider than an A4 page or a notebook's
+output column, the key columns repeated in every part), :func:`table_html` (class ``mlms-table``) and
+:func:`table_text`; :class:`TableView` is what a notebook displays (both renderings), :func:`show_table` shows it.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Sequence
+
+import pandas as pd
+
+from mlms_nb.display.columns import MAX_CHARS, MISSING, format_frame
+
+def width_of(column: pd.Series, header: str, whole_header: bool = False) -> int:
+    """Characters a column needs: its longest cell or its header's longest word (HTML wraps a header), or its
+    whole header (``whole_header``: plain text does not), whichever is wider."""
+    cells = max((len(str(v)) for v in column), default=0)
+    head = len(header.strip()) if whole_header else max((len(w) for w in header.split()), default=0)
+    return max(cells, head) + 2
+
+
+def split_columns(table: pd.DataFrame, max_chars: int = MAX_CHARS, whole_headers: bool = False) -> list[pd.DataFrame]:
+    """A formatted table cut into parts of whole columns, each at most ``max_chars`` characters wide (a single
+    column wider than that gets a part of its own); the key columns (``attrs["keys"]``) start every part.
+    ``whole_headers``: a header is as wide as all its words (plain text), not its longest word (HTML)."""
+    keys = [k for k in table.attrs.get("keys", []) if k in table.columns]
+    rest = [c for c in table.columns if c not in keys]
+    key_width = sum(width_of(table[k], k, whole_headers) for k in keys)
+    parts, current, used = [], [], key_width
+    for col in rest:
+        w = width_of(table[col], col, whole_headers)
+        if current and used + w > max_chars:
+            parts.append(current)
+            current, used = [], key_width
+        current.append(col)
+        used += w
+    if current or not parts:
+        parts.append(current)
+    out = []
+    for cols in parts:
+        part = table[keys + cols]
+        part.attrs = dict(table.attrs)
+        out.append(part)
+    return out
+
+
+def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None = None,
+               key: Sequence[str] | None = None, columns: Sequence[str] | None = None, max_chars: int = MAX_CHARS,
+               max_rows: int | None = None, formatted: bool = False, max_text: int = 48) -> str:
+    """HTML of ``frame`` formatted (unless ``formatted``) and split to fit: ``<div class="mlms-table">`` holding
+    a caption, one ``<table>`` per part and the note. ``max_rows``: show the first rows and say how many more;
+    ``max_text``: longer text is shortened with an ellipsis."""
+    more = 0
+    if max_rows is not None and len(frame) > max_rows:  # format only what is shown (a trace has a million spans)
+        more, attrs = len(frame) - max_rows, frame.attrs
+        frame = frame.head(max_rows)
+        frame.attrs = attrs
+    table = frame if formatted else format_frame(frame, key=key, columns=columns, max_text=max_text)
+    note = table.attrs.get("note", "") if note is None else note
+    parts = split_columns(table, max_chars)
+    keys = set(table.attrs.get("keys", []))
+    align = {c: "key" if c in keys else ("num" if all(_align(v) == "num" for v in table[c]) else "text")
+             for c in table.columns}
+    out = ['<div class="mlms-table">']
+    if title:
+        out.append(f'<p class="mlms-table-title"><b>{html.escape(title)}</b></p>')
+    for i, part in enumerate(parts):
+        label = f" ({i + 1} of {len(parts)}: columns continue)" if len(parts) > 1 and i < len(parts) - 1 else ""
+        out.append(f'<table class="mlms-split" data-part="{i + 1}">')
+        out.append("<thead><tr>" + "".join(
+            f'<th class="{align[c]}" style="{_STYLE[align[c]]}">{html.escape(c.strip())}</th>' for c in part.columns)
+            + "</tr></thead><tbody>")
+        for row in part.itertuples(index=False):
+            out.append("<tr>" + "".join(
+                f'<td class="{align[c]}" style="{_STYLE[align[c]]}">{html.escape(str(v))}</td>'
+                for c, v in zip(part.columns, row)) + "</tr>")
+        out.append("</tbody></table>")
+        if label:
+            out.append(f'<p class="mlms-table-cont"><small>{html.escape(label.strip(" ()"))}</small></p>')
+    if more:
+        out.append(f"<p><small>… and {more} more rows (the notebook's frame holds them all)</small></p>")
+    if note:
+        out.append(f'<p class="mlms-table-note"><small>{html.escape(note)}</small></p>')
+    out.append("</div>")
+    return "\n".join(out)
+
+
+_STYLE = {"key": "text-align:left;overflow-wrap:anywhere", "text": "text-align:left;overflow-wrap:anywhere",
+          "num": "text-align:right"}
+"""Inline, so that JupyterLab (which right-aligns every cell) shows text left and numbers right too; a long
+identifier (a path, a sha256), never cut, wraps inside its cell instead of widening the table past the page."""
+
+
+def _align(value: str) -> str:
+    """``num`` for a number (or the missing mark), else ``text``."""
+    v = str(value).replace(",", "").replace("%", "").strip()
+    if v in (MISSING, "inf", "-inf"):
+        return "num"
+    try:
+        float(v)
+        return "num"
+    except ValueError:
+        return "text"
+
+
+def table_text(frame: pd.DataFrame, title: str | None = None, note: str | None = None,
+               key: Sequence[str] | None = None, columns: Sequence[str] | None = None, max_chars: int = MAX_CHARS,
+               formatted: bool = False, max_text: int = 48, max_rows: int | None = None) -> str:
+    """Plain text of ``frame``, formatted and split like :func:`table_html`."""
+    more = 0
+    if max_rows is not None and len(frame) > max_rows:
+        more, attrs = len(frame) - max_rows, frame.attrs
+        frame = frame.head(max_rows)
+        frame.attrs = attrs
+    table = frame if formatted else format_frame(frame, key=key, columns=columns, max_text=max_text)
+    note = table.attrs.get("note", "") if note is None else note
+    lines = [title] if title else []
+    for part in split_columns(table, max_chars, whole_headers=True):
+        widths = {c: width_of(part[c], c) - 2 for c in part.columns}
+        widths = {c: max(w, len(c.strip())) for c, w in widths.items()}
+        lines.append("  ".join(c.strip().rjust(widths[c]) for c in part.columns))
+        for row in part.itertuples(index=False):
+            lines.append("  ".join(str(v).rjust(widths[c]) for c, v in zip(part.columns, row)))
+        lines.append("")
+    if more:
+        lines.append(f"… and {more} more rows")
+    if note:
+        lines.append(note)
+    return "\n".join(lines).rstrip()
+
+
+@dataclass
+class TableView:
+    """A formatted, split table a notebook displays (HTML, and plain text for text-only front ends)."""
+    frame: pd.DataFrame
+    title: str | None = None
+    note: str | None = None
+    key: Sequence[str] | None = None
+    columns: Sequence[str] | None = None
+    max_rows: int | None = None
+    max_chars: int = MAX_CHARS
+    max_text: int = 48
+
+    def _repr_html_(self) -> str:
+        return table_html(self.frame, self.title, self.note, self.key, self.columns, self.max_chars, self.max_rows,
+                          max_text=self.max_text)
+
+    def __repr__(self) -> str:
+        frame = self.frame if self.max_rows is None else self.frame.head(self.max_rows)
+        frame.attrs = self.frame.attrs
+        return table_text(frame, self.title, self.note, self.key, self.columns, self.max_chars, max_text=self.max_text)
+
+
+def show_table(frame: pd.DataFrame, title: str | None = None, note: str | None = None, **kwargs) -> None:
+    """Display ``frame`` as a report table in a notebook (see :class:`TableView`)."""
+    from IPython.display import display
+
+    display(TableView(frame, title, note, **kwargs))
+
