@@ -424,6 +424,8 @@ class LayersOptions(Options):
     by: Literal["layer", "type"] = _opt("layer", "latency per layer or per layer type", "--by")
     framework: str | None = _opt(None, "only this framework (default: every traced framework, one panel each)",
                                  "--framework")
+    phase: Literal["prefill", "decode"] | None = _opt(None, "a generate run's trace: only this phase (default: "
+                                                      "prefill and decode side by side)", "--phase")
 
 
 class CompareOptions(Options):
@@ -439,6 +441,8 @@ class RooflineOptions(Options):
     per: Literal["layer", "model"] = _opt("layer", "each traced layer, or the model", "--per")
     framework: str | None = _opt(None, "only this framework", "--framework")
     device: str | None = _opt(None, "the device whose ceilings to use (default: the evaluation's)", "--device")
+    phase: Literal["prefill", "decode"] | None = _opt(None, "a generate run's trace: only this phase (default: "
+                                                      "both, each layer a point per phase)", "--phase")
 
 
 class _Scheduler(Options):

@@ -94,3 +94,37 @@ def open_step_model(manifest: Manifest, *, kv_cache: bool, device: str = "cpu", 
     if threads:
         torch.set_num_threads(threads)
     return TorchStepModel(load_causal_lm(manifest, trust), kv_cache, device)
+
+
+def phase_costs(model: Any, batch_size: int, prompt_length: int, kv_length: int) -> "pd.DataFrame":
+    """Per-layer theoretical costs of a causal LM in each phase of generation
+    (:func:`mlms_nb.frameworks.torch.costs.torch_layer_costs`, one row per layer call, a ``phase`` column):
+    ``prefill``: the whole prompt, ``(batch_size, prompt_length)`` tokens at once; ``decode``: one new token per
+    row against a KV cache of ``kv_length`` positions (the past keys and values are read, the new ones written). The
+    cache is built by an untraced prefill of ``kv_length`` tokens first; costs depend only on shapes (the weights
+    are whatever the model holds)."""
+    import pandas as pd
+
+    from mlms_nb.frameworks.torch.costs import torch_layer_costs
+
+    model = model.eval()
+    ids = torch.zeros((int(batch_size), int(prompt_length)), dtype=torch.int64)
+    prefill = torch_layer_costs(model, ids)
+    with torch.inference_mode():
+        past = model(input_ids=torch.zeros((int(batch_size), int(kv_length)), dtype=torch.int64),
+                     use_cache=True).past_key_values
+
+    def with_cache(_module, args, kwargs):  # the decode step's call: one token, the cache fed back
+        kwargs = dict(kwargs, past_key_values=past, use_cache=True)
+        return args, kwargs
+
+    handle = model.register_forward_pre_hook(with_cache, with_kwargs=True, prepend=True)
+    try:
+        decode = torch_layer_costs(model, torch.zeros((int(batch_size), 1), dtype=torch.int64))
+    finally:
+        handle.remove()
+    out = pd.concat([prefill.assign(phase="prefill"), decode.assign(phase="decode")], ignore_index=True)
+    out.attrs = dict(prefill.attrs)
+    out.attrs["phases"] = {"prefill": f"{batch_size} x {prompt_length} prompt tokens",
+                           "decode": f"{batch_size} x 1 new token, KV cache of {kv_length} positions"}
+    return out
