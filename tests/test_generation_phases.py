@@ -91,3 +91,37 @@ def test_phase_is_an_option_of_the_layers_and_roofline_verbs(run):
 
     assert cli_words(LayersOptions, {"phase": "decode"}) == ["--phase", "decode"]
     assert cli_words(RooflineOptions, {"phase": "prefill"}) == ["--phase", "prefill"]
+
+
+def test_the_timeline_shows_each_step_as_a_phase_band(run):
+    from mlms_nb.analyses import timeline
+
+    tl = timeline.compute(run.traces["torch"].spans)
+    bands = tl.attrs["phases"]
+    assert list(bands["label"]) == ["prefill"] + [f"decode step {k}" for k in range(1, NEW_TOKENS)]
+    assert (bands["batch_size"] == 2).all() and (bands["duration_ns"] > 0).all()
+    assert (bands["start_ns"].diff().dropna() > 0).all() and (bands["start_ns"].iloc[1:].to_numpy()
+                                                              >= bands["end_ns"].iloc[:-1].to_numpy()).all()
+    figure = timeline.plot(tl, "matplotlib")
+    labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert "band: prefill" in labels and any(lbl.startswith("band: decode") for lbl in labels)
+    assert {t.get_text() for t in figure.axes[0].texts} >= {"prefill", "d1"}
+    layout = timeline.plot(tl, "bokeh")
+    fig = layout.select_one({"name": "timeline"})
+    decode = fig.select_one({"name": "timeline_phase_decode"})
+    assert list(decode.data["label"]) == [f"decode step {k}" for k in range(1, NEW_TOKENS)]
+    hovers = [t for t in fig.tools if type(t).__name__ == "HoverTool" and ("phase", "@label") in t.tooltips]
+    assert hovers
+
+
+def test_a_trace_without_phases_has_no_bands():
+    from mlms_nb.analyses import timeline
+    from mlms_nb.schema.levels import TraceLevel
+    from mlms_nb.tracing.tracer import Tracer
+
+    tracer = Tracer(TraceLevel.MODEL)
+    with tracer.span("predict", TraceLevel.MODEL, "model", batch=1):
+        pass
+    tl = timeline.compute(tracer.trace().spans)
+    assert tl.attrs["phases"].empty
+    assert timeline.plot(tl, "matplotlib").axes[0].get_legend().get_title().get_text() == "colour: layer type"
