@@ -125,3 +125,13 @@ def test_a_trace_without_phases_has_no_bands():
     tl = timeline.compute(tracer.trace().spans)
     assert tl.attrs["phases"].empty
     assert timeline.plot(tl, "matplotlib").axes[0].get_legend().get_title().get_text() == "colour: layer type"
+
+
+def test_the_lab_panels_trace_index_carries_the_phases(run, tmp_path):
+    from mlms_nb.server import lod_files
+
+    folder = run.traces["torch"].save(tmp_path / "trace")
+    meta, _, _ = lod_files.build(folder if folder.is_dir() else folder.parent)
+    labels = [p["label"] for p in meta["phases"]]
+    assert labels == ["prefill"] + [f"decode step {k}" for k in range(1, NEW_TOKENS)]
+    assert all(0 <= p["start_ns"] < p["end_ns"] <= meta["extent_ns"] for p in meta["phases"])
