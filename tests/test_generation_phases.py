@@ -135,3 +135,18 @@ def test_the_lab_panels_trace_index_carries_the_phases(run, tmp_path):
     labels = [p["label"] for p in meta["phases"]]
     assert labels == ["prefill"] + [f"decode step {k}" for k in range(1, NEW_TOKENS)]
     assert all(0 <= p["start_ns"] < p["end_ns"] <= meta["extent_ns"] for p in meta["phases"])
+
+
+def test_the_report_shows_the_phase_charts_of_a_generate_run(run):
+    from IPython.utils.capture import capture_output
+
+    from mlms_nb.reporting import phases
+
+    with capture_output() as shown:  # outside a kernel, the section's rich outputs print their text forms
+        phases.phases([run], [""], "matplotlib")
+    text = shown.stdout
+    assert "Left out:" not in text and "per phase" in text and "memory-bound layers" in text
+    assert text.count("display.Image object") == 2  # the layer latency per phase, the roofline per phase
+    with capture_output() as nothing:  # no run with a phase-tagged trace: no section at all
+        phases.phases([], [], "matplotlib")
+    assert not nothing.stdout and not nothing.outputs
