@@ -308,7 +308,7 @@ def _phase_bands(fig, tl: pd.DataFrame, n_tracks: int) -> None:
         return
     from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
 
-    from .timeline import PHASE_COLOURS
+    from .phases import PHASE_COLOURS
 
     items, renderers = [], []
     for phase, colour in PHASE_COLOURS.items():

@@ -25,34 +25,11 @@ from mlms_nb.schema.trace import attrs_dict
 
 from . import _plot
 from ._plot import AnalysisError
+from .phases import PHASES, groups, only_phase
 
 SPAN_COLUMNS_USED = ("trace_id", "span_id", "parent_id", "name", "kind", "start_ns", "duration_ns", "layer_index",
                      "layer_type", "attrs")
 _GROUP = ["framework", "batch_size"]
-PHASES = ("prefill", "decode")
-
-
-def groups(calls: pd.DataFrame) -> list[str]:
-    """The keys one repetition's group is made of: framework and batch size, and the phase in a generate trace."""
-    return _GROUP + ["phase"] if "phase" in calls and (calls["phase"] != "").any() else list(_GROUP)
-
-
-def only_phase(table: pd.DataFrame, phase: str | None) -> pd.DataFrame:
-    """The rows of one phase (``prefill`` or ``decode``) of a per-phase frame; ``None``: every row. Refused in one
-    sentence when the frame has no such phase (a trace that is not a generate run's has none)."""
-    if phase is None:
-        return table
-    if phase not in PHASES:
-        raise AnalysisError(f"phase {phase!r}: expected one of {', '.join(PHASES)}")
-    have = sorted(set(table["phase"]) - {""}) if "phase" in table else []
-    if phase not in have:
-        raise AnalysisError(f"phase {phase!r}: this trace's predict calls carry "
-                            + (f"the phases {', '.join(have)}" if have else "no phase (only a generate run's "
-                               "traced pass tags prefill and decode)"))
-    attrs = table.attrs
-    out = table[table["phase"] == phase].reset_index(drop=True)
-    out.attrs = dict(attrs)
-    return out
 
 
 # ------------------------------------------------------------------------------------------ span plumbing

@@ -28,6 +28,7 @@ from mlms_nb.schema.evaluation import LATENCY
 from . import _plot
 from ._plot import AnalysisError
 from ._roof_check import ABOVE, WITHIN, RoofContext, check, summary
+from .phases import PHASE_COLOURS
 
 __all__ = ["RoofContext", "attainable", "classify", "compute", "compute_model", "plot", "ridge_point"]
 
@@ -35,8 +36,7 @@ MODEL_LATENCY = LATENCY.pick("framework", "batch_size", "median_ms", "median_ci_
 """The latency columns :func:`compute_model` reads (the CI bounds may be missing)."""
 
 COST_COLUMNS = ("layer_name", "flops", "bytes")
-PHASE_COLORS = {"prefill": 0, "decode": 4}
-"""A generate trace's phases, in the order they run, and the palette index each is drawn in."""
+
 
 
 def ridge_point(peak_flops_per_s: float, bandwidth_bytes_per_s: float) -> float:
@@ -278,10 +278,10 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
     panel.vline(ridge, label=f"ridge point {ridge:.3g} FLOP/byte")
     check = part["roof_check"] if "roof_check" in part else pd.Series("", index=part.index)
     free = ~check.isin([ABOVE, WITHIN])
-    phases = [p for p in PHASE_COLORS if "phase" in part and p in set(part["phase"])]
+    phases = [p for p in PHASE_COLOURS if "phase" in part and p in set(part["phase"])]
     if phases:  # a generate trace: each layer a point per phase, the phase in the colour, the bound in the marker
         groups = [(part[(part["phase"] == ph) & (part["bound"] == bound) & free], f"{ph}, {bound}-bound",
-                   _plot.color(PHASE_COLORS[ph]), marker)
+                   PHASE_COLOURS[ph], marker)
                   for ph in phases for bound, marker in (("memory", "circle"), ("compute", "triangle"))]
     else:
         groups = [(part[(part["bound"] == "memory") & free], "memory-bound", _plot.color(0), "circle"),

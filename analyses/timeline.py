@@ -26,6 +26,7 @@ from mlms_nb.schema.trace import LEVEL_NAMES, attrs_dict, validate_spans
 from . import _lod
 from ._lod import signatures  # noqa: F401  (hover signatures of the pyramid rows; the server index uses them)
 from ._plot import AnalysisError, MissingDependency, check_backend
+from .phases import PHASE_COLOURS
 
 # tab20, dark shades first: the same colours in Bokeh and matplotlib
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
@@ -206,10 +207,6 @@ def compute(spans, *, width_px: int = 1200, factor: float = 2.0, merge_ratio: fl
                      resolution_ns=[float(r) for r in pyr.resolution_ns], raw_level=raw, width_px=int(width_px),
                      factor=float(factor), tracks=tracks, n_spans=n, phases=phase_bands(spans, origin))
     return out
-
-
-PHASE_COLOURS = {"prefill": PALETTE[0], "decode": PALETTE[4]}
-"""The band colour of each phase of a generate run (the roofline per phase draws them in the same colours)."""
 
 
 def phase_bands(spans: pd.DataFrame, origin_ns: int = 0) -> pd.DataFrame:

@@ -25,6 +25,7 @@ from mlms_nb.analyses import compare as _compare
 from mlms_nb.analyses import kernels as _kernels
 from mlms_nb.analyses import normalized as _normalized
 from mlms_nb.analyses import layers as _layers
+from mlms_nb.analyses import phases as _phases
 from mlms_nb.analyses import roofline as _roofline
 from mlms_nb.analyses import timeline as _timeline
 from mlms_nb.analyses import Displayable
@@ -346,7 +347,7 @@ def roofline(run, options: RooflineOptions) -> Analysis:
             frameworks = [fw for fw in frameworks if fw not in skipped] or frameworks
     parts, ceilings = zip(*(framework_roofline(evaluation, fw, per, device, store) for fw in frameworks))
     if options.phase is not None:
-        parts = tuple(_layers.only_phase(p, options.phase) for p in parts)
+        parts = tuple(_phases.only_phase(p, options.phase) for p in parts)
     table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     table.attrs = dict(parts[0].attrs)
     if len(parts) > 1:
