@@ -176,7 +176,7 @@ def layers(runs, labels, backend: str = "matplotlib") -> None:
         show_table(table, per_type.title, columns=["framework", "batch_size", "layer_type", "calls_per_predict",
                                                    "median_ms", "p25_ms", "p75_ms", "share_pct"], max_rows=40)
         smallest = int(per_type.table["batch_size"].min())
-        for fw in run.traces:
+        for fw in per_type.table["framework"].unique():  # a trace without layer spans has no panel
             figure(per_type.plot(backend, framework=fw, batch_size=smallest), backend)
         memory = run.layers("memory")
         top = (memory.table.sort_values("memory_bytes", ascending=False)
