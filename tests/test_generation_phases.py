@@ -150,3 +150,15 @@ def test_the_report_shows_the_phase_charts_of_a_generate_run(run):
     with capture_output() as nothing:  # no run with a phase-tagged trace: no section at all
         phases.phases([], [], "matplotlib")
     assert not nothing.stdout and not nothing.outputs
+
+
+def test_the_reports_layers_section_keeps_the_phases_apart(run):
+    from IPython.utils.capture import capture_output
+
+    from mlms_nb.reporting import sections
+
+    with capture_output() as shown:
+        sections.layers([run], [""], "matplotlib")
+    text = shown.stdout
+    assert "Left out:" not in text and "prefill" in text and "decode" in text
+    assert "display.Image object" in text
