@@ -285,6 +285,7 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
                           title="colour: layer type", label_text_font_size="8pt", title_text_font_size="8pt",
                           glyph_height=10, spacing=0, padding=4, orientation="horizontal",
                           ncols=LEGEND_COLUMNS), "below")
+    _phase_bands(fig, tl, n_tracks)
     level = rows.attrs["level"]
     lod = Div(text=f"zoom level {level}{' (raw: every span)' if level >= tl.attrs['raw_level'] else ''}: "
                    f"{time_text((x1 - x0) / width_px)} per pixel, {len(rows):,} bars drawn",
@@ -296,3 +297,33 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     # the plot's first layout sets inner_width: the moment to inflate the payload, right after the first paint
     fig.js_on_change("inner_width", CustomJS(args=dict(cb=on_range, xr=fig.x_range), code=_READY_JS))
     return column(fig, lod, name="timeline_layout", sizing_mode="stretch_width")
+
+
+def _phase_bands(fig, tl: pd.DataFrame, n_tracks: int) -> None:
+    """A generate run's phases (``tl.attrs["phases"]``) as bands behind the bars, one colour per phase with a
+    legend entry each, and a hover that names the step (``prefill`` or ``decode step k``), its batch size and
+    duration."""
+    bands = tl.attrs.get("phases")
+    if bands is None or not len(bands):
+        return
+    from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
+
+    from .phases import PHASE_COLOURS
+
+    items, renderers = [], []
+    for phase, colour in PHASE_COLOURS.items():
+        part = bands[bands["phase"] == phase]
+        if part.empty:
+            continue
+        source = ColumnDataSource({"left": part["start_ns"] / 1e6, "right": part["end_ns"] / 1e6,
+                                   "label": list(part["label"]), "batch": list(part["batch_size"]),
+                                   "ms": part["duration_ns"] / 1e6}, name=f"timeline_phase_{phase}")
+        quad = fig.quad(left="left", right="right", bottom=n_tracks - 0.5, top=-0.5, source=source, fill_color=colour,
+                        fill_alpha=0.12, line_color=None, level="underlay")
+        renderers.append(quad)
+        items.append(LegendItem(label=f"{phase} ({len(part)} step{'s' if len(part) > 1 else ''})",
+                                renderers=[quad]))
+    fig.add_tools(HoverTool(renderers=renderers, tooltips=[("phase", "@label"), ("batch size", "@batch"),
+                                                           ("step time", "@ms{0,0.000} ms")]))
+    fig.add_layout(Legend(items=items, title="band: phase of generation", label_text_font_size="8pt",
+                          title_text_font_size="8pt", orientation="horizontal", padding=4, spacing=4), "below")

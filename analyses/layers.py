@@ -3,7 +3,11 @@
 Input: a spans frame (:mod:`mlms_nb.schema.trace`) traced at FRAMEWORK level or deeper. A *layer call*
 is a span of kind ``"layer"``; its *predict call* is the nearest enclosing MODEL span named ``"predict"``
 (whose ``attrs["batch"]`` is the batch size). Each predict call is one repetition; spreads are taken over
-repetitions. When layers nest (a layer span inside another), a layer's **self time** is its duration
+repetitions. A generate trace's predict calls carry their phase (``attrs["phase"]``: ``prefill``, or ``decode`` with
+its ``step`` k; :mod:`mlms_nb.generation.traced`): then every table is per phase too (a ``phase`` column), so the
+prefill's layers (the whole prompt) are never pooled with a decode step's (one token), and a decode step's layers
+are aggregated over every decode step of the traced batch (their spread includes the KV cache growing by a
+position per step). When layers nest (a layer span inside another), a layer's **self time** is its duration
 minus its direct child layers', so per-type sums never count a nanosecond twice.
 
 - :func:`layer_calls` -- one row per layer span with its predict call, batch size and repetition.
@@ -21,6 +25,7 @@ from mlms_nb.schema.trace import attrs_dict
 
 from . import _plot
 from ._plot import AnalysisError
+from .phases import PHASES, groups, only_phase
 
 SPAN_COLUMNS_USED = ("trace_id", "span_id", "parent_id", "name", "kind", "start_ns", "duration_ns", "layer_index",
                      "layer_type", "attrs")
@@ -66,10 +71,11 @@ def nearest_ancestor(parent_pos: np.ndarray, rows: np.ndarray, target: np.ndarra
 def layer_calls(spans: pd.DataFrame) -> pd.DataFrame:
     """One row per layer span: ``framework, batch_size, repetition, trace_id, span_id, predict_span,
     layer_index, name, layer_type, shape, start_ns, duration_ns, self_ns, nested, memory_bytes, io_bytes,
-    flops, predict_duration_ns`` (times in ns, sizes in bytes).
+    flops, predict_duration_ns, phase, step`` (times in ns, sizes in bytes; ``phase`` ``""`` and ``step`` -1 outside
+    a generate trace).
 
     ``framework``: the predict span's ``attrs["framework"]`` (else its ``trace_id``); ``repetition``: the
-    predict call's rank (0, 1, ...) among those of its framework and batch size; ``layer_index``: the
+    predict call's rank (0, 1, ...) among those of its framework and batch size (and phase); ``layer_index``: the
     span's own (execution order), else its rank by start time in the predict call; ``nested``: True when
     the layer runs inside another layer; ``self_ns``: duration minus the direct child layers' durations.
     """
@@ -101,7 +107,8 @@ def layer_calls(spans: pd.DataFrame) -> pd.DataFrame:
     for pos in model_rows:
         a = attrs_dict(str(spans["attrs"].iat[pos]))
         batch = a.get("batch", a.get("batch_size", -1))
-        info[pos] = (str(a.get("framework") or trace_ids[pos]), int(batch) if batch is not None else -1)
+        info[pos] = (str(a.get("framework") or trace_ids[pos]), int(batch) if batch is not None else -1,
+                     str(a.get("phase") or ""), int(a["step"]) if a.get("step") is not None else -1)
     duration = spans["duration_ns"].to_numpy(np.int64)
     start = spans["start_ns"].to_numpy(np.int64)
 
@@ -123,6 +130,8 @@ def layer_calls(spans: pd.DataFrame) -> pd.DataFrame:
         "io_bytes": spans["bytes"].to_numpy(float)[rows] if "bytes" in spans else np.nan,
         "flops": spans["flops"].to_numpy(float)[rows] if "flops" in spans else np.nan,
         "predict_duration_ns": duration[predict],
+        "phase": [info[p][2] for p in predict],
+        "step": np.array([info[p][3] for p in predict], dtype=np.int64),
     })
     # self time: subtract each nested layer's duration from its parent layer's
     child_sum = pd.Series(duration[rows][parent_layer >= 0]).groupby(parent_layer[parent_layer >= 0]).sum()
@@ -132,10 +141,10 @@ def layer_calls(spans: pd.DataFrame) -> pd.DataFrame:
     self_ns[own.loc[child_sum.index[hit]].to_numpy()] -= child_sum.to_numpy()[hit]
     out["self_ns"] = self_ns
     # repetition: rank of the predict call within framework x batch size, by start time
-    calls = out[["framework", "batch_size", "predict_pos"]].drop_duplicates()
-    calls = calls.assign(start=start[calls["predict_pos"].to_numpy()]).sort_values(["framework", "batch_size",
-                                                                                    "start"])
-    calls["repetition"] = calls.groupby(["framework", "batch_size"]).cumcount()
+    keys = groups(out)
+    calls = out[keys + ["predict_pos"]].drop_duplicates()
+    calls = calls.assign(start=start[calls["predict_pos"].to_numpy()]).sort_values(keys + ["start"])
+    calls["repetition"] = calls.groupby(keys).cumcount()
     out = out.merge(calls[["predict_pos", "repetition"]], on="predict_pos", how="left")
     # layer_index: the span's own where every span has one, else the order of starts in its predict call
     out = out.sort_values(["predict_pos", "start_ns"], kind="stable", ignore_index=True)
@@ -143,9 +152,8 @@ def layer_calls(spans: pd.DataFrame) -> pd.DataFrame:
         out["layer_index"] = out.groupby("predict_pos").cumcount()
     cols = ["framework", "batch_size", "repetition", "trace_id", "span_id", "predict_span", "layer_index", "name",
             "layer_type", "shape", "start_ns", "duration_ns", "self_ns", "nested", "memory_bytes", "io_bytes", "flops",
-            "predict_duration_ns"]
-    out = out[cols].sort_values(["framework", "batch_size", "repetition", "layer_index"], kind="stable",
-                                ignore_index=True)
+            "predict_duration_ns", "phase", "step"]
+    out = out[cols].sort_values(keys + ["repetition", "layer_index"], kind="stable", ignore_index=True)
     out.attrs["note"] = ("one row per layer span (kind 'layer'); repetitions are the predict calls of the traced "
                          "pass; times from the trace's clock (ns)")
     return out
@@ -159,9 +167,13 @@ def _calls(data: pd.DataFrame) -> pd.DataFrame:
 
 
 def _reps_note(calls: pd.DataFrame) -> str:
-    reps = calls.groupby(_GROUP)["repetition"].nunique()
+    reps = calls.groupby(groups(calls))["repetition"].nunique()
     lo, hi = int(reps.min()), int(reps.max())
-    return f"{lo}" if lo == hi else f"{lo} to {hi}"
+    text = f"{lo}" if lo == hi else f"{lo} to {hi}"
+    if "phase" in groups(calls):
+        text += (" (per phase: the prefill, or every decode step of the traced batch, each step one new token "
+                 "against a KV cache one position longer than the last)")
+    return text
 
 
 # ------------------------------------------------------------------------------------------ occurrence
@@ -171,15 +183,17 @@ def occurrence(spans: pd.DataFrame) -> pd.DataFrame:
     names), ``percent`` (of all layer calls in one predict call). Counts are taken from each framework's
     first predict call; ``attrs["note"]`` says whether every predict call ran the same layers."""
     calls = _calls(spans)
-    ordered = calls.sort_values(["framework", "batch_size", "repetition"], kind="stable")
-    key = ordered.groupby("framework")[["batch_size", "repetition"]].first().reset_index()
-    one = calls.merge(key, on=["framework", "batch_size", "repetition"])
-    table = (one.groupby(["framework", "layer_type"], observed=True)
+    by = ["framework"] + (["phase"] if "phase" in groups(calls) else [])
+    ordered = calls.sort_values(by + ["batch_size", "repetition"], kind="stable")
+    key = ordered.groupby(by)[["batch_size", "repetition"]].first().reset_index()
+    one = calls.merge(key, on=by + ["batch_size", "repetition"])
+    table = (one.groupby(by + ["layer_type"], observed=True)
              .agg(count=("name", "size"), modules=("name", "nunique")).reset_index())
-    table["percent"] = 100.0 * table["count"] / table.groupby("framework")["count"].transform("sum")
-    table = table.sort_values(["framework", "count", "layer_type"], ascending=[True, False, True], ignore_index=True)
-    per_call = calls.groupby(["framework", "batch_size", "repetition"]).size()
-    same = per_call.groupby(level="framework").nunique().eq(1).all()
+    table["percent"] = 100.0 * table["count"] / table.groupby(by)["count"].transform("sum")
+    table = table.sort_values(by + ["count", "layer_type"], ascending=[True] * len(by) + [False, True],
+                              ignore_index=True)
+    per_call = calls.groupby(by + ["batch_size", "repetition"]).size()
+    same = per_call.groupby(level=by).nunique().eq(1).all()
     typical = per_call.groupby(level="framework").median().astype(int)
     table.attrs["analysis"] = "occurrence"
     table.attrs["note"] = (f"layer calls (spans of kind 'layer') per predict call, counted in each framework's first "
@@ -213,19 +227,20 @@ def latency(spans: pd.DataFrame, by: str = "layer") -> pd.DataFrame:
     """
     calls = _calls(spans)
     by = str(by).lower()
-    predict = calls.drop_duplicates(["framework", "batch_size", "repetition"])
-    predict_mean = predict.groupby(_GROUP)["predict_duration_ns"].mean()
+    group = groups(calls)
+    predict = calls.drop_duplicates(group + ["repetition"])
+    predict_mean = predict.groupby(group)["predict_duration_ns"].mean()
     if by == "layer":
-        keys = _GROUP + ["layer_index", "name", "layer_type"]
+        keys = group + ["layer_index", "name", "layer_type"]
         g = calls.groupby(keys, sort=True)
         table = pd.concat([g["repetition"].nunique().rename("repetitions"), _stats_ms(g, "duration_ns"),
                            _stats_ms(g, "self_ns", "self_")], axis=1).reset_index()
         table["nested"] = g["nested"].first().to_numpy()
         how = "each layer span's duration (and self time)"
     elif by == "type":
-        per_call = (calls.groupby(_GROUP + ["repetition", "layer_type"])
+        per_call = (calls.groupby(group + ["repetition", "layer_type"])
                     .agg(self_ns=("self_ns", "sum"), calls=("name", "size")).reset_index())
-        g = per_call.groupby(_GROUP + ["layer_type"], sort=True)
+        g = per_call.groupby(group + ["layer_type"], sort=True)
         table = pd.concat([g["repetition"].nunique().rename("repetitions"),
                            g["calls"].median().rename("calls_per_predict"), _stats_ms(g, "self_ns")],
                           axis=1).reset_index()
@@ -233,10 +248,10 @@ def latency(spans: pd.DataFrame, by: str = "layer") -> pd.DataFrame:
     else:
         raise AnalysisError(f"latency(by={by!r}): expected 'layer' or 'type'")
     mean_col = "self_mean_ms" if by == "layer" else "mean_ms"
-    base = table.set_index(_GROUP).index.map(predict_mean).to_numpy(float) / 1e6
+    base = table.set_index(group).index.map(predict_mean).to_numpy(float) / 1e6
     table["share_pct"] = 100.0 * table[mean_col] / base
     if by == "type":
-        table = table.sort_values(_GROUP + ["mean_ms"], ascending=[True, True, False], ignore_index=True)
+        table = table.sort_values(group + ["mean_ms"], ascending=[True] * len(group) + [False], ignore_index=True)
     table.attrs["analysis"] = f"latency_{by}"
     table.attrs["note"] = (f"{how}, from FRAMEWORK-level layer spans of the traced pass; median, p25, p75 (IQR) "
                            f"and mean over {_reps_note(calls)} predict calls per framework and batch size; "
@@ -253,7 +268,7 @@ def memory(spans: pd.DataFrame) -> pd.DataFrame:
     at its end), ``memory_p25_bytes``, ``memory_p75_bytes``, ``memory_max_bytes``; ``io_bytes`` (median bytes
     read + written, where the tracer recorded them) and ``shape`` (input shapes). NaN where not recorded."""
     calls = _calls(spans)
-    keys = _GROUP + ["layer_index", "name", "layer_type"]
+    keys = groups(calls) + ["layer_index", "name", "layer_type"]
     g = calls.groupby(keys, sort=True)
     q = g["memory_bytes"].quantile([0.25, 0.5, 0.75]).unstack()
     table = pd.DataFrame({"repetitions": g["repetition"].nunique(), "shape": g["shape"].first(),
@@ -271,21 +286,31 @@ def memory(spans: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def compute(spans: pd.DataFrame, what: str = "latency", by: str = "layer") -> pd.DataFrame:
-    """``what``: ``"occurrence"``, ``"latency"`` (``by="layer"`` or ``"type"``) or ``"memory"``."""
+def compute(spans: pd.DataFrame, what: str = "latency", by: str = "layer", phase: str | None = None) -> pd.DataFrame:
+    """``what``: ``"occurrence"``, ``"latency"`` (``by="layer"`` or ``"type"``) or ``"memory"``; ``phase``
+    (a generate trace): only ``"prefill"`` or ``"decode"`` (default: both, a ``phase`` column tells them apart)."""
     what = str(what).lower()
     if what == "occurrence":
-        return occurrence(spans)
-    if what == "latency":
-        return latency(spans, by=by)
-    if what == "memory":
-        return memory(spans)
-    raise AnalysisError(f"layers.compute(what={what!r}): expected 'occurrence', 'latency' or 'memory'")
+        table = occurrence(spans)
+    elif what == "latency":
+        table = latency(spans, by=by)
+    elif what == "memory":
+        table = memory(spans)
+    else:
+        raise AnalysisError(f"layers.compute(what={what!r}): expected 'occurrence', 'latency' or 'memory'")
+    if "phase" in table:  # the prefill before the decode steps, as they ran
+        keys = [k for k in ("framework", "batch_size") if k in table] + ["phase"]
+        attrs = table.attrs
+        table = table.sort_values(keys, key=lambda c: c.map({"prefill": 0, "decode": 1}) if c.name == "phase" else c,
+                                  kind="stable", ignore_index=True)
+        table.attrs = attrs
+    return only_phase(table, phase)
 
 
 # ------------------------------------------------------------------------------------------ plots
 
-def _select(df: pd.DataFrame, framework: str | None, batch_size: int | None) -> tuple[pd.DataFrame, str]:
+def _select(df: pd.DataFrame, framework: str | None, batch_size: int | None,
+            phase: str | None = None) -> tuple[pd.DataFrame, str]:
     if df.empty:
         raise AnalysisError("nothing to plot: the frame has no rows")
     fw = framework if framework is not None else df["framework"].iloc[0]
@@ -293,6 +318,9 @@ def _select(df: pd.DataFrame, framework: str | None, batch_size: int | None) -> 
     if part.empty:
         raise AnalysisError(f"no rows for framework {framework!r}; the frame has: "
                             f"{', '.join(map(str, df['framework'].unique()))}")
+    if phase is not None:
+        part = part[part["phase"] == phase]
+        fw = f"{fw}, {phase}" + (" steps, aggregated" if phase == "decode" else "")
     if "batch_size" in part:
         bs = batch_size if batch_size is not None else int(part["batch_size"].min())
         part = part[part["batch_size"] == bs]
@@ -306,14 +334,18 @@ def _select(df: pd.DataFrame, framework: str | None, batch_size: int | None) -> 
 def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = None, batch_size: int | None = None,
          top: int = 40, title: str | None = None):
     """Horizontal bars of a :func:`compute` frame, one panel per framework (``framework``: only that one), stacked,
+    and per phase in a generate trace (prefill and decode side by side for one framework),
     at one batch size (default: each framework's smallest): occurrence counts; latency medians with p25-p75
     whiskers (the ``top`` slowest layers, or every type); memory held per layer (or bytes moved when no memory)."""
     kind = _plot.require_analysis(df, "occurrence", "latency_layer", "latency_type", "memory")
     if df.empty:
         raise AnalysisError("nothing to plot: the frame has no rows")
     frameworks = [framework] if framework is not None else list(dict.fromkeys(df["framework"]))
-    drawn = [_panel(kind, df, *_select(df, fw, batch_size), top, title) for fw in frameworks]
-    panels = _plot.charts(backend, [spec for spec, _ in drawn], stacked=True)
+    have = set(df["phase"]) if "phase" in df else set()
+    phases = [p for p in PHASES if p in have] or [None]
+    drawn = [_panel(kind, df, *_select(df, fw, batch_size, ph), top, title) for fw in frameworks for ph in phases]
+    side_by_side = len(phases) > 1 and len(frameworks) == 1  # a generate trace's phases next to each other
+    panels = _plot.charts(backend, [spec for spec, _ in drawn], stacked=not side_by_side)
     for panel, (_, draw) in zip(panels, drawn):
         draw(panel)
     return _plot.combine(panels)

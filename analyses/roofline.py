@@ -28,6 +28,7 @@ from mlms_nb.schema.evaluation import LATENCY
 from . import _plot
 from ._plot import AnalysisError
 from ._roof_check import ABOVE, WITHIN, RoofContext, check, summary
+from .phases import PHASE_COLOURS
 
 __all__ = ["RoofContext", "attainable", "classify", "compute", "compute_model", "plot", "ridge_point"]
 
@@ -35,6 +36,7 @@ MODEL_LATENCY = LATENCY.pick("framework", "batch_size", "median_ms", "median_ci_
 """The latency columns :func:`compute_model` reads (the CI bounds may be missing)."""
 
 COST_COLUMNS = ("layer_name", "flops", "bytes")
+
 
 
 def ridge_point(peak_flops_per_s: float, bandwidth_bytes_per_s: float) -> float:
@@ -89,9 +91,15 @@ def compute(costs, layer_latency: pd.DataFrame, peak_flops_per_s: float, bandwid
     measured -- or with a ``batch_size`` column, or a ``{batch_size: costs}`` mapping, when the latency frame
     holds several. Rows are matched on layer name and its call count (the k-th call of a module name on each
     side); layers moving no bytes (views) and layers not in both frames are left out (the note counts them).
+
+    A generate trace (a ``phase`` column in the latency frame, :func:`analyses.layers.latency`) needs costs with a
+    ``phase`` column too, counted at that phase's shapes (prefill: the prompt; decode: one token against the KV
+    cache): each layer is then a point per phase, matched within its phase.
     """
     ridge = ridge_point(peak_flops_per_s, bandwidth_bytes_per_s)
     peak, bw = float(peak_flops_per_s), float(bandwidth_bytes_per_s)
+    shapes = ({bs: getattr(f, "attrs", {}).get("phases") for bs, f in costs.items()} if isinstance(costs, Mapping)
+              else {None: getattr(costs, "attrs", {}).get("phases")})
     costs = _costs_by_batch(costs).copy()
     lat = layer_latency
     _plot.require_columns(lat, ("framework", "batch_size", "layer_index", "name"), "layer latency frame")
@@ -108,15 +116,20 @@ def compute(costs, layer_latency: pd.DataFrame, peak_flops_per_s: float, bandwid
         costs["batch_size"] = int(lat["batch_size"].iloc[0])
     if "layer_index" not in costs:
         costs["layer_index"] = np.arange(len(costs))
-    costs["call"] = _occurrence(costs, "layer_name", ["batch_size"], "layer_index")
+    phased = "phase" in lat and (lat["phase"] != "").any()
+    if phased and "phase" not in costs:
+        raise AnalysisError("the layer latency frame is per phase (a generate trace: prefill and decode) but the "
+                            "costs frame has no phase column; count costs at each phase's shapes")
+    by = ["phase"] if phased else []
+    costs["call"] = _occurrence(costs, "layer_name", ["batch_size"] + by, "layer_index")
     lat = lat.assign(layer_name=lat["name"].astype(str))
-    lat["call"] = _occurrence(lat, "layer_name", ["framework", "batch_size"], "layer_index")
-    keep = ["framework", "batch_size", "layer_index", "layer_name", "call", "median_ms", "p25_ms", "p75_ms"]
+    lat["call"] = _occurrence(lat, "layer_name", ["framework", "batch_size"] + by, "layer_index")
+    keep = ["framework", "batch_size"] + by + ["layer_index", "layer_name", "call", "median_ms", "p25_ms", "p75_ms"]
     if "layer_type" in lat:
         keep.append("layer_type")
-    cost_cols = ["batch_size", "layer_name", "call", "flops", "bytes"] + (
+    cost_cols = ["batch_size"] + by + ["layer_name", "call", "flops", "bytes"] + (
         ["layer_type"] if "layer_type" in costs and "layer_type" not in lat else [])
-    key = ["batch_size", "layer_name", "call"]
+    key = ["batch_size"] + by + ["layer_name", "call"]
     merged = lat[keep].merge(costs[cost_cols], on=key, how="inner")
     relevant = costs[costs["batch_size"].isin(lat["batch_size"])][key]
     unmatched_costs = int((~relevant.merge(merged[key].drop_duplicates(), on=key, how="left", indicator=True)
@@ -141,9 +154,15 @@ def compute(costs, layer_latency: pd.DataFrame, peak_flops_per_s: float, bandwid
         out["attainable_flops_per_s"] > 0)
     out["bound"] = np.where(out["flops"] > 0, classify(out["intensity_flop_per_byte"], ridge), "none")
     out["ridge_flop_per_byte"] = ridge
-    out = out.sort_values(["framework", "batch_size", "layer_index"], ignore_index=True)
+    out = out.sort_values(["framework", "batch_size"] + by + ["layer_index"], ignore_index=True)
     check(out, peak, bw, ridge, roof)
     _finish(out, "roofline_layers", peak, bw, ridge)
+    phase_note = ""
+    if phased:
+        said = "; ".join(f"{'' if bs is None else f'batch size {bs}: '}{', '.join(f'{k} {v}' for k, v in p.items())}"
+                         for bs, p in shapes.items() if p)
+        phase_note = ("; per phase of generation, each at its own shapes" + (f" ({said})" if said else "")
+                      + ", decode times aggregated over every traced decode step")
     out.attrs["note"] = (
         "per layer: theoretical FLOPs and minimum bytes (weights + inputs + outputs) from the costs frame, over "
         "the layer's measured self time (median, p25-p75 over the traced predict calls, tracer overhead included); "
@@ -153,8 +172,8 @@ def compute(costs, layer_latency: pd.DataFrame, peak_flops_per_s: float, bandwid
         + (f"; {unmatched_costs} cost row(s) without a measured layer of that name (e.g. ops in a container's "
            f"forward)" if unmatched_costs else "")
         + (f"; {unmatched_layers} measured layer call(s) without costs" if unmatched_layers else "")
-        + (f"; {summary(out)}" if summary(out) else ""))
-    out.attrs["title"] = "Roofline per layer"
+        + phase_note + (f"; {summary(out)}" if summary(out) else ""))
+    out.attrs["title"] = "Roofline per layer" + (" and phase" if phased else "")
     return out
 
 
@@ -258,11 +277,16 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
     panel.line(xs, attainable(xs, peak, bw), label="roof: min(peak, intensity x bandwidth)", color="#222222")
     panel.vline(ridge, label=f"ridge point {ridge:.3g} FLOP/byte")
     check = part["roof_check"] if "roof_check" in part else pd.Series("", index=part.index)
-    groups = [(part[(part["bound"] == "memory") & ~check.isin([ABOVE, WITHIN])], "memory-bound", _plot.color(0),
-               "circle"),
-              (part[(part["bound"] == "compute") & ~check.isin([ABOVE, WITHIN])], "compute-bound", _plot.color(2),
-               "triangle"),
-              (part[check == WITHIN], "at roof, within spread", _plot.color(1), "diamond"),
+    free = ~check.isin([ABOVE, WITHIN])
+    phases = [p for p in PHASE_COLOURS if "phase" in part and p in set(part["phase"])]
+    if phases:  # a generate trace: each layer a point per phase, the phase in the colour, the bound in the marker
+        groups = [(part[(part["phase"] == ph) & (part["bound"] == bound) & free], f"{ph}, {bound}-bound",
+                   PHASE_COLOURS[ph], marker)
+                  for ph in phases for bound, marker in (("memory", "circle"), ("compute", "triangle"))]
+    else:
+        groups = [(part[(part["bound"] == "memory") & free], "memory-bound", _plot.color(0), "circle"),
+                  (part[(part["bound"] == "compute") & free], "compute-bound", _plot.color(2), "triangle")]
+    groups += [(part[check == WITHIN], "at roof, within spread", _plot.color(1), "diamond"),
               (part[check == ABOVE], "above roof: measurement problem (see roof_check_why)", "#d62728", "x")]
     for sel, label, color, marker in groups:
         if sel.empty:
@@ -270,6 +294,8 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
         if kind == "roofline_layers":
             hover = {"layer": [f"{i} {n}" for i, n in zip(sel["layer_index"], sel["layer_name"])],
                      "type": list(sel.get("layer_type", pd.Series([""] * len(sel))).astype(str))}
+            if "phase" in sel:
+                hover["phase"] = list(sel["phase"].astype(str))
         else:
             hover = {"run": [f"{f} batch {b}" for f, b in zip(sel["framework"], sel["batch_size"])]}
         if "roof_check_why" in sel:

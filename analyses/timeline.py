@@ -21,12 +21,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mlms_nb.schema.trace import LEVEL_NAMES, validate_spans
+from mlms_nb.schema.trace import LEVEL_NAMES, attrs_dict, validate_spans
 
 from . import _lod
 from ._lod import signatures  # noqa: F401  (hover signatures of the pyramid rows; the server index uses them)
 from ._plot import AnalysisError, MissingDependency, check_backend
 from ._timeline_axes import X_LABEL, Y_LABEL, tick_label, time_text  # noqa: F401  (the axes' words, public here too)
+from .phases import PHASE_COLOURS
 
 # tab20, dark shades first: the same colours in Bokeh and matplotlib
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
@@ -156,7 +157,7 @@ def compute(spans, *, width_px: int = 1200, factor: float = 2.0, merge_ratio: fl
     (trace start on the trace's clock), ``extent_ns``, ``resolution_ns`` (ns per pixel per level),
     ``raw_level``, ``width_px``, ``tracks`` (a frame: track, level, device, thread, stream, depth, label),
     ``n_spans``, ``focus_ns`` (start, end of the spans below APPLICATION level -- an evaluation's traced pass --
-    or of the whole trace).
+    or of the whole trace), ``phases`` (a generate run's trace: :func:`phase_bands`, else an empty frame).
     """
     spans = _spans_of(spans)
     if int(width_px) < 10:
@@ -203,8 +204,25 @@ def compute(spans, *, width_px: int = 1200, factor: float = 2.0, merge_ratio: fl
              else (0, int(pyr.extent_ns)))
     out.attrs.update(analysis="timeline", origin_ns=origin, extent_ns=int(pyr.extent_ns), focus_ns=focus,
                      resolution_ns=[float(r) for r in pyr.resolution_ns], raw_level=raw, width_px=int(width_px),
-                     factor=float(factor), tracks=tracks, n_spans=n)
+                     factor=float(factor), tracks=tracks, n_spans=n, phases=phase_bands(spans, origin))
     return out
+
+
+def phase_bands(spans: pd.DataFrame, origin_ns: int = 0) -> pd.DataFrame:
+    """The phases of a generate run's trace: one row per phase-tagged ``predict`` span (:mod:`mlms_nb.generation.
+    traced`): ``label`` (``prefill`` or ``decode step k``), ``phase``, ``step``, ``batch_size``, ``start_ns``,
+    ``end_ns`` (from ``origin_ns``) and ``duration_ns``; empty (same columns) for any other trace."""
+    cols = ["label", "phase", "step", "batch_size", "start_ns", "end_ns", "duration_ns"]
+    predict = spans[(spans["kind"] == "model") & (spans["name"] == "predict")]
+    attrs = predict["attrs"].astype(str)
+    tagged = attrs.str.contains('"phase"', regex=False).to_numpy()
+    rows = []
+    for text, start, dur in zip(attrs[tagged], predict["start_ns"][tagged], predict["duration_ns"][tagged]):
+        a = attrs_dict(text)
+        phase, step = str(a.get("phase")), int(a.get("step") or 0)
+        rows.append((phase if phase != "decode" else f"decode step {step}", phase, step, int(a.get("batch", -1)),
+                     int(start) - origin_ns, int(start) - origin_ns + int(dur), int(dur)))
+    return pd.DataFrame(rows, columns=cols).sort_values("start_ns", ignore_index=True)
 
 
 def _timeline(data, **kw) -> pd.DataFrame:
@@ -330,7 +348,20 @@ def _matplotlib(tl, start_ms, end_ms, title, measured_by):
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=c, label=k[:40]) for k, c in colours.items()]
     handles.append(Patch(color=OTHER_COLOR, label="other"))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), title="colour: layer type",
+    bands = tl.attrs.get("phases")
+    if bands is not None and len(bands):  # a generate run: each step's phase as a band behind the bars
+        shown = bands[(bands["end_ns"] / 1e6 >= x0) & (bands["start_ns"] / 1e6 <= x1)]
+        for k, (phase, start, end) in enumerate(zip(shown["phase"], shown["start_ns"], shown["end_ns"])):
+            ax.axvspan(start / 1e6, end / 1e6, color=PHASE_COLOURS.get(phase, OTHER_COLOR),
+                       alpha=0.10 if k % 2 else 0.16, lw=0, zorder=0)
+        if len(shown) <= 24:  # few enough to name each: prefill, decode step k (d<k>)
+            for label, start, end in zip(shown["label"], shown["start_ns"], shown["end_ns"]):
+                ax.text((start + end) / 2e6, -0.45, label.replace("decode step ", "d"), fontsize=6,
+                        ha="center", va="top", clip_on=True)
+        handles += [Patch(color=c, alpha=0.3, label=f"band: {p}" + (" step k (d<k>)" if p == "decode" else ""))
+                    for p, c in PHASE_COLOURS.items() if p in set(shown["phase"])]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1),
+              title="colour: layer type" + ("; band: phase" if bands is not None and len(bands) else ""),
               title_fontsize=7, frameon=False)
     return fig
 

@@ -234,7 +234,7 @@ def test_language_models_page_names_only_real_flags_and_keywords():
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "language-models.md").read_text(encoding="utf-8")
     verbs = cli_parser()._subparsers._group_actions[0].choices
-    flags = {f for action in verbs["eval"]._actions for f in action.option_strings}
+    flags = {f for verb in verbs.values() for action in verb._actions for f in action.option_strings}
     named = set(re.findall(r"(--[a-z][a-z-]+)", text))
     assert named and named <= flags, named - flags
     params = set(inspect.signature(mlms_nb.evaluate).parameters)
@@ -322,3 +322,20 @@ def test_a_save_pretrained_llama_folder_generates_in_torch_and_onnxruntime(tmp_p
     assert set(ev.generation["framework"]) == {"torch", "onnxruntime"} and (ev.generation["ttft_median_ms"] > 0).all()
     same = ev.generation_agreement.query("kind == 'identical_sequences' and framework == 'onnxruntime'")
     assert len(same) == 2 and (same["value"] == 3).all()  # 3 prompts, with and without the cache, as in torch
+
+
+def test_the_generate_benchmark_judges_ttft_parity_both_ways():
+    """benchmarks/generate.py's verdict: yes only when each TTFT median lies inside the other's IQR; otherwise it
+    says which loop is faster, by how much, and whether the bootstrap CI of the difference holds 0."""
+    import runpy
+    from pathlib import Path
+
+    verdict = runpy.run_path(str(Path(__file__).resolve().parent.parent / "benchmarks" / "generate.py"))["ttft_verdict"]
+    rng = np.random.default_rng(1)
+    same = rng.normal(5.5, 0.1, 200)
+    ok, text = verdict(list(same[:100]), list(same[100:]))
+    assert ok and text.startswith("yes")
+    ok, text = verdict(list(rng.normal(5.0, 0.05, 100)), list(rng.normal(5.5, 0.05, 100)))  # mlms 0.5 ms faster
+    assert not ok and "mlms faster by 0.5" in text and "excludes 0" in text
+    ok, text = verdict(list(rng.normal(5.6, 0.05, 100)), list(rng.normal(5.5, 0.05, 100)))
+    assert not ok and "mlms slower" in text

@@ -4,6 +4,7 @@ own output: no stderr stream and no warning in any cell, except those listed in 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -203,3 +204,7 @@ def test_09_language_models(fresh_home):
     assert "TTFT median (ms)" in evaluated and "Greedy agreement" in evaluated
     assert "goodput" in text_of(cell(nb, "server"))
     assert "prefill" in text_of(cell(nb, "trace")) and "decode" in text_of(cell(nb, "trace"))
+    roof = text_of(cell(nb, "phase-roofline"))  # the phases' bounds: decode one token per step, memory-bound
+    assert re.search(r"decode\s+memory", roof) and "prefill" in roof
+    assert "image/png" in cell(nb, "phase-roofline-plot")["outputs"][0]["data"]
+    assert "timeline_phase_decode" in text_of(cell(nb, "timeline"))

@@ -12,6 +12,7 @@ from mlms_nb.analyses import compare as _compare
 from mlms_nb.analyses import kernels as _kernels
 from mlms_nb.analyses import layers as _layers
 from mlms_nb.analyses import normalized as _normalized
+from mlms_nb.analyses import phases as _phases
 from mlms_nb.analyses import roofline as _roofline
 from mlms_nb.analyses import timeline as _timeline
 from mlms_nb.analyses.result import Analysis
@@ -54,9 +55,10 @@ def _traced_layers(run) -> pd.DataFrame:
 @takes(LayersOptions, "run")
 def layers(run, options: LayersOptions) -> Analysis:
     """Layer occurrence per type (``what="occurrence"``), latency per layer or type over the traced calls
-    (``"latency"``, ``by="layer" | "type"``), or memory per layer (``"memory"``)."""
+    (``"latency"``, ``by="layer" | "type"``), or memory per layer (``"memory"``). A generate run's trace gives
+    them per phase (prefill, and the decode steps aggregated), side by side; ``phase`` keeps one."""
     what, by = options.what, options.by
-    table = _layers.compute(_traced_layers(run), what=what, by=by)
+    table = _layers.compute(_traced_layers(run), what=what, by=by, phase=options.phase)
     if options.framework is not None:
         have = list(dict.fromkeys(table["framework"]))
         if options.framework not in have:
@@ -101,16 +103,26 @@ def roofline(run, options: RooflineOptions) -> Analysis:
     frameworks = [framework] if framework else list(evaluation.frameworks)
     device = device or str(evaluation.options.get("device") or "cpu")
     store = HistoryStore()
+    skipped = []
     if per == "layer":
         for fw in frameworks:
             if evaluation.traces.get(fw) is None:
                 raise MlmsError(f"roofline per layer needs a trace of {fw}: evaluate with "
                                 f"{spell('trace_level', 'FRAMEWORK')}")
+        if not framework:  # every framework whose trace has layer spans (a generate run's ONNX Runtime has none)
+            spans = {fw: evaluation.traces[fw].spans for fw in frameworks}
+            skipped = [fw for fw in frameworks if not (spans[fw]["kind"] == "layer").any()]
+            frameworks = [fw for fw in frameworks if fw not in skipped] or frameworks
     parts, ceilings = zip(*(framework_roofline(evaluation, fw, per, device, store) for fw in frameworks))
+    if options.phase is not None:
+        parts = tuple(_phases.only_phase(p, options.phase) for p in parts)
     table = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     table.attrs = dict(parts[0].attrs)
     if len(parts) > 1:
         table.attrs["note"] = "\n".join(f"{fw}: {p.attrs.get('note', '')}" for fw, p in zip(frameworks, parts))
+    if skipped:
+        table.attrs["note"] = (table.attrs.get("note", "") + f"\nleft out: {', '.join(skipped)} (its trace has no "
+                               "layer spans: its step model records none)")
     roofs = "; ".join(f"{c.framework} {c.peak_flops_per_s / 1e9:.1f} GFLOP/s, {c.bandwidth_bytes_per_s / 1e9:.1f} "
                       f"GB/s, ridge {c.ridge_flop_per_byte:.2f} FLOP/byte" for c in ceilings)
     title = f"Roofline of {evaluation.model} per {per} on {device} (each framework's own ceilings: {roofs})"

@@ -154,6 +154,12 @@ def span_hints(spans: pd.DataFrame) -> dict[str, str]:
     return hints
 
 
+def has_phases(spans: pd.DataFrame) -> bool:
+    """Whether a trace is a generate run's: predict calls tagged with their phase (prefill, decode)."""
+    predicts = spans[(spans["kind"] == "model") & (spans["name"] == "predict")]
+    return any("phase" in _attrs(a) for a in predicts["attrs"].astype(str).head(4))
+
+
 def _noisy(c: Ceilings) -> bool:
     return any(k.get("iqr", 0) > NOISY_SPREAD * k.get("median", k.get("best", 0)) for k in c.kernels)
 
@@ -165,8 +171,15 @@ def framework_roofline(evaluation, framework: str, per: str, device: str,
     ceilings = machine_ceilings(device, cache=cache, framework=framework, threads=threads)
     # a noisy measurement stays cached (once per stack): the check names it as a cause, and refresh=True re-measures
     batch_sizes = sorted(int(b) for b in evaluation.latency["batch_size"].unique())
-    costs = {bs: run_costs(evaluation, framework, bs) for bs in batch_sizes}
     trace = (evaluation.traces or {}).get(framework)
+    if per == "layer" and trace is not None and has_phases(trace.spans):  # a generate run: costs per phase
+        from mlms_nb.generation.phase_costs import generate_phase_costs
+
+        trust = bool((evaluation.options or {}).get("trust"))
+        costs = {bs: generate_phase_costs(run_manifest(evaluation, framework), trace.spans, bs, trust)
+                 for bs in batch_sizes}
+    else:
+        costs = {bs: run_costs(evaluation, framework, bs) for bs in batch_sizes}
     roof = _roofline.RoofContext(
         peak_iqr=ceilings.peak_flops_iqr, bandwidth_iqr=ceilings.bandwidth_iqr,
         cache_bytes=last_level_cache_bytes() if device == "cpu" else None, ceiling_threads=ceilings.threads,
@@ -181,7 +194,7 @@ def framework_roofline(evaluation, framework: str, per: str, device: str,
         raise MlmsError(f"roofline per layer needs a trace of {framework} with layer spans: evaluate with "
                         "trace_level FRAMEWORK or deeper")
     latency = _layers.latency(trace.spans, by="layer")
-    if framework == "onnxruntime":  # costs of the original graph's nodes summed onto the optimised nodes that ran
+    if framework == "onnxruntime" and not has_phases(trace.spans):  # costs of the original graph's nodes summed onto the optimised nodes that ran
         from mlms_nb.frameworks.onnxruntime.graph_map import fold_costs_onto_trace
 
         costs = {bs: fold_costs_onto_trace(c, trace.spans, bs) for bs, c in costs.items()}

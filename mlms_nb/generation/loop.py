@@ -43,7 +43,7 @@ class Sampling:
 
     def chooser(self) -> Callable[[np.ndarray], np.ndarray]:
         if self.greedy:
-            return lambda logits: np.argmax(logits, axis=-1).astype(np.int64)
+            return lambda logits: logits.argmax(-1).astype(np.int64, copy=False)
         rng = np.random.default_rng(self.seed)
 
         def sample(logits: np.ndarray) -> np.ndarray:

@@ -28,13 +28,13 @@ class PhaseSpans:
     def prefill(self, input_ids: np.ndarray, attention_mask: np.ndarray):
         self.k = 0
         with self.tracer.span("predict", TraceLevel.MODEL, "model", batch=self.batch_size, phase="prefill", step=0,
-                              kv_cache=self.kv_cache):
+                              kv_cache=self.kv_cache, framework=self.framework):
             return self.step.prefill(input_ids, attention_mask)
 
     def decode(self, next_ids: np.ndarray, attention_mask: np.ndarray, state: Any):
         self.k += 1
         with self.tracer.span("predict", TraceLevel.MODEL, "model", batch=self.batch_size, phase="decode",
-                              step=self.k, kv_cache=self.kv_cache):
+                              step=self.k, kv_cache=self.kv_cache, framework=self.framework):
             return self.step.decode(next_ids, attention_mask, state)
 
     def kv_cache_bytes(self, state: Any) -> int:

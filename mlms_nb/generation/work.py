@@ -65,7 +65,7 @@ def measure_generation(job, emit: Callable, watch) -> None:
             for batch_size in opts.batch_sizes:
                 watch.phase = f"generating at batch size {batch_size} ({'with' if kv else 'without'} KV cache)"
                 _time_one(fw, step, prompts.ids, batch_size, scenario, kv, opts, sampling, emit)
-            level = TraceLevel.parse(opts.tracing.trace_level)
+            level = opts.tracing.trace_level  # a TraceLevel since the options were validated
             if level > TraceLevel.NONE and index == 0:
                 watch.phase = "the traced generate pass"
                 trace = trace_generation(step, prompts.ids, opts.batch_sizes, gen.max_new_tokens, level, job.trace_id)

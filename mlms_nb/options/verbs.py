@@ -79,6 +79,8 @@ class LayersOptions(Options):
     by: Literal["layer", "type"] = option("layer", "latency per layer or per layer type", "--by")
     framework: str | None = option(None, "only this framework (default: every traced framework, one panel each)",
                                  "--framework")
+    phase: Literal["prefill", "decode"] | None = option(None, "a generate run's trace: only this phase (default: "
+                                                        "prefill and decode side by side)", "--phase")
 
 
 class CompareOptions(Options):
@@ -94,6 +96,8 @@ class RooflineOptions(Options):
     per: Literal["layer", "model"] = option("layer", "each traced layer, or the model", "--per")
     framework: str | None = option(None, "only this framework", "--framework")
     device: str | None = option(None, "the device whose ceilings to use (default: the evaluation's)", "--device")
+    phase: Literal["prefill", "decode"] | None = option(None, "a generate run's trace: only this phase (default: "
+                                                        "both, each layer a point per phase)", "--phase")
 
 
 class _Scheduler(Options):

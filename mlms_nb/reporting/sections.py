@@ -169,23 +169,25 @@ def layers(runs, labels, backend: str = "matplotlib") -> None:
         if not _traced(run, label):
             continue
         occurrence = run.layers("occurrence")
-        show_table(occurrence.table, occurrence.title, key=["framework", "layer_type"])
+        phase = ["phase"] if "phase" in occurrence.table else []  # a generate run: prefill and decode apart
+        show_table(occurrence.table, occurrence.title, key=["framework", *phase, "layer_type"])
         per_type = run.layers("latency", by="type")
-        table = per_type.table.sort_values(["framework", "batch_size", "median_ms"], ascending=[True, True, False])
+        keys = ["framework", "batch_size", *phase]
+        table = per_type.table.sort_values(keys + ["median_ms"], ascending=[True] * len(keys) + [False])
         table.attrs = per_type.table.attrs
-        show_table(table, per_type.title, columns=["framework", "batch_size", "layer_type", "calls_per_predict",
-                                                   "median_ms", "p25_ms", "p75_ms", "share_pct"], max_rows=40)
+        show_table(table, per_type.title, columns=keys + ["layer_type", "calls_per_predict", "median_ms", "p25_ms",
+                                                          "p75_ms", "share_pct"], max_rows=40)
         smallest = int(per_type.table["batch_size"].min())
-        for fw in run.traces:
+        for fw in per_type.table["framework"].unique():  # a trace without layer spans has no panel
             figure(per_type.plot(backend, framework=fw, batch_size=smallest), backend)
         memory = run.layers("memory")
         top = (memory.table.sort_values("memory_bytes", ascending=False)
-               .groupby(["framework", "batch_size"], sort=True).head(8)
-               .sort_values(["framework", "batch_size", "memory_bytes"], ascending=[True, True, False]))
+               .groupby(keys, sort=True).head(8)
+               .sort_values(keys + ["memory_bytes"], ascending=[True] * len(keys) + [False]))
         top.attrs = memory.table.attrs
-        show_table(top, "Memory held per layer: the 8 largest per framework and batch size",
-                   columns=["framework", "batch_size", "layer_index", "name", "layer_type", "memory_bytes",
-                            "io_bytes"])
+        show_table(top, "Memory held per layer: the 8 largest per framework and batch size"
+                   + (" and phase" if phase else ""),
+                   columns=keys + ["layer_index", "name", "layer_type", "memory_bytes", "io_bytes"])
 
 
 def ceilings_frame(extra: pd.DataFrame) -> pd.DataFrame:

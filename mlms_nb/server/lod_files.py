@@ -19,7 +19,7 @@ from mlms_nb._fs import atomic_write_text, temp_path_beside
 from mlms_nb.server import runs
 
 FORMAT = "mlms-nb/timeline-lod"
-VERSION = 4
+VERSION = 5
 BASE_WIDTH_PX = 1200
 META_FILE, ROWS_FILE, SPANS_FILE = "timeline_lod.json", "timeline_lod.rows.arrow", "timeline_lod.spans.arrow"
 
@@ -108,6 +108,10 @@ def build(folder: Path) -> tuple[dict, dict[str, np.ndarray], dict[str, np.ndarr
         "names": names, "sigs": sigs, "group_offsets": [int(v) for v in off], "group_lookback_ns": look,
         "level_slack": float(timeline.LEVEL_SLACK),
         "has_correlation": bool((corr >= 0).any() or (ext >= 0).any()),
+        # a generate run's steps (prefill, decode step k), ns from the trace start, for the panel's phase bands
+        "phases": [{"label": str(lab), "phase": str(ph), "step": int(k), "batch_size": int(b), "start_ns": int(s0),
+                    "end_ns": int(s1)} for lab, ph, k, b, s0, s1 in tl.attrs["phases"][
+                        ["label", "phase", "step", "batch_size", "start_ns", "end_ns"]].itertuples(index=False)],
     }
     return meta, pyramid, sorted_spans
 
