@@ -107,6 +107,12 @@ def hear(source: str, category: str | None, text: str) -> str | None:
     return sentence
 
 
+def hear_sentences(sentences: list[str]) -> None:
+    """Remember sentences another process (an isolated worker) heard and translated, as if heard here."""
+    with _lock:
+        _heard.extend(sentences)
+
+
 def mark() -> int:
     """Where the sentences heard from now on start (for :func:`heard_since`)."""
     with _lock:

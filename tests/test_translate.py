@@ -165,3 +165,27 @@ def test_an_evaluation_stores_and_shows_the_sentence_once(home):
     stored = mlms_nb.load_evaluation(ev.id)
     assert stored.warnings.count(sentence) == 1
     assert "invalid value encountered in sqrt" in _log()
+
+
+def test_a_warning_heard_in_an_isolated_worker_reaches_the_evaluation(home, tmp_path):
+    """With ``isolate=True`` the framework runs in a worker process: what it heard comes back as our sentence, in
+    the evaluation's warnings, once; numpy's own line is kept in the log (by the worker)."""
+    pytest.importorskip("torch")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "nanmodel.py").write_text(
+        "import numpy as np\nimport torch\n\n\n"
+        "class Odd(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 3)\n\n"
+        "    def forward(self, x):\n        np.log(np.array([-1.0]))  # numpy: invalid value encountered in log\n"
+        "        return self.linear(x)\n\n\n"
+        "def build():\n    return Odd().eval()\n")
+    (folder / "odd.yaml").write_text(
+        "name: odd\nframework: {name: torch}\ninputs: [{type: tensor, dimensions: [4]}]\n"
+        "outputs: [{type: classification, classes: 3}]\nmodel: {entrypoint: 'nanmodel:build'}\n")
+    ev = mlms_nb.evaluate(str(folder / "odd.yaml"), trust=True, isolate=True, dataset="synthetic:4", batch_sizes=[1],
+                          warmup=1, min_repeats=2, min_time_s=0, progress=False, history=True)
+    sentence = translate("warning", "RuntimeWarning", "invalid value encountered in log")
+    assert ev.complete and ev.warnings.count(sentence) == 1
+    assert mlms_nb.load_evaluation(ev.id).warnings.count(sentence) == 1
+    assert "invalid value encountered in log" in _log()

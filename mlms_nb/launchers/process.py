@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
 
+from mlms_nb._translate import hear_sentences
 from mlms_nb.launchers import stopping
 from mlms_nb.launchers.base import Launcher, Outcome, Work
 from mlms_nb.launchers.watch import CallClock, timeout_sentence
@@ -137,6 +138,9 @@ class _Supervisor:
             return False
         if kind == "record":
             self.on_record(payload)
+            return None
+        if kind == "heard":  # the worker's framework warnings that matter, as our sentences: heard here too
+            hear_sentences(payload)
             return None
         return payload
 

@@ -68,6 +68,8 @@ def main(argv: list[str]) -> None:
     logging.basicConfig(level=max(log_level, logging.WARNING), format="%(message)s", stream=sys.stderr)
     logging.getLogger("mlms_nb").setLevel(log_level)
 
+    from mlms_nb._quiet import quiet
+    from mlms_nb._translate import heard_since, mark
     from mlms_nb.launchers import stopping
     from mlms_nb.launchers.base import Outcome, outcome_of
     from mlms_nb.launchers.watch import CallClock, CallWatch
@@ -86,7 +88,15 @@ def main(argv: list[str]) -> None:
             work = conn.recv()
             label = work.label
             watch = CallWatch(label, call_timeout_s, clock)
-            work.function(*work.args, emit=emit, watch=watch)
+            heard_from = mark()
+            try:  # the frameworks' chatter kept in this process too; the warnings that matter go back as sentences
+                with quiet(label=f"{label} (worker)"):
+                    work.function(*work.args, emit=emit, watch=watch)
+            finally:
+                heard = heard_since(heard_from)
+                if heard:
+                    with stopping.deferred():
+                        conn.send(("heard", heard))
             end = Outcome()
         except BaseException as err:  # noqa: BLE001 - everything goes back to the parent as an outcome
             end = outcome_of(err, label, clock.phase)
