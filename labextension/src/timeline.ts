@@ -12,7 +12,8 @@ import { Widget } from '@lumino/widgets';
 import { ICounters, ILinks, ISearch, ISpanRef, ISummary, ITile, ITraceMeta, requestAPI, tracePath } from './api';
 import { fmtNs, fmtTick, niceStep } from './format';
 import { renderDetails, tooltipRows } from './details';
-import { Band, Geometry } from './band';
+import { Band, Geometry, HEADER_H } from './band';
+import { phaseRows } from './phases';
 
 const GUTTER = 230;
 const AXIS_H = 30;
@@ -134,6 +135,26 @@ export class TimelineWidget extends Widget {
       }
     });
     return out;
+  }
+
+  /** The phase bands drawn (a generate run's prefill and decode steps), in client coordinates (for tests). */
+  visiblePhases(): { band: number; x0: number; x1: number; y: number; label: string; phase: string; n: number }[] {
+    if (!this.view) {
+      return [];
+    }
+    const g = this.geometry();
+    const rect = this.canvas.getBoundingClientRect();
+    return this.bands.flatMap((band, b) =>
+      band.phases(g, this.xOf.bind(this)).map(m => ({
+        band: b,
+        x0: rect.left + Math.max(m.x0, g.gutter),
+        x1: rect.left + Math.min(m.x1, g.gutter + g.plotW),
+        y: rect.top + band.top + HEADER_H + band.phaseH() / 2, // the strip, under the band's header
+        label: m.label,
+        phase: m.phase,
+        n: m.n
+      }))
+    );
   }
 
   bandCount(): number {
@@ -389,12 +410,22 @@ export class TimelineWidget extends Widget {
     const x = e.clientX - rect.left;
     const y = e.clientY - rect.top;
     const hit = this.hitTest(x, y);
-    if (!hit) {
+    let rows: [string, string][] | null = hit ? tooltipRows(hit.band, hit.tile, hit.i) : null;
+    if (!rows && this.view) {
+      // no span here: the phase band behind (a generate run's step), if any
+      const g = this.geometry();
+      for (const band of this.bands) {
+        const m = band.phaseAt(x, y, g, this.xOf.bind(this));
+        if (m) {
+          rows = phaseRows(m, band.meta.focus_ns[0]);
+          break;
+        }
+      }
+    }
+    if (!rows) {
       this.tooltip.style.display = 'none';
       return;
     }
-    const { band, tile, i } = hit;
-    const rows = tooltipRows(band, tile, i);
     this.tooltip.replaceChildren(
       ...rows.map(([k, v]) => {
         const row = document.createElement('div');
@@ -470,6 +501,7 @@ export class TimelineWidget extends Widget {
       (this.bands.some(b => b.search) ? ` · ${this.bands.reduce((n, b) => n + (b.search?.matches || 0), 0).toLocaleString()} matches` : '') +
       (this.bands.some(b => b.error) ? ` · ${this.bands.find(b => b.error)!.error}` : '');
     this.node.dataset.marks = String(marks);
+    this.node.dataset.phases = String(this.bands.reduce((n, b) => n + b.phases(g, this.xOf.bind(this)).length, 0));
     this.node.dataset.level = String(level?.level ?? '');
     if (fresh) {
       const now = performance.now();
