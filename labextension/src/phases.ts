@@ -4,8 +4,8 @@
  * band over the tracks. The phases come with the trace's meta (``phases``: ns on the index clock, as the tiles).
  *
  * A long generation has thousands of decode steps: only the phases in the view are visited (binary search), and
- * neighbouring phases of the same kind narrower than MIN_PX are merged into one block (drawn and hovered as
- * "decode steps a–b"), so a view draws at most about plotW / MIN_PX bands. The marks are computed once per view
+ * a phase narrower than MIN_PX takes in its next neighbours of the same kind until the block is MIN_PX wide (drawn
+ * and hovered as "decode steps a–b"), so a view draws at most about plotW / MIN_PX bands. The marks are computed once per view
  * and drawn from that list on every paint.
  */
 import { IPhase } from './api';
@@ -15,7 +15,7 @@ import { fmtNs } from './format';
 export const PHASE_COLOURS: Record<string, string> = { prefill: '#1f77b4', decode: '#9467bd' };
 const OTHER_COLOUR = '#7f7f7f';
 export const PHASE_H = 14;
-/** Phases narrower than this (px) are merged with their neighbours of the same kind. */
+/** A band narrower than this (px) takes in the next phases of its kind until it is this wide. */
 const MIN_PX = 3;
 /** The translucent band over the tracks; the strip is drawn opaque. */
 const BAND_ALPHA = 0.13;
@@ -61,7 +61,7 @@ function markLabel(first: IPhase, last: IPhase, n: number): string {
 
 /**
  * The bands of ``phases`` between ``x0`` and ``x1`` (px), with ``xOfNs`` mapping index-clock ns to px: each phase
- * at least MIN_PX wide on its own, the narrower ones merged with their same-kind neighbours.
+ * at least MIN_PX wide on its own; a narrower one takes in the next phases of its kind until the block is MIN_PX wide.
  */
 export function phaseMarks(phases: IPhase[], xOfNs: (ns: number) => number, nsOfX: (x: number) => number, x0: number, x1: number): IPhaseMark[] {
   const out: IPhaseMark[] = [];
@@ -81,7 +81,7 @@ export function phaseMarks(phases: IPhase[], xOfNs: (ns: number) => number, nsOf
     }
     const b = xOfNs(p.end_ns);
     const c = cur as IPhaseMark | null;
-    if (c && c.phase === p.phase && (c.x1 - c.x0 < MIN_PX || b - a < MIN_PX)) {
+    if (c && c.phase === p.phase && c.x1 - c.x0 < MIN_PX) {
       c.x1 = b;
       c.last = p;
       c.n++;
