@@ -17,6 +17,7 @@ from pathlib import Path
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+REPO = Path(__file__).resolve().parents[1]
 BASE_URL = "/hub/user/x/"
 """A JupyterHub-style base URL: every request of the extension must go under it."""
 SMALL_RUN = dict(framework="torch", dataset="synthetic:2", batch_sizes=[1], trace_level="FRAMEWORK", warmup=1,
@@ -63,13 +64,27 @@ class Lab:
                 self.process.wait(10)
 
 
+def checked_out_labextension(tmp: Path) -> Path:
+    """A Jupyter data folder holding this checkout's prebuilt labextension/build as mlms-nb-lab: put first on
+    JUPYTER_PATH, JupyterLab loads it rather than the copy `pip install -e .` made (which is only refreshed by a
+    reinstall), so the browser tests drive the committed build."""
+    data = tmp / "jupyter_data"
+    target = data / "labextensions" / "mlms-nb-lab"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(REPO / "labextension" / "build", target)
+    shutil.copy(REPO / "labextension" / "install.json", target / "install.json")
+    return data
+
+
 def start_lab(tmp: Path, home: Path, timeout_s: float = 90) -> Lab:
-    """``jupyter lab`` on 127.0.0.1 under :data:`BASE_URL`, as installed (the mlms_nb server extension and the
-    mlms-nb-lab extension come from the package's data files), settings and runtime files under ``tmp``."""
+    """``jupyter lab`` on 127.0.0.1 under :data:`BASE_URL`, as installed (the mlms_nb server extension from the
+    package's data files) but with this checkout's lab extension build (:func:`checked_out_labextension`),
+    settings and runtime files under ``tmp``."""
     root = tmp / "notebooks"
     root.mkdir(parents=True, exist_ok=True)
     port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ, MLMS_HOME=str(home), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+    jupyter_path = os.pathsep.join(p for p in (str(checked_out_labextension(tmp)), os.environ.get("JUPYTER_PATH")) if p)
+    env = dict(os.environ, JUPYTER_PATH=jupyter_path, MLMS_HOME=str(home), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
                JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), PYTHONUNBUFFERED="1")
     quiet = tmp / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"

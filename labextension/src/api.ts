@@ -65,6 +65,17 @@ export interface ITraceMeta {
   names: string[];
   sigs: ISignatures;
   has_correlation: boolean;
+  /** A generate run's steps, ns on the index clock (as the tiles), sorted by start; absent in older indexes. */
+  phases?: IPhase[];
+}
+
+export interface IPhase {
+  label: string;
+  phase: string;
+  step: number;
+  batch_size: number;
+  start_ns: number;
+  end_ns: number;
 }
 
 export interface ITile {

@@ -1,6 +1,7 @@
 /** One trace in a timeline: its tracks and counters strip, its current tile, and how they are drawn. */
 import { ICounters, ISearch, ITile, ITraceMeta, requestAPI, tracePath } from './api';
 import { fmtValue } from './format';
+import { IPhaseMark, PHASE_H, drawLegend, drawPhases, phaseMarks } from './phases';
 
 export const HEADER_H = 18;
 export const TRACK_H = 14;
@@ -51,17 +52,48 @@ export class Band {
     return Math.max(this.counters?.series.length || 0, 1) * COUNTER_H;
   }
 
+  /** The phase strip's height: 0 unless the trace is a generate run's (its meta has phases). */
+  phaseH(): number {
+    return this.meta.phases?.length ? PHASE_H : 0;
+  }
+
   height(): number {
-    return HEADER_H + this.meta.tracks.length * TRACK_H + this.countersHeight() + GAP;
+    return HEADER_H + this.phaseH() + this.meta.tracks.length * TRACK_H + this.countersHeight() + GAP;
   }
 
   trackY(track: number): number {
-    return this.top + HEADER_H + track * TRACK_H + TRACK_H / 2;
+    return this.top + HEADER_H + this.phaseH() + track * TRACK_H + TRACK_H / 2;
   }
 
   trackAt(y: number): number {
-    const t = Math.floor((y - this.top - HEADER_H) / TRACK_H);
+    const t = Math.floor((y - this.top - HEADER_H - this.phaseH()) / TRACK_H);
     return t >= 0 && t < this.meta.tracks.length ? t : -1;
+  }
+
+  /** The phase bands in the view (px), computed once per view and width: a paint only draws them. */
+  phases(g: Geometry, xOf: (ms: number, g: Geometry) => number): IPhaseMark[] {
+    const key = `${g.view.x0}:${g.view.x1}:${g.plotW}:${g.gutter}`;
+    if (this.phaseKey !== key) {
+      const span = g.view.x1 - g.view.x0;
+      this.phaseCache = phaseMarks(
+        this.meta.phases || [],
+        ns => xOf(this.rel(ns), g),
+        x => this.ns(g.view.x0 + ((x - g.gutter) / g.plotW) * span),
+        g.gutter,
+        g.gutter + g.plotW
+      );
+      this.phaseKey = key;
+    }
+    return this.phaseCache;
+  }
+
+  /** The phase band under (x, y) when y is on the strip or the tracks, else null. */
+  phaseAt(x: number, y: number, g: Geometry, xOf: (ms: number, g: Geometry) => number): IPhaseMark | null {
+    const top = this.top + HEADER_H;
+    if (!this.phaseH() || y < top || y >= top + this.phaseH() + this.meta.tracks.length * TRACK_H) {
+      return null;
+    }
+    return this.phases(g, xOf).find(m => x >= m.x0 - 1 && x <= Math.max(m.x1, m.x0 + 1) + 1) || null;
   }
 
   /** Whether the current tile covers the view at (about) the view's resolution. */
@@ -135,6 +167,12 @@ export class Band {
       ctx.fillStyle = fg;
       ctx.fillText(t.label.length > 38 ? t.label.slice(0, 37) + '…' : t.label, 4, y);
     }
+    if (this.phaseH()) {
+      const stripY = this.top + HEADER_H;
+      const y1 = stripY + PHASE_H + this.meta.tracks.length * TRACK_H;
+      drawLegend(ctx, this.meta.phases!, stripY + PHASE_H / 2, fg);
+      drawPhases(ctx, this.phases(g, xOf), stripY, stripY + PHASE_H, y1, g.gutter, g.gutter + g.plotW);
+    }
     let marks = 0;
     const tile = this.tile;
     if (tile) {
@@ -179,7 +217,7 @@ export class Band {
     xOf: (ms: number, g: Geometry) => number,
     fg: string
   ): void {
-    let y = this.top + HEADER_H + this.meta.tracks.length * TRACK_H;
+    let y = this.top + HEADER_H + this.phaseH() + this.meta.tracks.length * TRACK_H;
     const series = this.counters?.series || [];
     ctx.font = '10px var(--jp-ui-font-family, sans-serif)';
     if (!series.length) {
@@ -230,6 +268,8 @@ export class Band {
     }
   }
 
+  private phaseKey = '';
+  private phaseCache: IPhaseMark[] = [];
   private pending: AbortController | null = null;
   private pendingKey = '';
 }

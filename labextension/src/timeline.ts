@@ -10,12 +10,13 @@
 import { Widget } from '@lumino/widgets';
 
 import { ICounters, ILinks, ISearch, ISpanRef, ISummary, ITile, ITraceMeta, requestAPI, tracePath } from './api';
-import { fmtNs, fmtTick, niceStep } from './format';
+import { fmtNs } from './format';
 import { renderDetails, tooltipRows } from './details';
-import { Band, Geometry } from './band';
+import { Band, Geometry, HEADER_H } from './band';
+import { phaseRows } from './phases';
+import { AXIS_H, IRange, ISelection, drawAxis, drawBrush, drawSelection } from './overlays';
 
 const GUTTER = 230;
-const AXIS_H = 30;
 
 export interface ITimelineProbe {
   created_ms: number;
@@ -134,6 +135,26 @@ export class TimelineWidget extends Widget {
       }
     });
     return out;
+  }
+
+  /** The phase bands drawn (a generate run's prefill and decode steps), in client coordinates (for tests). */
+  visiblePhases(): { band: number; x0: number; x1: number; y: number; label: string; phase: string; n: number }[] {
+    if (!this.view) {
+      return [];
+    }
+    const g = this.geometry();
+    const rect = this.canvas.getBoundingClientRect();
+    return this.bands.flatMap((band, b) =>
+      band.phases(g, this.xOf.bind(this)).map(m => ({
+        band: b,
+        x0: rect.left + Math.max(m.x0, g.gutter),
+        x1: rect.left + Math.min(m.x1, g.gutter + g.plotW),
+        y: rect.top + band.top + HEADER_H + band.phaseH() / 2, // the strip, under the band's header
+        label: m.label,
+        phase: m.phase,
+        n: m.n
+      }))
+    );
   }
 
   bandCount(): number {
@@ -389,12 +410,22 @@ export class TimelineWidget extends Widget {
     const x = e.clientX - rect.left;
     const y = e.clientY - rect.top;
     const hit = this.hitTest(x, y);
-    if (!hit) {
+    let rows: [string, string][] | null = hit ? tooltipRows(hit.band, hit.tile, hit.i) : null;
+    if (!rows && this.view) {
+      // no span here: the phase band behind (a generate run's step), if any
+      const g = this.geometry();
+      for (const band of this.bands) {
+        const m = band.phaseAt(x, y, g, this.xOf.bind(this));
+        if (m) {
+          rows = phaseRows(m, band.meta.focus_ns[0]);
+          break;
+        }
+      }
+    }
+    if (!rows) {
       this.tooltip.style.display = 'none';
       return;
     }
-    const { band, tile, i } = hit;
-    const rows = tooltipRows(band, tile, i);
     this.tooltip.replaceChildren(
       ...rows.map(([k, v]) => {
         const row = document.createElement('div');
@@ -452,15 +483,19 @@ export class TimelineWidget extends Widget {
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, g.width, h);
     ctx.font = '11px var(--jp-ui-font-family, sans-serif)';
-    this.drawAxis(ctx, g, h);
+    const xOf = this.xOf.bind(this);
+    drawAxis(ctx, g, h, xOf, getComputedStyle(this.node).getPropertyValue('--jp-ui-font-color1') || '#222');
     let fresh = this.bands.length > 0;
     let marks = 0;
     for (const band of this.bands) {
-      marks += band.draw(ctx, g, this.xOf.bind(this));
+      marks += band.draw(ctx, g, xOf);
       fresh = fresh && band.isFresh(g);
     }
-    this.drawSelection(ctx, g);
-    this.drawBrush(ctx, g, h);
+    drawSelection(ctx, g, xOf, this.selection, this.bands);
+    drawBrush(ctx, g, h, xOf, [
+      [this.brushRange, 0.12],
+      [this.brushDraft, 0.2]
+    ]);
     this.probe.paints++;
     const level = this.bands[0]?.tile;
     const perPx = ((g.view.x1 - g.view.x0) / g.plotW) * 1e6;
@@ -470,6 +505,7 @@ export class TimelineWidget extends Widget {
       (this.bands.some(b => b.search) ? ` · ${this.bands.reduce((n, b) => n + (b.search?.matches || 0), 0).toLocaleString()} matches` : '') +
       (this.bands.some(b => b.error) ? ` · ${this.bands.find(b => b.error)!.error}` : '');
     this.node.dataset.marks = String(marks);
+    this.node.dataset.phases = String(this.bands.reduce((n, b) => n + b.phases(g, this.xOf.bind(this)).length, 0));
     this.node.dataset.level = String(level?.level ?? '');
     if (fresh) {
       const now = performance.now();
@@ -485,70 +521,6 @@ export class TimelineWidget extends Widget {
     }
   }
 
-  private drawAxis(ctx: CanvasRenderingContext2D, g: Geometry, h: number): void {
-    const { x0, x1 } = g.view;
-    const step = niceStep(x1 - x0, Math.max(g.plotW / 110, 2));
-    ctx.fillStyle = getComputedStyle(this.node).getPropertyValue('--jp-ui-font-color1') || '#222';
-    ctx.strokeStyle = 'rgba(128,128,128,0.25)';
-    ctx.textBaseline = 'middle';
-    ctx.textAlign = 'center';
-    for (let t = Math.ceil(x0 / step) * step; t <= x1; t += step) {
-      const x = this.xOf(t, g);
-      ctx.beginPath();
-      ctx.moveTo(x, AXIS_H - 6);
-      ctx.lineTo(x, h);
-      ctx.stroke();
-      ctx.fillText(fmtTick(t, step), x, 10);
-    }
-    ctx.textAlign = 'left';
-    ctx.fillText('time from each trace\u2019s traced pass', 4, 10);
-    ctx.fillText(`(${fmtNs(step * 1e6)} per tick)`, 4, 22);
-  }
-
-  private drawSelection(ctx: CanvasRenderingContext2D, g: Geometry): void {
-    const sel = this.selection;
-    if (!sel || !this.bands.includes(sel.band)) {
-      return;
-    }
-    const band = sel.band;
-    const box = (s: ISpanRef) => {
-      const xa = this.xOf(band.rel(s.start_ns), g);
-      const xb = Math.max(this.xOf(band.rel(s.end_ns), g), xa + 2);
-      const yy = band.trackY(s.track);
-      return { xa, xb, yy };
-    };
-    const me = box(sel.links.span);
-    ctx.lineWidth = 2;
-    for (const r of sel.links.related) {
-      const b = box(r);
-      const linked = r.relation?.startsWith('correlated') || r.relation?.startsWith('same external id');
-      ctx.strokeStyle = linked ? '#d62728' : r.relation === 'child' ? '#2ca02c' : '#9467bd';
-      ctx.strokeRect(b.xa, b.yy - 6, b.xb - b.xa, 12);
-      ctx.beginPath();
-      ctx.moveTo((me.xa + me.xb) / 2, me.yy);
-      ctx.lineTo(Math.min(Math.max((b.xa + b.xb) / 2, g.gutter), g.gutter + g.plotW), b.yy);
-      ctx.stroke();
-    }
-    ctx.strokeStyle = '#000';
-    ctx.strokeRect(me.xa - 1, me.yy - 7, me.xb - me.xa + 2, 14);
-    ctx.lineWidth = 1;
-  }
-
-  private drawBrush(ctx: CanvasRenderingContext2D, g: Geometry, h: number): void {
-    for (const [r, alpha] of [
-      [this.brushRange, 0.12],
-      [this.brushDraft, 0.2]
-    ] as [{ x0: number; x1: number } | null, number][]) {
-      if (!r) {
-        continue;
-      }
-      const a = this.xOf(Math.min(r.x0, r.x1), g);
-      const b = this.xOf(Math.max(r.x0, r.x1), g);
-      ctx.fillStyle = `rgba(31,119,180,${alpha})`;
-      ctx.fillRect(a, AXIS_H, b - a, h - AXIS_H);
-    }
-  }
-
   private renderDetails(): void {
     this.details.replaceChildren(...renderDetails(this.selection, this.summaries, (band, span) => this.zoomTo(band, span)));
   }
@@ -557,10 +529,10 @@ export class TimelineWidget extends Widget {
   private view: { x0: number; x1: number } | null = null;
   private frame = 0;
   private brushMode = false;
-  private brushDraft: { x0: number; x1: number } | null = null;
-  private brushRange: { x0: number; x1: number } | null = null;
+  private brushDraft: IRange | null = null;
+  private brushRange: IRange | null = null;
   private summaries: [Band, ISummary][] = [];
-  private selection: { band: Band; links: ILinks } | null = null;
+  private selection: ISelection | null = null;
   private matchIndex = -1;
   private searchTimer = 0;
   private canvas: HTMLCanvasElement;
