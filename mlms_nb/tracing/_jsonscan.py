@@ -62,11 +62,14 @@ class EventStream:
     event array holds), in file order. ``header`` (the top-level object's keys before the event array, a
     dict; ``{}`` for a top-level array) is set before the first chunk is yielded; ``skeleton`` (the whole
     top-level value with an empty event array) and ``top`` (``"object"`` / ``"array"``) after the last.
-    ``block_bytes``: how much of the file is read at a time."""
+    ``block_bytes``: how much of the file is read at a time. ``parse``: what a run of events (bytes-like, a JSON array)
+    becomes, ``orjson.loads`` unless given (the importer's fast path types them instead); it raises ``ValueError``
+    when the run is not JSON, and what it returns is yielded (its ``len`` is the number of events)."""
 
-    def __init__(self, path, *, block_bytes: int = 8 << 20):
+    def __init__(self, path, *, block_bytes: int = 8 << 20, parse=orjson.loads):
         self.path = os.fspath(path)
         self.block_bytes = block_bytes
+        self.parse = parse
         self.header: dict = {}
         self.skeleton = None
         self.top: str | None = None
@@ -135,8 +138,8 @@ class EventStream:
         if not body.strip(_WS):
             return []
         try:
-            out = orjson.loads(b"[" + body + b"]")
-        except orjson.JSONDecodeError as exc:
+            out = self.parse(b"[" + body + b"]")
+        except ValueError as exc:
             where = abs_start + (len(raw) - len(body)) + max(getattr(exc, "pos", 1) - 1, 0)
             raise self._fail(f"malformed JSON in the event array near byte {where} ({exc.msg})") from None
         self.events_seen += len(out)
@@ -168,8 +171,8 @@ class EventStream:
         mv = memoryview(buf)
         part = mv[: p + 2]
         try:
-            events = orjson.loads(part)
-        except orjson.JSONDecodeError:
+            events = self.parse(part)
+        except ValueError:
             events = None
         finally:
             part.release()

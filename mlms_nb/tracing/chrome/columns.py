@@ -82,6 +82,7 @@ class EventColumns:
         self.p_tid: list[np.ndarray] = []
         self.p_attrs: list[np.ndarray] = []
         self.attrs_table: dict = {b"{}": 0}
+        self.raw_args_tables: dict = {}  # (args rule, args text with ids blanked) -> what rawfeed read from it
         self.id_rows = id_rows()
         # sparse (row, value) columns
         self.shape_rows, self.shape_codes = [], []
@@ -102,7 +103,7 @@ class EventColumns:
         self.process_names: dict = {}
         self.thread_names: dict = {}
 
-    def _cat_code(self, cat) -> int:
+    def cat_code(self, cat) -> int:
         code = self.cats[cat] = len(self.cats)
         spec = category(cat)
         self.cat_specs.append(spec)
@@ -166,7 +167,7 @@ class EventColumns:
                     cat, name, ts, dur, pid, tid, args = self._complete_slow(ev)
                 cc = cat_get(cat)
                 if cc is None:
-                    cc = self._cat_code(cat)
+                    cc = self.cat_code(cat)
                 rule = rules[cc]
                 sc = 0
                 if rule == ARGS_OF_HOST_OP:
