@@ -144,15 +144,18 @@ class EventColumns:
                         args = ev["args"]
                     elif ph == "i" or ph == "I":
                         if ev["name"] == "[memory]":  # Kineto's allocator events (profile_memory=True)
-                            a = ev["args"]
-                            mts_a(ev["ts"])
-                            mbytes_a(a["Bytes"])
-                            malloc_a(a["Total Allocated"])
-                            mres_a(a["Total Reserved"])
-                            mdt_a(a["Device Type"])
-                            mdi_a(a["Device Id"])
-                            mpid_a(ev["pid"])
-                            mtid_a(ev["tid"])
+                            a = ev["args"]  # every field read before any is appended: a missing one
+                            m_ts, m_bytes, m_alloc, m_res, m_dt, m_di, m_pid, m_tid = (  # leaves none appended
+                                ev["ts"], a["Bytes"], a["Total Allocated"], a["Total Reserved"],
+                                a["Device Type"], a["Device Id"], ev["pid"], ev["tid"])
+                            mts_a(m_ts)
+                            mbytes_a(m_bytes)
+                            malloc_a(m_alloc)
+                            mres_a(m_res)
+                            mdt_a(m_dt)
+                            mdi_a(m_di)
+                            mpid_a(m_pid)
+                            mtid_a(m_tid)
                         continue
                     else:
                         generic.other_event(self, ph, ev)
