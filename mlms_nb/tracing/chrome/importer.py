@@ -25,6 +25,10 @@ from mlms_nb.tracing.chrome._common import FORMAT, MAX_ORIGIN_NS, dense, id_rows
 from mlms_nb.tracing.chrome.columns import EventColumns
 
 
+BLOCK_BYTES = 8 << 20
+"""How much of the file the importer reads at a time (one run of events is parsed per block)."""
+
+
 class OwnColumns:
     """Columns of a file :func:`~mlms_nb.tracing.chrome.write_chrome` wrote (``otherData.mlms_nb``): every
     column comes back as it was."""
@@ -134,7 +138,7 @@ class OwnColumns:
 def read_chrome(path) -> "tuple[pd.DataFrame, pd.DataFrame, dict]":
     """Import a Chrome trace JSON file (``.json`` or gzip) -> (spans, counters, metadata). See the module doc."""
     path_s = os.fspath(path)
-    stream = EventStream(path_s, parse=rawfeed.decode)
+    stream = EventStream(path_s, block_bytes=BLOCK_BYTES, parse=rawfeed.decode)
     gc_was = gc.isenabled()
     gc.disable()
     try:

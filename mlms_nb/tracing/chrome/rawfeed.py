@@ -49,7 +49,7 @@ class Event(msgspec.Struct):
     """One trace event as msgspec reads it; the defaults are the per-event loop's for a missing key."""
 
     ph: str
-    ts: float
+    ts: Union[float, None] = None  # required of X and instant events: a None there hands the run back
     name: str = ""
     cat: Union[str, None] = None
     pid: Union[int, str] = 0
@@ -310,6 +310,7 @@ def feed_raw(cols, run: Run) -> bool:
         dur = np.fromiter(map(_dur, xs), np.float64, nx)
         pid = int_ids(list(map(_pid, xs)), cols.str_ids)
         tid = int_ids(list(map(_tid, xs)), cols.str_ids)
+        mem_ts = np.fromiter(map(_ts, mems), np.float64, len(mems))
     except (TypeError, ValueError, OverflowError):
         return False
     names = cols.names
@@ -328,7 +329,7 @@ def feed_raw(cols, run: Run) -> bool:
         cols.flops_rows.extend((fl_rows + row0).tolist())
         cols.flops_vals.extend(flops[inv][fl_rows].tolist())
     if mems:
-        mem = {"ts": np.fromiter(map(_ts, mems), np.float64, len(mems)),
+        mem = {"ts": mem_ts,
                "bytes": np.fromiter(map(attrgetter("nbytes"), margs), np.float64, len(mems)),
                "alloc": np.fromiter(map(attrgetter("alloc"), margs), np.float64, len(mems)),
                "reserved": np.fromiter(map(attrgetter("reserved"), margs), np.float64, len(mems)),
