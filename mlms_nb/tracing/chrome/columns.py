@@ -83,6 +83,7 @@ class EventColumns:
         self.p_attrs: list[np.ndarray] = []
         self.attrs_table: dict = {b"{}": 0}
         self.raw_args_tables: dict = {}  # (args rule, args text with ids blanked) -> what rawfeed read from it
+        self.raw_id_keys: set | None = None  # the id columns rawfeed blanks (None: not decided yet)
         self.id_rows = id_rows()
         # sparse (row, value) columns
         self.shape_rows, self.shape_codes = [], []

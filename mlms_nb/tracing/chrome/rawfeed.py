@@ -112,14 +112,14 @@ def decode(data) -> "Run | list":
 # ------------------------------------------------------------------------------------------- the id digits
 
 
-def _find_ids(blob: bytearray, a: np.ndarray, ends: np.ndarray) -> dict | None:
+def _find_ids(blob: bytearray, a: np.ndarray, ends: np.ndarray, search) -> dict | None:
     """Per id column present in the args bytes (``blob``, padded; ``a``: its writable uint8 view): (event index,
     value) of each ``"<key>": <digits>``, the digits blanked in place. None when a run of digits is too long to be
     an id."""
     out = {}
     by_first: dict[int, np.ndarray] = {}
     for col, lit in _ID_KEYS:
-        if blob.find(lit) < 0:
+        if col not in search or blob.find(lit) < 0:
             continue
         first = lit[0]
         c = by_first.get(first)
@@ -159,6 +159,8 @@ def _find_ids(blob: bytearray, a: np.ndarray, ends: np.ndarray) -> dict | None:
             base = np.repeat(q + 1 - np.concatenate([[0], np.cumsum(rest)[:-1]]), rest)
             a[base + np.arange(k)] = 0x20
         out[col] = (np.searchsorted(ends, c, side="right"), value)
+    for col in search:
+        out.setdefault(col, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
     return out
 
 
@@ -175,17 +177,19 @@ def _skip_ws(a: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def _read_args(cols, text: bytes, rule: int):
-    """The per-event rules on one distinct args text (ids blanked): (safe, shape code, flops or None, attrs code)."""
+    """The per-event rules on one distinct args text: (readable, shape code, flops or None, attrs code, facts), facts
+    per id column: (how many ``"<key>": <digit>`` the text holds, the id the rules read or None, whether the attrs
+    text still names the key)."""
     if not text:
-        return True, 0, None, 0
-    if b"\\" in text:
-        return False, 0, None, 0
+        return True, 0, None, 0, {}
+    if b"\\" in text:  # no escapes: every key is spelled as it reads
+        return False, 0, None, 0, {}
     try:
         args = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return False, 0, None, 0
+        return False, 0, None, 0, {}
     if args is not None and not isinstance(args, dict):
-        return False, 0, None, 0
+        return False, 0, None, 0, {}
     sc, fl = 0, None
     if rule == ARGS_OF_HOST_OP and args:
         dims = args.pop("Input Dims", None)
@@ -196,24 +200,33 @@ def _read_args(cols, text: bytes, rule: int):
                 sc = cols.shapes[key] = len(cols.shapes)
         fl = args.pop("flops", None)
     code = 0
-    extracted = set()
+    extracted = {}
+    attrs = b""
     if args:
         for col, key in ID_COLUMNS.items():
             v = args.get(key)
             if v is not None and type(v) is int and 0 <= v <= INT64_MAX:
                 del args[key]
-                extracted.add(col)
+                extracted[col] = v
         attrs = orjson.dumps(args) if args else b"{}"
         code = cols.attrs_table.get(attrs)
         if code is None:
             code = cols.attrs_table[attrs] = len(cols.attrs_table)
-    else:
-        attrs = b""
-    for col, lit in _ID_KEYS:
-        n = len(_ID_PATTERNS[col].findall(text))
-        if n > 1 or (n == 1) != (col in extracted) or (n == 1 and lit in attrs):
-            return False, 0, None, 0
-    return True, sc, fl, code
+    facts = {col: (len(_ID_PATTERNS[col].findall(text)), extracted.get(col), lit in attrs) for col, lit in _ID_KEYS}
+    return True, sc, fl, code, facts
+
+
+def _safe(got, searched) -> bool:
+    """Whether every event sharing this text reads as it does: each id key whose digits were blanked is there once,
+    at the top level, read as an id (a key not blanked keeps its digits in the text, so its id is the text's)."""
+    if not got[0]:
+        return False
+    facts = got[4]
+    for col in searched if facts else ():  # no facts: an empty text (no args)
+        n, v, named = facts[col]
+        if n > 1 or (n == 1) != (v is not None) or (n == 1 and named):
+            return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------- the run
@@ -254,7 +267,8 @@ def feed_raw(cols, run: Run) -> bool:
     ends = np.cumsum(lens)
     starts = ends - lens
     a = np.frombuffer(blob, np.uint8)
-    ids = _find_ids(blob, a, ends)
+    search = cols.raw_id_keys if cols.raw_id_keys is not None else ID_COLUMNS  # the first run: every key
+    ids = _find_ids(blob, a, ends, search)
     if ids is None:
         return False
     offsets = np.concatenate([[0], ends]).astype(np.int32)
@@ -268,33 +282,42 @@ def feed_raw(cols, run: Run) -> bool:
     flops = np.full(len(uniq), NAN)
     has_flops = np.zeros(len(uniq), bool)
     tables = cols.raw_args_tables
+    facts = []
     for i, u in enumerate(uniq.tolist()):
         text = texts[u >> 1].as_py()
         r = ARGS_OF_HOST_OP if u & 1 else ARGS_AS_ATTRS
         got = tables.get((r, text))
         if got is None:
             got = tables[(r, text)] = _read_args(cols, text, r)
-        if not got[0]:
+        if not _safe(got, search):
             return False
+        facts.append(got[4])
         info[i] = (1, got[1], got[3])
         if got[2] is not None:
             if type(got[2]) not in (int, float):
                 return False
             has_flops[i] = True
             flops[i] = got[2]
-    per_key_counts = {}
-    for col, lit in _ID_KEYS:
-        if col in ids:
-            counts = np.array([len(_ID_PATTERNS[col].findall(texts[u >> 1].as_py())) for u in uniq.tolist()],
-                              np.int64)
-            per_key_counts[col] = counts
+    for col, _ in _ID_KEYS:
+        if col in ids:  # blanked: every occurrence found belongs to a text that holds it
+            counts = np.array([f[col][0] if f else 0 for f in facts], np.int64)
             if int(counts[inv].sum()) != len(ids[col][0]):
                 return False
+        else:  # not blanked (not seen before): the text's own id
+            v = [f[col][1] if f else None for f in facts]
+            if any(x is not None for x in v):
+                has = np.array([x is not None for x in v])
+                rows = np.flatnonzero(has[inv])
+                ids[col] = (rows, np.array([x if x is not None else -1 for x in v], np.int64)[inv][rows])
+                cols.raw_id_keys = {*search, col}
     del enc, texts, blob, a
     # memory events
     if mems:
         try:
-            margs = _MEMORY.decode(b"[" + b",".join([bytes(m.args) or b"{}" for m in mems]) + b"]")
+            margs = list(map(_args, mems))
+            if not all(map(len, margs)):
+                margs = [m if len(m) else b"{}" for m in margs]
+            margs = _MEMORY.decode(b"[" + b",".join(margs) + b"]")
         except msgspec.DecodeError:
             return False
     parsed = None
@@ -321,9 +344,12 @@ def feed_raw(cols, run: Run) -> bool:
     nc = np.fromiter(map(names.__getitem__, name_list), np.int32, nx)
     del name_list
     for col, (ev, val) in ids.items():
-        rows, vals = cols.id_rows[col]
-        rows.extend((ev + row0).tolist())
-        vals.extend(val.tolist())
+        if len(ev):
+            rows, vals = cols.id_rows[col]
+            rows.frombytes((ev + row0).astype(np.int64).tobytes())
+            vals.frombytes(val.astype(np.int64).tobytes())
+    if cols.raw_id_keys is None:
+        cols.raw_id_keys = {col for col, (ev, _) in ids.items() if len(ev)}
     fl_rows = np.flatnonzero(has_flops[inv])
     if len(fl_rows):
         cols.flops_rows.extend((fl_rows + row0).tolist())
