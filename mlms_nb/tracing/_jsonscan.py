@@ -187,6 +187,35 @@ class EventStream:
         del buf[: p + 1]
         return events
 
+    def _try_last(self, buf: bytearray):
+        """At the end of the file: parse ``buf[1 : last "]"]`` in place as the rest of the array. A parse that
+        succeeds from an event boundary ends at the array's own closing bracket, so anything else fails. Returns
+        (events, the bytes after the array) or None (the exact scan decides)."""
+        k = buf.rfind(b"]")
+        if k <= 0:
+            return None
+        comma = self._blank_leading_comma(buf, 1, k)
+        spare = buf[0]
+        buf[0] = 0x5B  # "["
+        mv = memoryview(buf)
+        part = mv[: k + 1]
+        try:
+            events = self.parse(part)
+        except ValueError:
+            events = None
+        finally:
+            part.release()
+            mv.release()
+        if events is None:
+            buf[0] = spare
+            if comma >= 0:
+                buf[comma] = 0x2C
+            return None
+        self.events_seen += len(events)
+        tail = bytes(buf[k + 1:])
+        del buf[:]
+        return events, tail
+
     def _is_events_key(self, head: bytes) -> bool:
         head = head.rstrip(_WS)
         if not head.endswith(b":"):
@@ -211,10 +240,12 @@ class EventStream:
         with ``buf`` starting at the array's ``[`` (the spare byte of phase 1)."""
         scan = _Scan()
         bs = self.block_bytes
+        size = min(bs, 1 << 16)
         buf = scan.buf
         in_str, bs_carry, depth = False, 0, 0
         while True:
-            block = f.read(bs)
+            block = f.read(size)  # a small first read: the header is short, and each block read is scanned
+            size = bs
             if not block:
                 scan.eof = True
                 break
@@ -294,6 +325,13 @@ class EventStream:
                     continue
                 if buf.rfind(b"}", 1) < 0:
                     continue  # not one whole event yet
+            if scan.eof:
+                last = self._try_last(buf)
+                if last is not None:
+                    events, tail = last
+                    if len(events):
+                        yield events
+                    return tail
             # exact scan of the buffer from the boundary: event ends, and the array's end
             pos, chars, delta, _, _ = self._structural(memoryview(buf)[1:], False, 0)
             pos += 1
