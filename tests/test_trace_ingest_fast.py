@@ -88,6 +88,7 @@ def test_an_ordinary_kineto_trace_takes_the_fast_path_and_gives_the_per_event_fr
              _op(93, "{}"), _op(94, "null"),
              '{"ph": "X", "cat": "cpu_op", "name": "no_args", "pid": 1, "tid": 1, "ts": 95}',
              '{"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 96, "args": {"Bytes": 8}}',
+             '{"ph": "i", "name": "[memory]", "pid": "Mem", "tid": "Alloc", "ts": 96.5, "args": {"Bytes": 8}}',
              '{"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": 99}',
              '{"ph": "C", "name": "queue", "pid": 1, "ts": 97, "args": {"depth": 3}}',
              '{"ph": "B", "name": "step", "pid": 1, "tid": 2, "ts": 98}',
@@ -97,7 +98,7 @@ def test_an_ordinary_kineto_trace_takes_the_fast_path_and_gives_the_per_event_fr
     _assert_same(fast, ref)
     spans = fast[0]
     assert spans["external_id"].max() == 7 ** 11 + 1 and (spans["ev_idx"] >= 0).sum() == 80
-    assert len(fast[1]) == 2 * 41 + 1
+    assert len(fast[1]) == 2 * 42 + 1
 
 
 @pytest.mark.parametrize("args", [

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mlms_nb.schema.spans import ID_COLUMNS
+from mlms_nb.tracing.chrome import kineto
 from mlms_nb.tracing.chrome._common import ARGS_AS_ATTRS, ARGS_OF_HOST_OP, INT64_MAX, int_ids
 
 NAN = float("nan")
@@ -331,8 +332,6 @@ def feed_raw(cols, run: Run) -> bool:
     try:
         ts = np.fromiter(map(_ts, xs), np.float64, nx)
         dur = np.fromiter(map(_dur, xs), np.float64, nx)
-        pid = int_ids(list(map(_pid, xs)), cols.str_ids)
-        tid = int_ids(list(map(_tid, xs)), cols.str_ids)
         mem_ts = np.fromiter(map(_ts, mems), np.float64, len(mems))
     except (TypeError, ValueError, OverflowError):
         return False
@@ -361,8 +360,10 @@ def feed_raw(cols, run: Run) -> bool:
                "reserved": np.fromiter(map(attrgetter("reserved"), margs), np.float64, len(mems)),
                "devtype": list(map(attrgetter("devtype"), margs)), "devid": list(map(attrgetter("devid"), margs)),
                "pid": list(map(_pid, mems)), "tid": list(map(_tid, mems))}
-        from mlms_nb.tracing.chrome import kineto
         kineto.add_memory_chunk(cols.mem_parts, mem, cols.path, cols.str_ids)
+    # text pids/tids get their ids in the per-event loop's order: the memory events' first, then the spans'
+    pid = int_ids(list(map(_pid, xs)), cols.str_ids)
+    tid = int_ids(list(map(_tid, xs)), cols.str_ids)
     if other_at:
         cols.feed([parsed[i] for i in other_at])  # adds len(other_at) to n_events
         del parsed
