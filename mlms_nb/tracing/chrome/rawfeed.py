@@ -1,7 +1,7 @@
 """The importer's fast path: a run of events typed by msgspec, its ``args`` kept raw, columns built without a Python
 dict per event.
 
-:class:`~mlms_nb.tracing._jsonscan.EventStream` (``raw=True``) hands each run of whole events to :func:`decode`:
+:class:`~mlms_nb.tracing._jsonscan.EventStream` (``parse=decode``) hands each run of whole events to :func:`decode`:
 msgspec reads every event into a small :class:`Event` struct whose ``args`` stays a :class:`msgspec.Raw` (a view of
 the run's bytes, nothing parsed). :func:`feed_raw` then fills :class:`~mlms_nb.tracing.chrome.columns.EventColumns`
 exactly as its per-event loop would, in a few whole-run operations:
@@ -9,7 +9,8 @@ exactly as its per-event loop would, in a few whole-run operations:
 - times, names, categories, pids and tids come from the structs (one C-level pass per column);
 - the per-span ids (``ID_COLUMNS``: "External id", "Ev Idx", ...) are found in the run's ``args`` bytes with numpy
   (the key, optional whitespace, a colon, a run of at most 18 digits), parsed into int64 and blanked in a copy
-  (``4610`` -> ``0   ``: same length, still JSON);
+  (``4610`` -> ``0   ``: same length, still JSON). The keys searched are those the first run held, and any found
+  later; a key not searched keeps its digits in the text, so its id is that text's own;
 - what is left of each event's ``args`` -- the same for every event of the same kind -- is interned (pyarrow's
   dictionary encoding), and only each new distinct text is parsed and read by the per-event rules (shape from
   "Input Dims", ``flops``, the attrs text), then checked: it is *safe* only if every id key it holds was blanked once,
@@ -18,11 +19,11 @@ exactly as its per-event loop would, in a few whole-run operations:
 - Kineto's ``[memory]`` instant events: their ``args`` are decoded by msgspec in one call.
 
 Events of other phases (metadata, counters, begin/end pairs) add no rows: they go through the per-event loop. Anything
-else -- a category whose args carry device, stream or correlation
-(GPU activity, runtime calls, ONNX Runtime nodes, unknown ones), a text that is not safe, a field of another type
-than the struct says, an id of more than 18 digits -- makes :func:`feed_raw` return False before it changes
-anything, and the caller feeds the same run through the per-event loop (``orjson``), which is the reference: both
-paths give the same frames (tests/test_trace_ingest_fast.py compares them).
+else -- a category whose args carry device, stream or correlation (GPU activity, runtime calls, ONNX Runtime nodes,
+unknown ones), a text that is not safe, a field of another type than the struct says, an id of more than 18 digits --
+makes :func:`feed_raw` return False before it appends anything (only interning tables grow), and the caller feeds
+the same run through the per-event loop (``orjson``), which is the reference: both paths give the same frames
+(tests/test_trace_ingest_fast.py compares them on every such case).
 
 ``benchmarks/trace_ingest.py`` measures it (issue 25: >= 350k events/s on a 1M-event Kineto trace, peak RAM <= 1x the
 file).
