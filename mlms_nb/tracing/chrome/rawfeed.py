@@ -252,10 +252,13 @@ def feed_raw(cols, run: Run) -> bool:
     # categories: known rules only
     cats = cols.cats
     cat_list = list(map(_cat, xs))
-    for c in dict.fromkeys(cat_list):
-        if c not in cats:
-            cols.cat_code(c)
-    cc = np.fromiter(map(cats.__getitem__, cat_list), np.int32, nx)
+    try:
+        cc = np.fromiter(map(cats.__getitem__, cat_list), np.int32, nx)
+    except KeyError:  # a category not seen before
+        for c in dict.fromkeys(cat_list):
+            if c not in cats:
+                cols.cat_code(c)
+        cc = np.fromiter(map(cats.__getitem__, cat_list), np.int32, nx)
     del cat_list
     rule = np.asarray(cols.cat_rules, np.int64)[cc] if nx else np.zeros(0, np.int64)
     if not np.isin(rule, _FAST_RULES).all():
@@ -338,10 +341,13 @@ def feed_raw(cols, run: Run) -> bool:
         return False
     names = cols.names
     name_list = list(map(_name, xs))
-    for s in dict.fromkeys(name_list):
-        if s not in names:
-            names[s] = len(names)
-    nc = np.fromiter(map(names.__getitem__, name_list), np.int32, nx)
+    try:
+        nc = np.fromiter(map(names.__getitem__, name_list), np.int32, nx)
+    except KeyError:  # a name not seen before
+        for s in dict.fromkeys(name_list):
+            if s not in names:
+                names[s] = len(names)
+        nc = np.fromiter(map(names.__getitem__, name_list), np.int32, nx)
     del name_list
     for col, (ev, val) in ids.items():
         if len(ev):
