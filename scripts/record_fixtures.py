@@ -46,7 +46,9 @@ def _photo(framework: str) -> np.ndarray:
     return next(open_dataset("imagenet-samples", manifest).iter_batches(1, Preprocessor(manifest))).data
 
 
-def record_kineto(out: Path) -> None:
+def profile_kineto(path: Path):
+    """The Kineto recipe: 3 ``predict`` calls of a 5-layer CNN under ``torch.profiler`` (CPU, shapes, memory),
+    exported to ``path``; returns (model, input, calls). tests/test_tracing.py's live fixture runs it too."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -62,7 +64,14 @@ def record_kineto(out: Path) -> None:
         for _ in range(calls):
             with record_function("predict"):
                 model(x)
-    prof.export_chrome_trace(str(out / "kineto_small.json"))
+    prof.export_chrome_trace(str(path))
+    return model, x, calls
+
+
+def record_kineto(out: Path) -> None:
+    import torch
+
+    model, x, calls = profile_kineto(out / "kineto_small.json")
     _write_json(out / "kineto_small.expected.json", {
         "torch": torch.__version__, "calls": calls, "input_shape": list(x.shape),
         "conv2d_modules": sum(isinstance(m, torch.nn.Conv2d) for m in model.modules()),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gc
 import gzip
+import importlib.util
 import json
 import os
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -28,6 +30,8 @@ from mlms_nb.tracing import records
 from mlms_nb.tracing.attribution import containment_parents
 from mlms_nb.tracing._jsonscan import EventStream
 from tests.helpers import containment_parents_reference
+
+REPO = Path(__file__).resolve().parent.parent
 
 L = TraceLevel
 
@@ -310,22 +314,13 @@ def test_chrome_round_trip_is_lossless(tmp_path):
 
 @pytest.fixture(scope="module")
 def kineto_file(tmp_path_factory):
-    torch = pytest.importorskip("torch")
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-        torch.nn.Linear(16, 10)).eval()
-    x = torch.randn(2, 3, 32, 32)
+    """The recipe that recorded tests/data/kineto_small.json, run live (scripts/record_fixtures.py)."""
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("record_fixtures", REPO / "scripts" / "record_fixtures.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
     path = tmp_path_factory.mktemp("kineto") / "trace.json"
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                                  profile_memory=True) as prof:
-        for _ in range(3):
-            with record_function("predict"):
-                model(x)
-    prof.export_chrome_trace(str(path))
+    recipe.profile_kineto(path)
     return path
 
 

@@ -121,6 +121,40 @@ def default_array(col: Column, n: int):
     raise TraceSchemaError(f"column {col.name!r} has no default; it must be given")
 
 
+def frame_columns(schema: tuple[Column, ...], columns, required: tuple[str, ...], what: str,
+                  derived=None) -> tuple[dict, int]:
+    """The one builder behind the spans and counters frames: ``columns`` (name -> values; all the same length, at
+    least the ``required`` ones unless there are no rows) coerced to ``schema``'s dtypes, a missing column given its
+    default (``derived``: name -> function of the columns built so far, for one computed from others) -> (columns in
+    schema order, number of rows)."""
+    n = 0
+    for v in columns.values():
+        n = len(v)
+        break
+    missing = [c for c in required if c not in columns]
+    if n and missing:
+        raise TraceSchemaError(f"cannot build a {what} frame: missing column(s) {', '.join(missing)}")
+    data = {}
+    for col in schema:
+        if col.name in columns:
+            data[col.name] = coerce(col, columns[col.name], n)
+        elif derived and col.name in derived and derived[col.name](data) is not None:
+            data[col.name] = derived[col.name](data)
+        elif col.name in required:  # no rows
+            data[col.name] = _empty(col)
+        else:
+            data[col.name] = default_array(col, n)
+    return data, n
+
+
+def _empty(col: Column):
+    if col.dtype == "level":
+        return level_categorical(np.zeros(0, np.int8))
+    if col.dtype == "category":
+        return canonical_categorical(np.zeros(0, np.int64), [])
+    return np.zeros(0, np.int64 if col.dtype == "int64" else np.float64)
+
+
 def check_columns(df: pd.DataFrame, columns: tuple[Column, ...], what: str) -> None:
     if not isinstance(df, pd.DataFrame):
         raise TraceSchemaError(f"{what} frame must be a pandas DataFrame, not {type(df).__name__}")

@@ -25,8 +25,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from mlms_nb.errors import TraceSchemaError
-from mlms_nb.schema.columns import Column, canonical_categorical, check_columns, coerce
+from mlms_nb.schema.columns import Column, check_columns, frame_columns
 
 COUNTERS: tuple[Column, ...] = (
     Column("ts_ns", "int64", "ns", None, "when the value was read, on the spans' clock"),
@@ -59,23 +58,7 @@ def counters_frame(columns: Mapping[str, Any] | Iterable[tuple] | pd.DataFrame) 
         rows = list(columns)
         cols = list(zip(*rows)) if rows else [()] * len(COUNTERS)
         columns = {c.name: list(v) for c, v in zip(COUNTERS, cols)}
-    n = 0
-    for v in columns.values():
-        n = len(v)
-        break
-    missing = [c for c in ("ts_ns", "source", "metric", "value") if c not in columns]
-    if n and missing:
-        raise TraceSchemaError(f"cannot build a counters frame: missing column(s) {', '.join(missing)}")
-    data = {}
-    for col in COUNTERS:
-        if col.name in columns:
-            data[col.name] = coerce(col, columns[col.name], n)
-        elif col.dtype == "int64":
-            data[col.name] = np.zeros(n, np.int64)
-        elif col.dtype == "float64":
-            data[col.name] = np.zeros(n, np.float64)
-        else:
-            data[col.name] = canonical_categorical(np.zeros(n, np.int64), [col.default or ""])
+    data, n = frame_columns(COUNTERS, columns, ("ts_ns", "source", "metric", "value"), "counters")
     df = pd.DataFrame(data, copy=False)
     if n > 1:
         ts = df["ts_ns"].to_numpy()

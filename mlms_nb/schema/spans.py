@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 
 from mlms_nb.errors import TraceSchemaError
-from mlms_nb.schema.columns import (Column, canonical_categorical, check_columns, coerce, default_array,
+from mlms_nb.schema.columns import (Column, canonical_categorical, check_columns, frame_columns,
                                     level_categorical)
 from mlms_nb.schema.levels import TraceLevel
 
@@ -148,28 +148,8 @@ def spans_frame(columns: Mapping[str, Any], *, sort: bool = True) -> pd.DataFram
     ``span_id, name, level, kind, start_ns, end_ns``; others get their defaults; ``duration_ns`` is computed
     when missing; :data:`ID_COLUMNS` are kept when given). Values are coerced to the schema's dtypes; rows are
     sorted by ``(start_ns, span_id)``."""
-    n = None
-    for v in columns.values():
-        n = len(v)
-        break
-    n = n or 0
-    missing = [c for c in ("span_id", "name", "level", "kind", "start_ns", "end_ns") if c not in columns]
-    if n and missing:
-        raise TraceSchemaError(f"cannot build a spans frame: missing column(s) {', '.join(missing)}")
-    data = {}
-    for col in SPANS:
-        if col.name in columns:
-            data[col.name] = coerce(col, columns[col.name], n)
-        elif col.name == "duration_ns" and "start_ns" in data and "end_ns" in data:
-            data[col.name] = data["end_ns"] - data["start_ns"]
-        elif col.name in ("span_id", "start_ns", "end_ns", "duration_ns"):
-            data[col.name] = np.zeros(n, np.int64)
-        elif col.name in ("name", "kind"):
-            data[col.name] = canonical_categorical(np.zeros(n, np.int64), [""])
-        elif col.name == "level":
-            data[col.name] = level_categorical(np.zeros(n, np.int8))
-        else:
-            data[col.name] = default_array(col, n)
+    data, n = frame_columns(SPANS, columns, ("span_id", "name", "level", "kind", "start_ns", "end_ns"), "spans",
+                            derived={"duration_ns": _duration})
     for name in ID_COLUMNS:
         if name in columns:
             data[name] = np.asarray(columns[name].array if isinstance(columns[name], pd.Series) else columns[name],
@@ -178,6 +158,13 @@ def spans_frame(columns: Mapping[str, Any], *, sort: bool = True) -> pd.DataFram
     if sort and n:
         df = sort_spans(df)
     return df
+
+
+def _duration(data: dict):
+    """``duration_ns`` when not given: ``end_ns - start_ns`` (None before both are built: it follows them)."""
+    if "start_ns" in data and "end_ns" in data:
+        return data["end_ns"] - data["start_ns"]
+    return None
 
 
 def sort_spans(df: pd.DataFrame) -> pd.DataFrame:

@@ -62,11 +62,14 @@ class EventStream:
     event array holds), in file order. ``header`` (the top-level object's keys before the event array, a
     dict; ``{}`` for a top-level array) is set before the first chunk is yielded; ``skeleton`` (the whole
     top-level value with an empty event array) and ``top`` (``"object"`` / ``"array"``) after the last.
-    ``block_bytes``: how much of the file is read at a time."""
+    ``block_bytes``: how much of the file is read at a time. ``parse``: what a run of events (bytes-like, a JSON array)
+    becomes, ``orjson.loads`` unless given (the importer's fast path types them instead); it raises ``ValueError``
+    when the run is not JSON, and what it returns is yielded (its ``len`` is the number of events)."""
 
-    def __init__(self, path, *, block_bytes: int = 8 << 20):
+    def __init__(self, path, *, block_bytes: int = 8 << 20, parse=orjson.loads):
         self.path = os.fspath(path)
         self.block_bytes = block_bytes
+        self.parse = parse
         self.header: dict = {}
         self.skeleton = None
         self.top: str | None = None
@@ -135,8 +138,8 @@ class EventStream:
         if not body.strip(_WS):
             return []
         try:
-            out = orjson.loads(b"[" + body + b"]")
-        except orjson.JSONDecodeError as exc:
+            out = self.parse(b"[" + body + b"]")
+        except ValueError as exc:
             where = abs_start + (len(raw) - len(body)) + max(getattr(exc, "pos", 1) - 1, 0)
             raise self._fail(f"malformed JSON in the event array near byte {where} ({exc.msg})") from None
         self.events_seen += len(out)
@@ -168,8 +171,8 @@ class EventStream:
         mv = memoryview(buf)
         part = mv[: p + 2]
         try:
-            events = orjson.loads(part)
-        except orjson.JSONDecodeError:
+            events = self.parse(part)
+        except ValueError:
             events = None
         finally:
             part.release()
@@ -183,6 +186,35 @@ class EventStream:
         self.events_seen += len(events)
         del buf[: p + 1]
         return events
+
+    def _try_last(self, buf: bytearray):
+        """At the end of the file: parse ``buf[1 : last "]"]`` in place as the rest of the array. A parse that
+        succeeds from an event boundary ends at the array's own closing bracket, so anything else fails. Returns
+        (events, the bytes after the array) or None (the exact scan decides)."""
+        k = buf.rfind(b"]")
+        if k <= 0:
+            return None
+        comma = self._blank_leading_comma(buf, 1, k)
+        spare = buf[0]
+        buf[0] = 0x5B  # "["
+        mv = memoryview(buf)
+        part = mv[: k + 1]
+        try:
+            events = self.parse(part)
+        except ValueError:
+            events = None
+        finally:
+            part.release()
+            mv.release()
+        if events is None:
+            buf[0] = spare
+            if comma >= 0:
+                buf[comma] = 0x2C
+            return None
+        self.events_seen += len(events)
+        tail = bytes(buf[k + 1:])
+        del buf[:]
+        return events, tail
 
     def _is_events_key(self, head: bytes) -> bool:
         head = head.rstrip(_WS)
@@ -208,10 +240,12 @@ class EventStream:
         with ``buf`` starting at the array's ``[`` (the spare byte of phase 1)."""
         scan = _Scan()
         bs = self.block_bytes
+        size = min(bs, 1 << 16)
         buf = scan.buf
         in_str, bs_carry, depth = False, 0, 0
         while True:
-            block = f.read(bs)
+            block = f.read(size)  # a small first read: the header is short, and each block read is scanned
+            size = bs
             if not block:
                 scan.eof = True
                 break
@@ -291,6 +325,13 @@ class EventStream:
                     continue
                 if buf.rfind(b"}", 1) < 0:
                     continue  # not one whole event yet
+            if scan.eof:
+                last = self._try_last(buf)
+                if last is not None:
+                    events, tail = last
+                    if len(events):
+                        yield events
+                    return tail
             # exact scan of the buffer from the boundary: event ends, and the array's end
             pos, chars, delta, _, _ = self._structural(memoryview(buf)[1:], False, 0)
             pos += 1

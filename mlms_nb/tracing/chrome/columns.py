@@ -1,16 +1,15 @@
 """The importer's column store for the Kineto, ONNX Runtime and generic dialects: events in, span and counter
-frames out, one chunk of parsed events at a time.
+frames out, one chunk of events at a time.
 
-Per chunk, :meth:`EventColumns.feed` makes one pass over the parsed events, appending to lists of numbers and
+Per chunk, :meth:`EventColumns.feed` makes one pass over parsed events (dicts), appending to lists of numbers and
 interned codes (names, shapes, and the ``attrs`` text once the per-span ids are out of it); columns only some
 events have (shape, stream, layer type, the id columns...) are kept sparse as (row, value) lists. Each chunk's
 lists become numpy arrays before the next chunk is parsed. :meth:`EventColumns.build` concatenates them, finds
-parents (:mod:`mlms_nb.tracing.attribution`) and builds the frames with the schema's builders. Feeding and
-building share these columns: one algorithm, so one module of about 400 lines.
+parents (:mod:`mlms_nb.tracing.attribution`) and builds the frames with the schema's builders. Most runs of a
+Kineto trace are appended by :mod:`.rawfeed` instead (typed by msgspec, whole-run operations); this loop is its
+reference and reads whatever it hands back. Feeding and building share these columns: one algorithm, one module.
 
-Why the loop looks the way it does: ``benchmarks/trace_ingest.py`` requires the import of a 1M-event Kineto trace
-to be >= 3x faster than HTA's faster parser backend, with a peak RAM <= 2x the file size; these are the tricks
-that speed and that memory rest on (check a change to any of them with that benchmark):
+Why the loop looks the way it does (``benchmarks/trace_ingest.py`` measures it as the per-event candidate):
 
 - bound methods aliased to locals (``ts_a = ts_l.append``), and dict ``get`` instead of ``in`` + index: a
   Python attribute lookup per event per column is a third of the loop's time;
@@ -82,6 +81,8 @@ class EventColumns:
         self.p_tid: list[np.ndarray] = []
         self.p_attrs: list[np.ndarray] = []
         self.attrs_table: dict = {b"{}": 0}
+        self.raw_args_tables: dict = {}  # rawfeed: (args rule, args text, ids blanked) -> what it read there
+        self.raw_id_keys: set | None = None  # rawfeed: the id columns it blanks (None: not decided yet)
         self.id_rows = id_rows()
         # sparse (row, value) columns
         self.shape_rows, self.shape_codes = [], []
@@ -102,7 +103,7 @@ class EventColumns:
         self.process_names: dict = {}
         self.thread_names: dict = {}
 
-    def _cat_code(self, cat) -> int:
+    def cat_code(self, cat) -> int:
         code = self.cats[cat] = len(self.cats)
         spec = category(cat)
         self.cat_specs.append(spec)
@@ -143,15 +144,18 @@ class EventColumns:
                         args = ev["args"]
                     elif ph == "i" or ph == "I":
                         if ev["name"] == "[memory]":  # Kineto's allocator events (profile_memory=True)
-                            a = ev["args"]
-                            mts_a(ev["ts"])
-                            mbytes_a(a["Bytes"])
-                            malloc_a(a["Total Allocated"])
-                            mres_a(a["Total Reserved"])
-                            mdt_a(a["Device Type"])
-                            mdi_a(a["Device Id"])
-                            mpid_a(ev["pid"])
-                            mtid_a(ev["tid"])
+                            a = ev["args"]  # all read before any is appended: a missing one leaves none
+                            m_ts, m_bytes, m_alloc, m_res, m_dt, m_di, m_pid, m_tid = (ev["ts"], a["Bytes"], a[
+                                "Total Allocated"], a["Total Reserved"], a["Device Type"], a["Device Id"], ev["pid"],
+                                ev["tid"])
+                            mts_a(m_ts)
+                            mbytes_a(m_bytes)
+                            malloc_a(m_alloc)
+                            mres_a(m_res)
+                            mdt_a(m_dt)
+                            mdi_a(m_di)
+                            mpid_a(m_pid)
+                            mtid_a(m_tid)
                         continue
                     else:
                         generic.other_event(self, ph, ev)
@@ -166,7 +170,7 @@ class EventColumns:
                     cat, name, ts, dur, pid, tid, args = self._complete_slow(ev)
                 cc = cat_get(cat)
                 if cc is None:
-                    cc = self._cat_code(cat)
+                    cc = self.cat_code(cat)
                 rule = rules[cc]
                 sc = 0
                 if rule == ARGS_OF_HOST_OP:
