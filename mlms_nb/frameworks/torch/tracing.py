@@ -9,7 +9,8 @@ position in this forward pass (a module called twice gets two indices), ``shape`
 ``memory`` = bytes of the output tensors the layer allocated (0 for an in-place layer whose output aliases its
 input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``, ``output_bytes``,
 ``out_shape``. Containers get no span of their own: their work outside children (a residual add) shows as ops.
-The calls are kept as plain tuples while tracing and become spans when tracing stops (see :class:`LayerHooks`).
+The calls are kept as tuples of plain values while tracing (nothing the garbage collector has to walk) and
+become spans when tracing stops (see :class:`LayerHooks`).
 
 **Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``) runs while tracing; on stop its Kineto events
 become ``kind="op"`` spans. Kineto stamps events on the Unix clock: they are moved onto the tracer's
@@ -20,6 +21,7 @@ encloses it, else its layer, else the ``predict`` span it ran in. CUDA kernels a
 """
 from __future__ import annotations
 
+import gc
 import time
 
 import numpy as np
@@ -231,8 +233,33 @@ class OpProfiler:
         with quiet(label="torch.profiler stop"):
             self._profile.stop()
         perf, wall = time.perf_counter_ns(), time.time_ns()
-        events = [e for e in self._profile.profiler.kineto_results.events() if _is_cpu_op(e)]
-        return add_ops(self.tracer, events, wall - perf, self._first_record)
+        gc_was = gc.isenabled()
+        gc.disable()  # tens of thousands of new tuples, none of them garbage: collections would only walk them
+        try:
+            ops = cpu_ops(self._profile.profiler.kineto_results.events())
+            return add_ops(self.tracer, ops, wall - perf, self._first_record)
+        finally:
+            if gc_was:
+                gc.enable()
+
+
+def cpu_ops(events) -> list[tuple]:
+    """Kineto events -> ``(start Unix ns, duration ns, thread id, name, shapes of the tensor inputs)`` of the
+    framework ops on the host, read in one pass (each accessor is a call into the bindings: each is called once
+    per event), shapes as tuples of ints."""
+    cpu = torch.autograd.DeviceType.CPU
+    out = []
+    append = out.append
+    for e in events:
+        kind = getattr(e, "activity_type", None)
+        if kind is not None:
+            if kind() != "cpu_op" or e.device_type() != cpu:
+                continue
+        elif not _is_cpu_op(e):
+            continue
+        append((e.start_ns(), e.duration_ns(), e.start_thread_id(), e.name(),
+                tuple(tuple(shape) for shape in e.shapes() if shape)))
+    return out
 
 
 def _is_cpu_op(event) -> bool:
@@ -246,17 +273,17 @@ def _is_cpu_op(event) -> bool:
     return not any(getattr(event, test, lambda: False)() for test in ("is_user_annotation", "is_python_function"))
 
 
-def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:
-    """Add Kineto CPU-op ``events`` to ``tracer`` (see the module docstring for the clock and the parents).
+def add_ops(tracer, ops: list[tuple], wall_offset_ns: int, first_record: int = 0) -> dict:
+    """Add CPU ops (:func:`cpu_ops` rows) to ``tracer`` (see the module docstring for the clock and the parents).
 
     ``wall_offset_ns``: Unix ns - perf_counter ns, read at one instant; ``first_record``: where in the tracer's
     records the layer / predict spans of this profiling session begin.
     """
-    if not events:
+    if not ops:
         return {"ops": 0}
-    start = np.fromiter((e.start_ns() for e in events), np.int64, len(events)) - wall_offset_ns
-    end = start + np.fromiter((e.duration_ns() for e in events), np.int64, len(events))
-    tids = np.fromiter((e.start_thread_id() for e in events), np.int64, len(events))
+    start = np.fromiter((o[0] for o in ops), np.int64, len(ops)) - wall_offset_ns
+    end = start + np.fromiter((o[1] for o in ops), np.int64, len(ops))
+    tids = np.fromiter((o[2] for o in ops), np.int64, len(ops))
     records = tracer.records(since=first_record)
     layers = np.array([(r.start_ns, r.end_ns, r.span_id) for r in records
                        if r.level == FRAMEWORK and r.kind == "layer"], np.int64).reshape(-1, 3)
@@ -274,25 +301,20 @@ def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:
     main_tid = np.bincount(tids).argmax() if len(tids) else 0
     native = tracer.thread_id()
 
-    order = np.lexsort((-end, start))
-    span_ids = np.zeros(len(events), np.int64)
+    order = np.lexsort((-end, start)).tolist()
+    # parent when no op encloses the op: its layer, else its predict call, else none
+    outer = np.where(layer_of >= 0, layers[np.maximum(layer_of, 0), 2] if len(layers) else 0,
+                     np.where(model_of >= 0, models[np.maximum(model_of, 0), 2] if len(models) else 0, 0)).tolist()
+    threads = np.where(tids == main_tid, native, tids).tolist()
+    op_parent, start, end = op_parent.tolist(), start.tolist(), end.tolist()
+    span_ids = [0] * len(ops)
     add = tracer.add_span
     for i in order:
-        e = events[i]
         p = op_parent[i]
-        if p >= 0:
-            parent = span_ids[p]
-        elif layer_of[i] >= 0:
-            parent = layers[layer_of[i], 2]
-        elif model_of[i] >= 0:
-            parent = models[model_of[i], 2]
-        else:
-            parent = 0
-        shapes = [s for s in e.shapes() if s]
-        span_ids[i] = add(e.name(), ML_LIBRARY, "op", int(start[i]), int(end[i]), int(parent),
-                          thread=native if tids[i] == main_tid else int(tids[i]),
-                          shape=tuple(tuple(s) for s in shapes), layer_type=e.name())
-    return {"ops": len(events), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
+        name = ops[i][3]
+        span_ids[i] = add(name, ML_LIBRARY, "op", start[i], end[i], span_ids[p] if p >= 0 else outer[i],
+                          thread=threads[i], shape=ops[i][4], layer_type=name)
+    return {"ops": len(ops), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
             "clock": "Kineto Unix ns -> perf_counter_ns by an anchor pair read at stop, plus clock_shift_ns"}
 
 
