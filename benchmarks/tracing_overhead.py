@@ -1,14 +1,16 @@
 """Tracing overhead: mlms-nb's FRAMEWORK and ML_LIBRARY tracing against torch.profiler, on EfficientNet-Lite0 (CPU).
 
-For each batch size, four ways to run the same predictor on the same batch, interleaved round by round
-(untraced, mlms-nb FRAMEWORK, torch.profiler, mlms-nb ML_LIBRARY, untraced, ...) so drift hits all alike:
+For each batch size, five ways to run the same predictor on the same batch, interleaved round by round
+(untraced, mlms-nb FRAMEWORK, torch.profiler, mlms-nb ML_LIBRARY, torch.profiler (shapes), untraced, ...) so drift hits all alike:
 
 - untraced: ``predictor.predict(batch)``;
 - mlms-nb FRAMEWORK: the same call with the predictor emitting a MODEL ``predict`` span and its layer spans
   (wrapped layer forwards) into a Tracer;
 - torch.profiler: the same call inside ``torch.profiler.profile(record_shapes=True, profile_memory=True)``
   (CPU activity), the profiler kept running across the round like our tracer is;
-- mlms-nb ML_LIBRARY: FRAMEWORK plus torch.profiler (CPU activity, ``record_shapes``) for the op spans.
+- mlms-nb ML_LIBRARY: FRAMEWORK plus torch.profiler (CPU activity, ``record_shapes``) for the op spans;
+- torch.profiler (shapes): the profiler as ML_LIBRARY runs it, alone: ML_LIBRARY's overhead minus this one is what
+  the layer spans add on top of the profiler.
 
 What is timed: each of ``--calls`` calls per way and round, alone (``time.perf_counter_ns`` around
 ``predict``); the ratio is the round's median latency / the untraced median of the same round. Starting and
@@ -69,22 +71,25 @@ def ours(level):
     return run
 
 
-def torch_profiler(predictor, batch, calls):
-    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True)
-    with quiet(label="torch.profiler start"):
-        prof.start()
-    try:
-        median, cpu = timed(predictor.predict, batch, calls)
-    finally:
-        t0 = time.perf_counter_ns()
-        with quiet(label="torch.profiler stop"):
-            prof.stop()
-        post = time.perf_counter_ns() - t0
-    return median, cpu, post / calls
+def torch_profiler(memory: bool):
+    def run(predictor, batch, calls):
+        prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=memory)
+        with quiet(label="torch.profiler start"):
+            prof.start()
+        try:
+            median, cpu = timed(predictor.predict, batch, calls)
+        finally:
+            t0 = time.perf_counter_ns()
+            with quiet(label="torch.profiler stop"):
+                prof.stop()
+            post = time.perf_counter_ns() - t0
+        return median, cpu, post / calls
+    return run
 
 
 WAYS = {"untraced": untraced, "mlms-nb FRAMEWORK": ours(TraceLevel.FRAMEWORK),
-        "torch.profiler (shapes+memory)": torch_profiler, "mlms-nb ML_LIBRARY": ours(TraceLevel.ML_LIBRARY)}
+        "torch.profiler (shapes+memory)": torch_profiler(True), "mlms-nb ML_LIBRARY": ours(TraceLevel.ML_LIBRARY),
+        "torch.profiler (shapes)": torch_profiler(False)}
 
 
 def main() -> None:
@@ -121,8 +126,10 @@ def main() -> None:
         for label, over in (("wall", ratio), ("cpu", cpu_ratio)):
             fw, ml, theirs = (np.median(over[k]) - 1 for k in
                               ("mlms-nb FRAMEWORK", "mlms-nb ML_LIBRARY", "torch.profiler (shapes+memory)"))
+            same = np.median(over["torch.profiler (shapes)"]) - 1
             print(f"{bs:>5}  {label:>4}: FRAMEWORK {fw:+.1%} (target <= +3%), {fw / theirs:.2f} of torch.profiler's "
-                  f"{theirs:+.1%}; ML_LIBRARY {ml:+.1%} (target <= torch.profiler's {theirs:+.1%})")
+                  f"{theirs:+.1%}; ML_LIBRARY {ml:+.1%} (target <= torch.profiler's {theirs:+.1%}; the profiler "
+                  f"as ML_LIBRARY runs it: {same:+.1%})")
 
 
 if __name__ == "__main__":
