@@ -14,9 +14,16 @@ shared machine wall time also counts the time the process waits for a core.
 - ``disabled level``: a MODEL tracer asked for a FRAMEWORK span
 - ``perf read()``: one :meth:`PerfEvents.read` on this thread (software events; skipped where perf events are
   not available)
+- ``torch layer call: wrapped forward``: what tracing adds to one call of a layer module at FRAMEWORK level
+  (:class:`~mlms_nb.frameworks.torch.tracing.LayerHooks` on a chain of ``Identity`` modules fed a 1x32x56x56
+  tensor), the untraced chain's time per module subtracted in the same round; ``--spans // 10`` calls
+- ``torch layer call: global hooks``: the same with torch's global module pre/post hooks doing nothing but
+  appending a clock read (the design the wrapper replaced: every module leaves ``Module.__call__``'s fast path)
+- ``torch layer span: flush``: turning one recorded layer call into its span when tracing stops (not on the hot
+  path; reported so that it is not hidden)
 
 Run: ``.venv/bin/python benchmarks/recording_costs.py [--rounds 7] [--spans 100000] [--clock cpu|wall]``. Prints the median ns per
-span (min..max over rounds).
+span (min..max over rounds). The torch ways need the ``torch`` extra.
 """
 from __future__ import annotations
 
@@ -80,8 +87,71 @@ def _disabled(n: int) -> float:
     return (_clock() - t0) / n
 
 
+def _torch_chain(modules: int = 50):
+    import torch
+
+    chain = torch.nn.Sequential(*[torch.nn.Identity() for _ in range(modules)])
+    return torch, chain, torch.zeros(1, 32, 56, 56)
+
+
+def _chain_ns(torch, chain, x, calls: int) -> float:
+    """ns per module call of ``calls`` passes through ``chain``."""
+    with torch.inference_mode():
+        t0 = _clock()
+        for _ in range(calls):
+            chain(x)
+        return (_clock() - t0) / calls / len(chain)
+
+
+def _torch_wrapped(n: int) -> float:
+    from mlms_nb.frameworks.torch.tracing import LayerHooks
+
+    torch, chain, x = _torch_chain()
+    calls = max(n // 10 // len(chain), 1)
+    bare = _chain_ns(torch, chain, x, calls)
+    hooks = LayerHooks(chain, Tracer(L.FRAMEWORK))
+    try:
+        traced = _chain_ns(torch, chain, x, calls)
+    finally:
+        hooks.remove()
+    return traced - bare
+
+
+def _torch_global_hooks(n: int) -> float:
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    torch, chain, x = _torch_chain()
+    calls = max(n // 10 // len(chain), 1)
+    bare = _chain_ns(torch, chain, x, calls)
+    stamps: list[int] = []
+    stamp, perf = stamps.append, time.perf_counter_ns
+    pre = register_module_forward_pre_hook(lambda module, args: stamp(perf()))
+    post = register_module_forward_hook(lambda module, args, output: stamp(perf()))
+    try:
+        traced = _chain_ns(torch, chain, x, calls)
+    finally:
+        pre.remove()
+        post.remove()
+    return traced - bare
+
+
+def _torch_flush(n: int) -> float:
+    from mlms_nb.frameworks.torch.tracing import LayerHooks
+
+    torch, chain, x = _torch_chain()
+    calls = max(n // 10 // len(chain), 1)
+    tracer = Tracer(L.FRAMEWORK)
+    hooks = LayerHooks(chain, tracer)
+    _chain_ns(torch, chain, x, calls)
+    t0 = _clock()
+    hooks.remove()
+    return (_clock() - t0) / len(tracer)
+
+
 WAYS = {"with span, no fields": _with_span, "with span, 3 fields": _with_fields,
-        "start/end (hook style)": _start_end, "add_span (importers)": _add_span, "disabled level": _disabled}
+        "start/end (hook style)": _start_end, "add_span (importers)": _add_span, "disabled level": _disabled,
+        "torch layer call: wrapped forward": _torch_wrapped, "torch layer call: global hooks": _torch_global_hooks,
+        "torch layer span: flush": _torch_flush}
 
 
 def _perf_read_ns(reads: int) -> float | None:
@@ -122,9 +192,9 @@ def main() -> None:
           f"perf), median (min..max) over rounds")
     for name, values in results.items():
         if not values:
-            print(f"{name:<26} not measured: perf events are not available here")
+            print(f"{name:<34} not measured: perf events are not available here")
             continue
-        print(f"{name:<26} {statistics.median(values):>8.0f} ns  ({min(values):.0f}..{max(values):.0f})")
+        print(f"{name:<34} {statistics.median(values):>8.0f} ns  ({min(values):.0f}..{max(values):.0f})")
 
 
 if __name__ == "__main__":

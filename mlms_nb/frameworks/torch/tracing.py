@@ -9,7 +9,8 @@ position in this forward pass (a module called twice gets two indices), ``shape`
 ``memory`` = bytes of the output tensors the layer allocated (0 for an in-place layer whose output aliases its
 input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``, ``output_bytes``,
 ``out_shape``. Containers get no span of their own: their work outside children (a residual add) shows as ops.
-The calls are kept as plain tuples while tracing and become spans when tracing stops (see :class:`LayerHooks`).
+The calls are kept as tuples of plain values while tracing (nothing the garbage collector has to walk) and
+become spans when tracing stops (see :class:`LayerHooks`).
 
 **Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``) runs while tracing; on stop its Kineto events
 become ``kind="op"`` spans. Kineto stamps events on the Unix clock: they are moved onto the tracer's
@@ -20,6 +21,7 @@ encloses it, else its layer, else the ``predict`` span it ran in. CUDA kernels a
 """
 from __future__ import annotations
 
+import gc
 import time
 
 import numpy as np
@@ -51,14 +53,19 @@ class LayerHooks:
     """Record one FRAMEWORK ``layer`` span per layer-module call into ``tracer``.
 
     Each layer module's ``forward`` is wrapped by an instance attribute, so ``Module.__call__`` keeps its
-    fast path (no hooks). The wrapper only reads the clock around the call and keeps the shapes and dtypes of
-    the tensors in and out (never the tensors: that would hold activations alive); parents, layer indices,
-    bytes and memory are worked out when :meth:`remove` flushes the calls into the tracer."""
+    fast path (no hooks; torch's global module hooks would put every module, containers too, on the slow path:
+    about 2 µs a module more than this wrapper, measured in benchmarks/recording_costs.py). The wrapper reads the
+    clock around the call and appends one flat tuple of plain values (:data:`CALL_FIELDS`): shapes as tuples of
+    ints and item sizes, never ``torch.Size`` or ``torch.dtype`` objects, so that the garbage collector
+    untracks the tuple at its first pass (a tuple holding a ``torch.Size`` stays tracked, and every full
+    collection of a long traced run walks all of them: that cost more than the wrapper itself). Nothing else
+    happens per call: parents, layer indices, names, bytes and memory are worked out when :meth:`remove`
+    flushes the calls into the tracer (once per distinct layer and shapes)."""
 
     def __init__(self, model: torch.nn.Module, tracer, cuda: bool = False) -> None:
         self.tracer = tracer
         self._first_record = len(tracer)
-        self._calls: list[tuple] = []  # (layer number, start_ns, end_ns, inputs, output, memory delta or None)
+        self._calls: list[tuple] = []  # one tuple per call, see CALL_FIELDS
         self._layers: list[tuple[str, str, int]] = []  # per layer number: name, type, parameter+buffer bytes
         self._patched: list[tuple[torch.nn.Module, object]] = []
         for number, (name, module) in enumerate(layer_modules(model)):
@@ -70,9 +77,8 @@ class LayerHooks:
             self._patched.append((module, own))
 
     def _wrap(self, number: int, forward, cuda: bool):
-        """The traced ``forward`` of layer ``number``: on the hot path two clock reads and one tuple of what the
-        call's tensors were (shape, dtype, whether an output is an input); a single tensor in and out (most
-        layers) skips the generic walk over the arguments."""
+        """The traced ``forward`` of layer ``number``: two clock reads and one tuple of plain values per call; a
+        single tensor in and out (most layers) skips the generic walk over the arguments."""
         record = self._calls.append
         perf = _perf_ns
         Tensor = _Tensor
@@ -96,9 +102,10 @@ class LayerHooks:
             t1 = perf()
             if output.__class__ is Tensor and len(args) == 1 and args[0].__class__ is Tensor:
                 a = args[0]
-                record((number, t0, t1, ((a.shape, a.dtype),), ((output.shape, output.dtype, output is a),), None))
+                record((number, t0, t1, tuple(a.shape), a.itemsize, tuple(output.shape), output.itemsize,
+                        output is a))
             else:
-                record((number, t0, t1, _in_info(args), _out_info(output, args), None))
+                record((number, t0, t1, _in_info(args), _out_info(output, args)))
             return output
 
         return traced_forward
@@ -118,8 +125,8 @@ class LayerHooks:
     def _flush(self, calls: list[tuple]) -> None:
         """Calls -> layer spans: parent = the innermost enclosing layer call, else the ``predict`` span the call
         ran in; ``layer_index`` = rank of the call's start within its predict call."""
-        starts = np.array([c[1] for c in calls], np.int64)
-        ends = np.array([c[2] for c in calls], np.int64)
+        starts = np.fromiter((c[1] for c in calls), np.int64, len(calls))
+        ends = np.fromiter((c[2] for c in calls), np.int64, len(calls))
         outer = containment_parents(np.zeros(len(calls), np.int64), starts, ends)
         records = self.tracer.records(since=self._first_record)
         models = np.array([(r.start_ns, r.end_ns, r.span_id, r.thread) for r in records
@@ -133,42 +140,69 @@ class LayerHooks:
         run_start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
         index[order] = np.arange(len(order)) - run_start
         native = self.tracer.thread_id()
-        span_ids = np.zeros(len(calls), np.int64)
+        model_ids = models[:, 2].tolist()
+        model_threads = models[:, 3].tolist()
+        span_ids = [0] * len(calls)
+        fields: dict[tuple, tuple] = {}  # (layer number, shapes...) -> (name, keyword fields): once per distinct call
         add = self.tracer.add_span
-        for i in order:
-            number, t0, t1, inputs, outputs, delta = calls[i]
-            name, layer_type, state = self._layers[number]
+        outer, model_of, index, starts, ends = outer.tolist(), model_of.tolist(), index.tolist(), starts.tolist(), \
+            ends.tolist()
+        for i in order.tolist():
+            call = calls[i]
+            key = call[:1] + call[3:]
+            found = fields.get(key)
+            if found is None:
+                found = fields[key] = self._fields(call)
+            name, kw = found
             m = model_of[i]
-            parent = span_ids[outer[i]] if outer[i] >= 0 else (models[m, 2] if m >= 0 else 0)
-            in_bytes = sum(_size(shape, dtype) for shape, dtype in inputs)
-            out_bytes = sum(_size(shape, dtype) for shape, dtype, _ in outputs)
-            memory = delta if delta is not None else sum(_size(shape, dtype) for shape, dtype, alias in outputs
-                                                          if not alias)
-            span_ids[i] = add(name, FRAMEWORK, "layer", int(t0), int(t1), int(parent),
-                              thread=int(models[m, 3]) if m >= 0 else native, layer_index=int(index[i]),
-                              layer_type=layer_type, shape=tuple(tuple(shape) for shape, _ in inputs),
-                              bytes=float(in_bytes + state + out_bytes), memory=float(memory), param_bytes=state,
-                              output_bytes=out_bytes, out_shape=tuple(tuple(shape) for shape, _, _ in outputs))
+            o = outer[i]
+            parent = span_ids[o] if o >= 0 else (model_ids[m] if m >= 0 else 0)
+            span_ids[i] = add(name, FRAMEWORK, "layer", starts[i], ends[i], parent,
+                              thread=model_threads[m] if m >= 0 else native, layer_index=index[i], **kw)
+
+    def _fields(self, call: tuple) -> tuple[str, dict]:
+        """A recorded call's layer name and the keyword fields of its span (all but ``layer_index``)."""
+        name, layer_type, state = self._layers[call[0]]
+        if len(call) == len(CALL_FIELDS):
+            inputs, outputs, delta = ((call[3], call[4]),), ((call[5], call[6], call[7]),), None
+        else:
+            inputs, outputs, delta = call[3], call[4], (call[5] if len(call) > 5 else None)
+        in_bytes = sum(_size(shape, itemsize) for shape, itemsize in inputs)
+        out_bytes = sum(_size(shape, itemsize) for shape, itemsize, _ in outputs)
+        memory = delta if delta is not None else sum(_size(shape, itemsize) for shape, itemsize, alias in outputs
+                                                      if not alias)
+        return name, dict(layer_type=layer_type, shape=tuple(shape for shape, _ in inputs),
+                          bytes=float(in_bytes + state + out_bytes), memory=float(memory), param_bytes=state,
+                          output_bytes=out_bytes, out_shape=tuple(shape for shape, _, _ in outputs))
+
+
+CALL_FIELDS = ("layer number", "start_ns", "end_ns", "input shape", "input itemsize", "output shape",
+               "output itemsize", "output is the input")
+"""What the wrapper records per call of a layer with one tensor in and one out (every value a plain int, bool or a
+tuple of ints). Other calls record ``(layer number, start_ns, end_ns, inputs, outputs[, memory delta])``:
+``inputs`` a tuple of ``(shape, itemsize)``, ``outputs`` of ``(shape, itemsize, aliases an input)``, and on CUDA
+the change of ``torch.cuda.memory_allocated`` over the call."""
 
 
 def _in_info(args: tuple) -> tuple:
-    """(shape, dtype) of each tensor argument."""
-    return tuple((a.shape, a.dtype) for a in args if isinstance(a, _Tensor))
+    """(shape, itemsize) of each tensor argument, as plain values."""
+    return tuple((tuple(a.shape), a.itemsize) for a in args if isinstance(a, _Tensor))
 
 
 def _out_info(output, args: tuple) -> tuple:
-    """(shape, dtype, aliases an input) of each tensor in ``output``."""
+    """(shape, itemsize, aliases an input) of each tensor in ``output``, as plain values."""
     if output.__class__ is _Tensor:
-        return ((output.shape, output.dtype, any(output is a for a in args)),)
-    return tuple((o.shape, o.dtype, any(o is a for a in args)) for o in _flatten(output) if isinstance(o, _Tensor))
+        return ((tuple(output.shape), output.itemsize, any(output is a for a in args)),)
+    return tuple((tuple(o.shape), o.itemsize, any(o is a for a in args)) for o in _flatten(output)
+                 if isinstance(o, _Tensor))
 
 
-def _size(shape, dtype) -> int:
-    """Bytes of a tensor of ``shape`` and ``dtype``."""
-    n = 1
+def _size(shape: tuple, itemsize: int) -> int:
+    """Bytes of a tensor of ``shape`` with ``itemsize``-byte elements."""
+    n = itemsize
     for d in shape:
         n *= d
-    return n * dtype.itemsize
+    return n
 
 
 def _flatten(value):
@@ -199,8 +233,33 @@ class OpProfiler:
         with quiet(label="torch.profiler stop"):
             self._profile.stop()
         perf, wall = time.perf_counter_ns(), time.time_ns()
-        events = [e for e in self._profile.profiler.kineto_results.events() if _is_cpu_op(e)]
-        return add_ops(self.tracer, events, wall - perf, self._first_record)
+        gc_was = gc.isenabled()
+        gc.disable()  # tens of thousands of new tuples, none of them garbage: collections would only walk them
+        try:
+            ops = cpu_ops(self._profile.profiler.kineto_results.events())
+            return add_ops(self.tracer, ops, wall - perf, self._first_record)
+        finally:
+            if gc_was:
+                gc.enable()
+
+
+def cpu_ops(events) -> list[tuple]:
+    """Kineto events -> ``(start Unix ns, duration ns, thread id, name, shapes of the tensor inputs)`` of the
+    framework ops on the host, read in one pass (each accessor is a call into the bindings: each is called once
+    per event), shapes as tuples of ints."""
+    cpu = torch.autograd.DeviceType.CPU
+    out = []
+    append = out.append
+    for e in events:
+        kind = getattr(e, "activity_type", None)
+        if kind is not None:
+            if kind() != "cpu_op" or e.device_type() != cpu:
+                continue
+        elif not _is_cpu_op(e):
+            continue
+        append((e.start_ns(), e.duration_ns(), e.start_thread_id(), e.name(),
+                tuple(tuple(shape) for shape in e.shapes() if shape)))
+    return out
 
 
 def _is_cpu_op(event) -> bool:
@@ -214,17 +273,17 @@ def _is_cpu_op(event) -> bool:
     return not any(getattr(event, test, lambda: False)() for test in ("is_user_annotation", "is_python_function"))
 
 
-def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:
-    """Add Kineto CPU-op ``events`` to ``tracer`` (see the module docstring for the clock and the parents).
+def add_ops(tracer, ops: list[tuple], wall_offset_ns: int, first_record: int = 0) -> dict:
+    """Add CPU ops (:func:`cpu_ops` rows) to ``tracer`` (see the module docstring for the clock and the parents).
 
     ``wall_offset_ns``: Unix ns - perf_counter ns, read at one instant; ``first_record``: where in the tracer's
     records the layer / predict spans of this profiling session begin.
     """
-    if not events:
+    if not ops:
         return {"ops": 0}
-    start = np.fromiter((e.start_ns() for e in events), np.int64, len(events)) - wall_offset_ns
-    end = start + np.fromiter((e.duration_ns() for e in events), np.int64, len(events))
-    tids = np.fromiter((e.start_thread_id() for e in events), np.int64, len(events))
+    start = np.fromiter((o[0] for o in ops), np.int64, len(ops)) - wall_offset_ns
+    end = start + np.fromiter((o[1] for o in ops), np.int64, len(ops))
+    tids = np.fromiter((o[2] for o in ops), np.int64, len(ops))
     records = tracer.records(since=first_record)
     layers = np.array([(r.start_ns, r.end_ns, r.span_id) for r in records
                        if r.level == FRAMEWORK and r.kind == "layer"], np.int64).reshape(-1, 3)
@@ -242,25 +301,20 @@ def add_ops(tracer, events, wall_offset_ns: int, first_record: int = 0) -> dict:
     main_tid = np.bincount(tids).argmax() if len(tids) else 0
     native = tracer.thread_id()
 
-    order = np.lexsort((-end, start))
-    span_ids = np.zeros(len(events), np.int64)
+    order = np.lexsort((-end, start)).tolist()
+    # parent when no op encloses the op: its layer, else its predict call, else none
+    outer = np.where(layer_of >= 0, layers[np.maximum(layer_of, 0), 2] if len(layers) else 0,
+                     np.where(model_of >= 0, models[np.maximum(model_of, 0), 2] if len(models) else 0, 0)).tolist()
+    threads = np.where(tids == main_tid, native, tids).tolist()
+    op_parent, start, end = op_parent.tolist(), start.tolist(), end.tolist()
+    span_ids = [0] * len(ops)
     add = tracer.add_span
     for i in order:
-        e = events[i]
         p = op_parent[i]
-        if p >= 0:
-            parent = span_ids[p]
-        elif layer_of[i] >= 0:
-            parent = layers[layer_of[i], 2]
-        elif model_of[i] >= 0:
-            parent = models[model_of[i], 2]
-        else:
-            parent = 0
-        shapes = [s for s in e.shapes() if s]
-        span_ids[i] = add(e.name(), ML_LIBRARY, "op", int(start[i]), int(end[i]), int(parent),
-                          thread=native if tids[i] == main_tid else int(tids[i]),
-                          shape=tuple(tuple(s) for s in shapes), layer_type=e.name())
-    return {"ops": len(events), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
+        name = ops[i][3]
+        span_ids[i] = add(name, ML_LIBRARY, "op", start[i], end[i], span_ids[p] if p >= 0 else outer[i],
+                          thread=threads[i], shape=ops[i][4], layer_type=name)
+    return {"ops": len(ops), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
             "clock": "Kineto Unix ns -> perf_counter_ns by an anchor pair read at stop, plus clock_shift_ns"}
 
 
