@@ -76,11 +76,11 @@ def cell(nb, tag: str):
 @pytest.fixture
 def fresh_home(shared_home, monkeypatch):
     """A new MLMS_HOME for this notebook: emptied of history, logs and caches, with the session's converted models
-    linked in. Its path is fixed per pytest worker, because a converted copy (the INT8 model) records the path of
-    the home it was built in, and a later notebook reads it there."""
+    linked in. One per test run and pytest worker, beside the run's own home (a converted copy, the INT8 model
+    included, records its files relative to the home, so the link to this run's artifacts is all it needs)."""
     import shutil
 
-    home = shared_home.parent / f"notebook-home-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    home = shared_home.parent / f"{shared_home.name}-notebooks-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
     if home.exists():
         for entry in home.iterdir():
             if entry.name != "artifacts":

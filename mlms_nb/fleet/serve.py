@@ -85,7 +85,7 @@ async def _scheduler(host: str, port: int, security) -> None:  # noqa: ANN001
     # its HTTP server (health checks, metrics) on any free port, so several schedulers can run on one machine
     async with Scheduler(host=host, port=port, protocol=protocol, security=security, dashboard=False,
                          dashboard_address=f"{host}:0") as scheduler:
-        print(f"mlms scheduler at {scheduler.address}", flush=True)
+        announce(f"mlms scheduler at {scheduler.address}")
         await scheduler.finished()
 
 
@@ -130,7 +130,7 @@ async def _agent(scheduler: str, name: str, plugin, host: str | None, security) 
                         memory_limit=0)
         async with worker:
             served = ", ".join(f"{fw} {v}" for fw, v in plugin.description["frameworks"].items())
-            print(f"mlms agent {name} at {worker.address} -> {scheduler} (serves {served})", flush=True)
+            announce(f"mlms agent {name} at {worker.address} -> {scheduler} (serves {served})")
             await worker.finished()
     except OSError as err:
         raise MlmsError(f"mlms agent: cannot reach the scheduler at {scheduler} ({err}); start one with "
@@ -140,6 +140,22 @@ async def _agent(scheduler: str, name: str, plugin, host: str | None, security) 
             raise MlmsError(f"mlms agent: the scheduler at {scheduler} already has an agent named {name!r}; give "
                             "this one another --name (or none: the default name is unique per process)") from None
         raise
+
+
+def announce(line: str) -> None:
+    """The ready line on stdout in one write: ``print`` writes the text and its newline apart when stdout is
+    unbuffered (PYTHONUNBUFFERED), and a log line from another thread (Dask's, forwarded to the same pipe when a
+    script reads both streams) could land between them and glue itself to the address a script reads."""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a file (captured): one write call is all there is
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return
+    data = (line + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def main_guard(run, *args, **kwargs) -> None:  # noqa: ANN001
