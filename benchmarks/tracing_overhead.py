@@ -42,8 +42,15 @@ from mlms_nb.frameworks import PredictorOptions, open_predictor
 from mlms_nb.tracing import Tracer, TraceLevel
 
 
+WARMUP_CALLS = 3
+"""Untimed calls at the start of each way's session: the first calls after another way's session ended (a
+profiler's buffers freed, the allocator's pages given back) are slower whichever way runs them."""
+
+
 def timed(predict, batch, calls: int) -> tuple[float, float]:
-    """(median ns of ``calls`` calls, this thread's CPU ns per call)."""
+    """(median ns of ``calls`` calls, this thread's CPU ns per call), after :data:`WARMUP_CALLS` untimed calls."""
+    for _ in range(WARMUP_CALLS):
+        predict(batch)
     times = []
     cpu0 = time.thread_time_ns()
     for _ in range(calls):
@@ -112,9 +119,10 @@ def main() -> None:
         for _ in range(3):
             predictor.predict(batch)
         runs = {name: [] for name in WAYS}
-        for _ in range(args.rounds):
-            for name, way in WAYS.items():
-                runs[name].append(way(predictor, batch, args.calls))
+        names = list(WAYS)
+        for r in range(args.rounds):  # each round starts with another way: no way always follows the same one
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                runs[name].append(WAYS[name](predictor, batch, args.calls))
         base = np.array(runs["untraced"])
         ratio, cpu_ratio = {}, {}
         for name in WAYS:
@@ -130,6 +138,14 @@ def main() -> None:
             print(f"{bs:>5}  {label:>4}: FRAMEWORK {fw:+.1%} (target <= +3%), {fw / theirs:.2f} of torch.profiler's "
                   f"{theirs:+.1%}; ML_LIBRARY {ml:+.1%} (target <= torch.profiler's {theirs:+.1%}; the profiler "
                   f"as ML_LIBRARY runs it: {same:+.1%})")
+        untraced_spread = np.percentile([t for t, _, _ in runs["untraced"]], [25, 75]) / np.median(
+            [t for t, _, _ in runs["untraced"]]) - 1
+        for name in names[1:]:
+            q1, q3 = np.percentile(ratio[name], [25, 75]) - 1
+            if q1 <= 0 <= q3:  # an overhead whose rounds straddle zero is noise, whichever sign its median has
+                print(f"{bs:>5}  note: {name}'s overhead is inside the noise (rounds' IQR {q1:+.1%}..{q3:+.1%}; the "
+                      f"untraced median itself varies {untraced_spread[0]:+.1%}..{untraced_spread[1]:+.1%} over "
+                      "rounds): more rounds or calls to resolve it")
 
 
 if __name__ == "__main__":

@@ -111,6 +111,12 @@ class OrtCausalLM:
         logits, *presents = self._decode.run(None, feed)
         return logits, OrtCache(presents, last)
 
+    @property
+    def sessions(self) -> tuple[Any, Any]:
+        """The prefill and decode-step ``InferenceSession`` (decode None without a KV cache): what a hand-written loop
+        over this very model calls (benchmarks/generate.py)."""
+        return self._prefill, self._decode
+
     def kv_cache_bytes(self, state: Any) -> int:
         if not self.kv_cache or state is None:
             return 0
