@@ -5,8 +5,6 @@
 # counts both runs together.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# one test run, one MLMS_HOME for both sessions (tests/conftest.py): the slow tests reuse the fast ones' converted models
-export MLMS_TEST_RUN=${MLMS_TEST_RUN:-$(date +%s)-$$}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 .venv/bin/python -m pytest -q -n 2 -m "not slow" -x "$@" 2>&1 | tee "$log"

@@ -23,10 +23,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # left can make a test pass or fail), shared by the run's xdist workers; runs of earlier days are removed. (Converted
 # models are not shared across runs through a link: a manifest's files are confined to MLMS_HOME once resolved.)
 _TESTS_HOME = Path(os.environ.get("MLMS_TEST_HOME", REPO / ".mlms_home" / "tests"))
-# scripts/test.sh names one run for its two pytest sessions (fast, then slow), so the slow one reuses the models the
-# fast one converted; a bare pytest is a run of its own (xdist's run id, which every worker shares).
-_RUN_ID = (os.environ.get("MLMS_TEST_RUN") or os.environ.get("PYTEST_XDIST_TESTRUNUID")
-           or os.environ.setdefault("MLMS_TEST_RUN", uuid.uuid4().hex[:12]))
+_RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or os.environ.setdefault("MLMS_TEST_RUN", uuid.uuid4().hex[:12])
 SESSION_HOME = _TESTS_HOME / "runs" / _RUN_ID
 
 
