@@ -111,6 +111,23 @@ def start_lab(tmp: Path, home: Path, timeout_s: float = 90) -> Lab:
     raise RuntimeError(f"jupyter lab did not answer within {timeout_s} s: {log.read_text()[-3000:]}")
 
 
+def lab_during(tmp: Path, make_run):
+    """JupyterLab started while ``make_run(home)`` makes a run in the same MLMS_HOME (the two overlap): a generator
+    for a module fixture, yielding (the Lab, the run) and stopping the server after."""
+    import threading
+
+    home = tmp / "mlms_home"
+    made = {}
+    worker = threading.Thread(target=lambda: made.setdefault("ev", make_run(home)))
+    worker.start()
+    server = start_lab(tmp, home)
+    worker.join()
+    try:
+        yield server, made["ev"]
+    finally:
+        server.stop()
+
+
 def small_traced_run(home: Path):
     """A real traced evaluation stored in ``home`` (history row + Parquet trace)."""
     import mlms_nb

@@ -8,13 +8,12 @@ import json
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from mlms_nb.analyses import BOKEHJS_MARK, FIGURE_MARK
-from tests.lab_support import BASE_URL, CHROMIUM, SMALL_RUN, launch_chromium, small_traced_run, start_lab
+from tests.lab_support import BASE_URL, CHROMIUM, SMALL_RUN, lab_during, launch_chromium, small_traced_run
 
 pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (the jupyter extra)")
 pytest.importorskip("torch", reason="the traced run needs PyTorch (the torch extra)")
@@ -29,17 +28,7 @@ ENDPOINTS = ("runs", "runs/{e}", "runs/{e}/traces/torch", "runs/{e}/traces/torch
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab started while a first traced run is made in the same MLMS_HOME (the two overlap)."""
-    tmp = tmp_path_factory.mktemp("lab")
-    home = tmp / "mlms_home"
-    made = {}
-    worker = threading.Thread(target=lambda: made.setdefault("ev", small_traced_run(home)))
-    worker.start()
-    server = start_lab(tmp, home)
-    worker.join()
-    try:
-        yield server, made["ev"]
-    finally:
-        server.stop()
+    yield from lab_during(tmp_path_factory.mktemp("lab"), small_traced_run)
 
 
 def get_json(lab, path):

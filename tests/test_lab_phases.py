@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from pathlib import Path
 
 import pytest
 
-from tests.lab_support import CHROMIUM, launch_chromium, start_lab
+from tests.lab_support import CHROMIUM, lab_during, launch_chromium
 
 pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (the jupyter extra)")
 pytest.importorskip("torch", reason="the generate run needs PyTorch (the torch extra)")
@@ -44,17 +43,7 @@ def generate_run(home):
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab started while the traced generate run is made in the same MLMS_HOME."""
-    tmp = tmp_path_factory.mktemp("lab_phases")
-    home = tmp / "mlms_home"
-    made = {}
-    worker = threading.Thread(target=lambda: made.setdefault("ev", generate_run(home)))
-    worker.start()
-    server = start_lab(tmp, home)
-    worker.join()
-    try:
-        yield server, made["ev"]
-    finally:
-        server.stop()
+    yield from lab_during(tmp_path_factory.mktemp("lab_phases"), generate_run)
 
 
 def pixel(page, tl: str, x: float, y: float) -> tuple[int, int, int]:
