@@ -157,6 +157,19 @@ class EventStream:
             return i
         return -1
 
+    def _parse_prefix(self, buf: bytearray, end: int) -> list | None:
+        """``buf[:end]`` parsed in place (no copy: a view released before ``buf`` is resized); None when it is not
+        valid JSON."""
+        mv = memoryview(buf)
+        part = mv[:end]
+        try:
+            return self.parse(part)
+        except ValueError:
+            return None
+        finally:
+            part.release()
+            mv.release()
+
     def _try_fast(self, buf: bytearray) -> list | None:
         """Parse ``buf[1 : last "},"]`` in place; None when there is no candidate or it is not an event end.
         ``buf[0]`` is a spare byte (the previous run's last byte); on success the run and its trailing comma
@@ -168,15 +181,7 @@ class EventStream:
         spare = buf[0]
         buf[0] = 0x5B  # "["
         buf[p + 1] = 0x5D  # "]"
-        mv = memoryview(buf)
-        part = mv[: p + 2]
-        try:
-            events = self.parse(part)
-        except ValueError:
-            events = None
-        finally:
-            part.release()
-            mv.release()
+        events = self._parse_prefix(buf, p + 2)
         if events is None:
             buf[0] = spare
             buf[p + 1] = 0x2C
@@ -197,15 +202,7 @@ class EventStream:
         comma = self._blank_leading_comma(buf, 1, k)
         spare = buf[0]
         buf[0] = 0x5B  # "["
-        mv = memoryview(buf)
-        part = mv[: k + 1]
-        try:
-            events = self.parse(part)
-        except ValueError:
-            events = None
-        finally:
-            part.release()
-            mv.release()
+        events = self._parse_prefix(buf, k + 1)
         if events is None:
             buf[0] = spare
             if comma >= 0:
