@@ -37,13 +37,18 @@ class PeopleFrame(pd.DataFrame):
         return table_text(_plain(pd.DataFrame(self)), max_rows=SHOWN_ROWS) if len(self.columns) else "(no columns)"
 
 
-def for_people(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` as a :class:`PeopleFrame` (its attrs kept); anything else as it is."""
-    if not isinstance(frame, pd.DataFrame) or isinstance(frame, PeopleFrame):
+def _shown_as(cls: type, frame):
+    """``frame`` as a ``cls`` frame, its attrs kept; anything else (or already one) as it is."""
+    if not isinstance(frame, pd.DataFrame) or isinstance(frame, cls):
         return frame
-    out = PeopleFrame(frame)
+    out = cls(frame)
     out.attrs = dict(frame.attrs)
     return out
+
+
+def for_people(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` as a :class:`PeopleFrame` (its attrs kept); anything else as it is."""
+    return _shown_as(PeopleFrame, frame)
 
 
 class FramesForPeople:
@@ -114,8 +119,4 @@ class SpansFrame(PeopleFrame):
 
 def spans_for_people(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` (a spans frame) as a :class:`SpansFrame`, its attrs kept."""
-    if not isinstance(frame, pd.DataFrame) or isinstance(frame, SpansFrame):
-        return frame
-    out = SpansFrame(frame)
-    out.attrs = dict(frame.attrs)
-    return out
+    return _shown_as(SpansFrame, frame)
