@@ -166,6 +166,17 @@ def _find_ids(blob: bytearray, a: np.ndarray, ends: np.ndarray, search) -> dict 
     return out
 
 
+def _codes(values: list, table: dict, add) -> np.ndarray:
+    """Each value's interned code (int32) from ``table``; values not in it yet are first given one by ``add``."""
+    try:
+        return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
+    except KeyError:  # a value not seen before
+        for value in dict.fromkeys(values):
+            if value not in table:
+                add(value)
+        return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
+
+
 def _skip_ws(a: np.ndarray, q: np.ndarray) -> np.ndarray:
     q = q.copy()
     while True:
@@ -251,15 +262,7 @@ def feed_raw(cols, run: Run) -> bool:
     nx = len(xs)
     # categories: known rules only
     cats = cols.cats
-    cat_list = list(map(_cat, xs))
-    try:
-        cc = np.fromiter(map(cats.__getitem__, cat_list), np.int32, nx)
-    except KeyError:  # a category not seen before
-        for c in dict.fromkeys(cat_list):
-            if c not in cats:
-                cols.cat_code(c)
-        cc = np.fromiter(map(cats.__getitem__, cat_list), np.int32, nx)
-    del cat_list
+    cc = _codes(list(map(_cat, xs)), cats, cols.cat_code)
     rule = np.asarray(cols.cat_rules, np.int64)[cc] if nx else np.zeros(0, np.int64)
     if not np.isin(rule, _FAST_RULES).all():
         return False
@@ -340,15 +343,7 @@ def feed_raw(cols, run: Run) -> bool:
     except (TypeError, ValueError, OverflowError):
         return False
     names = cols.names
-    name_list = list(map(_name, xs))
-    try:
-        nc = np.fromiter(map(names.__getitem__, name_list), np.int32, nx)
-    except KeyError:  # a name not seen before
-        for s in dict.fromkeys(name_list):
-            if s not in names:
-                names[s] = len(names)
-        nc = np.fromiter(map(names.__getitem__, name_list), np.int32, nx)
-    del name_list
+    nc = _codes(list(map(_name, xs)), names, lambda s: names.setdefault(s, len(names)))
     for col, (ev, val) in ids.items():
         if len(ev):
             rows, vals = cols.id_rows[col]
