@@ -17,7 +17,7 @@ failure never stops the others):
 6. ``timeline``: the traced GPU spans tiled to ``--timeline-spans`` (1M on a GPU run) and drawn by the timeline's
    level-of-detail plot; the time it took and the page's size.
 
-Run: ``bash scripts/gpu_check.sh [--dry-run] OUT_DIR``.
+Run: ``bash scripts/gpu_check.sh [--dry-run] [--steps a,b] OUT_DIR``.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -195,7 +196,7 @@ STEPS = [("environment", step_environment), ("gpu_tests", step_gpu_tests), ("bat
          ("kernels", step_kernels), ("roofline", step_roofline), ("timeline", step_timeline)]
 
 
-def run(out: Path, dry_run: bool) -> dict:
+def run(out: Path, dry_run: bool, steps: frozenset[str] = frozenset()) -> dict:
     gpu, why = _gpu()
     if not gpu and not dry_run:
         raise SystemExit(f"gpu_check: {why}; run with --dry-run on a machine without a GPU")
@@ -208,6 +209,8 @@ def run(out: Path, dry_run: bool) -> dict:
     report = {"dry_run": dry_run, "device": why if gpu else "cpu (dry run)", "started": time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "steps": {}}
     for name, step in STEPS:
+        if steps and name not in steps:
+            continue
         t0 = time.perf_counter()
         try:
             entry = {"status": "ok", **step(ctx)}
@@ -220,8 +223,9 @@ def run(out: Path, dry_run: bool) -> dict:
         report["steps"][name] = entry
         print(f"gpu_check: {name}: {entry['status']}" + (f" ({entry['why']})" if entry.get("why") else ""),
               flush=True)
-    (out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=_plain), encoding="utf-8")
-    (out / "gpu_check.md").write_text(markdown(report), encoding="utf-8")
+        # written after every step, so a run cut short by its time limit still leaves what it measured
+        (out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=_plain), encoding="utf-8")
+        (out / "gpu_check.md").write_text(markdown(report), encoding="utf-8")
     return report
 
 
@@ -268,9 +272,16 @@ def main() -> int:
     parser.add_argument("out", type=Path, help="the folder for gpu_check.json and gpu_check.md")
     parser.add_argument("--dry-run", action="store_true",
                         help="on a machine without a GPU: run what can run on the CPU, say why the rest is skipped")
+    parser.add_argument("--steps", default="", help="comma-separated step names to run (a rerun of the ones that "
+                        f"failed); all when empty: {', '.join(n for n, _ in STEPS)}")
     args = parser.parse_args()
-    os.environ.setdefault("MLMS_HOME", str(args.out / "mlms_home"))
-    report = run(args.out, args.dry_run)
+    steps = frozenset(s for s in args.steps.split(",") if s)
+    unknown = steps - {n for n, _ in STEPS}
+    if unknown:
+        parser.error(f"--steps: no step named {', '.join(sorted(unknown))}")
+    # outside OUT_DIR: the folder the GPU machine sends back holds the reports, not converted models and caches
+    os.environ.setdefault("MLMS_HOME", tempfile.mkdtemp(prefix="mlms-gpu-check-"))
+    report = run(args.out, args.dry_run, steps)
     failed = [n for n, e in report["steps"].items() if e["status"] == "failed"]
     if failed:
         print(f"gpu_check: failed: {', '.join(failed)} (see {args.out / 'gpu_check.md'})", file=sys.stderr)
