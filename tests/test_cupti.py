@@ -415,7 +415,7 @@ def test_one_recorder_at_a_time(monkeypatch):
 # --------------------------------------------------------------------------------------------- live (GPU)
 
 
-@pytest.mark.skipif(not _gpu_here(), reason="CUPTI cannot run here (no NVIDIA driver / GPU)")
+@pytest.mark.skipif(not _gpu_here(), reason=f"CUPTI cannot run here: {CuptiActivity.available()[1]}")
 def test_live_kernels_are_attributed_to_torch_layers():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

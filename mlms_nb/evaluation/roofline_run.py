@@ -180,10 +180,11 @@ def framework_roofline(evaluation, framework: str, per: str, device: str,
                  for bs in batch_sizes}
     else:
         costs = {bs: run_costs(evaluation, framework, bs) for bs in batch_sizes}
+    on_cpu = device == "cpu"  # host threads bound a CPU's ceilings, not a GPU's
     roof = _roofline.RoofContext(
         peak_iqr=ceilings.peak_flops_iqr, bandwidth_iqr=ceilings.bandwidth_iqr,
-        cache_bytes=last_level_cache_bytes() if device == "cpu" else None, ceiling_threads=ceilings.threads,
-        run_threads=threads, ceilings_noisy=_noisy(ceilings),
+        cache_bytes=last_level_cache_bytes(device), ceiling_threads=ceilings.threads if on_cpu else None,
+        run_threads=threads if on_cpu else None, ceilings_noisy=_noisy(ceilings),
         hints=span_hints(trace.spans) if trace is not None else {})
     source = f"{framework}'s ceilings: {ceilings.method}"
     peak, bw = ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s

@@ -57,8 +57,18 @@ def check_available(device: str) -> None:
         raise DeviceUnavailableError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
 
 
-def last_level_cache_bytes() -> int | None:
-    """Total size of the highest-level CPU cache over its instances (Linux sysfs); None where unknown."""
+def last_level_cache_bytes(device: str = "cpu") -> int | None:
+    """Total size of the highest-level CPU cache over its instances (Linux sysfs); on a CUDA device its L2 cache
+    (as PyTorch reports it); None where unknown."""
+    if device.startswith("cuda"):
+        import sys
+
+        torch = sys.modules.get("torch")  # a CUDA run has torch loaded; nothing is imported for this
+        try:
+            index = int(device.split(":")[1]) if ":" in device else 0
+            return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0) or 0) or None
+        except Exception:  # noqa: BLE001 - no torch, no CUDA: unknown
+            return None
     best: dict[str, tuple[int, int]] = {}  # shared_cpu_list -> (level, bytes)
     for folder in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cache/index[0-9]*"):
         try:

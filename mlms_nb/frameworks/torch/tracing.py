@@ -8,7 +8,8 @@ position in this forward pass (a module called twice gets two indices), ``shape`
 ``bytes`` = input + parameter/buffer + output tensor bytes (what the layer must at least read and write);
 ``memory`` = bytes of the output tensors the layer allocated (0 for an in-place layer whose output aliases its
 input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``, ``output_bytes``,
-``out_shape``. Containers get no span of their own: their work outside children (a residual add) shows as ops.
+``out_shape``. On CUDA each call is bracketed by ``torch.cuda.synchronize()``, so a layer's span covers its device
+work, not just its asynchronous launch. Containers get no span of their own: their work outside children (a residual add) shows as ops.
 The calls are kept as tuples of plain values while tracing (nothing the garbage collector has to walk) and
 become spans when tracing stops (see :class:`LayerHooks`).
 
@@ -85,11 +86,18 @@ class LayerHooks:
 
         if cuda:
             allocated = torch.cuda.memory_allocated
+            sync = torch.cuda.synchronize
 
             def traced_forward_cuda(*args, **kwargs):
+                # CUDA launches return before the device has run them: without a synchronize at both edges a
+                # layer's span would be its launch time on the host (a roofline far above its roof, on an H200);
+                # with them it is the layer's device time plus its launch, and the trace's overhead row shows
+                # what the serialisation costs
+                sync()
                 mem0 = allocated()
                 t0 = perf()
                 output = forward(*args, **kwargs)
+                sync()
                 t1 = perf()
                 record((number, t0, t1, _in_info(args), _out_info(output, args), allocated() - mem0))
                 return output
