@@ -192,11 +192,35 @@ def step_kernels(ctx: dict) -> dict:
         raise Skip(f"no device kernels in the trace ({why}); "
                    f"the {level} trace itself was made ({len(spans):,} spans) and the kernel analysis ran")
     total = float(device["duration_ns"].sum())
-    attributed = float(table["gpu_median_ms"].mul(table["repetitions"]).sum() * 1e6) if len(table) else 0.0
+    in_layer = _under_a_layer(spans, device)
+    outside = device[~in_layer]
     figures.update(kernels=int(len(device)), gpu_time_ms=total / 1e6, layers=int(len(table)),
-                   attributed_share_estimate=min(attributed / total, 1.0) if total else float("nan"),
-                   attributed_share_how="per-layer median GPU time x traced repetitions, over all device spans' time")
+                   attributed_share=float(device.loc[in_layer, "duration_ns"].sum()) / total if total else float("nan"),
+                   attributed_share_how="device time of the kernels, copies and memsets whose launch lies in a layer "
+                                        "span (CUPTI correlation, else time), over all device time in the trace",
+                   not_in_a_layer_ms=outside.groupby(outside["name"].astype(str).str[:60])["duration_ns"].sum()
+                   .div(1e6).sort_values(ascending=False).head(5).to_dict())
     return {"figures": figures}
+
+
+def _under_a_layer(spans, device):
+    """Per device span: whether a layer span is among its ancestors (the launch's parent is the layer)."""
+    parent = dict(zip(spans["span_id"].tolist(), spans["parent_id"].tolist()))
+    kind = dict(zip(spans["span_id"].tolist(), spans["kind"].astype(str).tolist()))
+    found = []
+    for span_id in device["span_id"].tolist():
+        node, hit = parent.get(span_id), False
+        for _ in range(8):
+            if node is None or node <= 0:
+                break
+            if kind.get(node) == "layer":
+                hit = True
+                break
+            node = parent.get(node)
+        found.append(hit)
+    import numpy as np
+
+    return np.asarray(found, bool)
 
 
 def step_roofline(ctx: dict) -> dict:
