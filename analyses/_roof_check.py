@@ -25,8 +25,9 @@ SHORT_SPAN_MS = 0.05  # a layer timed under 50 us is at the tracer's resolution 
 class RoofContext:
     """What the check knows beyond the roof itself: the ceilings' spread (same units as peak and bandwidth), the
     last-level cache size in bytes, the threads the ceilings were measured with and the run used (None: the
-    framework's default), whether the ceilings' repetitions spread widely, and per layer name a sentence saying
-    why its span may not hold its work (e.g. ``"fused work timed under one node: ..."``)."""
+    framework's default), whether the ceilings' repetitions spread widely, per layer name a sentence saying
+    why its span may not hold its work (e.g. ``"fused work timed under one node: ..."``), and sentences true of
+    the whole run that can put a point above its roof."""
     peak_iqr: float = 0.0
     bandwidth_iqr: float = 0.0
     cache_bytes: int | None = None
@@ -34,6 +35,7 @@ class RoofContext:
     run_threads: int | None = None
     ceilings_noisy: bool = False
     hints: Mapping[str, str] = field(default_factory=dict)
+    run_notes: tuple[str, ...] = ()  # causes true of the whole run (e.g. TF32 math against a float32 roof)
 
 
 def _mib(n: float) -> str:
@@ -56,6 +58,7 @@ def causes(row: Mapping, framework: str, ridge: float, ctx: RoofContext) -> list
     if (ctx.ceiling_threads or ctx.run_threads) and ctx.ceiling_threads != ctx.run_threads:
         out.append(f"the ceilings were measured with {ctx.ceiling_threads or 'the default'} threads, the run used "
                    f"{ctx.run_threads or 'the default'}")
+    out.extend(ctx.run_notes)
     if ctx.ceilings_noisy:
         out.append("the ceilings' repetitions spread widely: other work ran while they were measured (measure "
                    "them again on a quiet machine: machine_ceilings(..., refresh=True))")

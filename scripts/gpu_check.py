@@ -198,9 +198,37 @@ def step_kernels(ctx: dict) -> dict:
                    attributed_share=float(device.loc[in_layer, "duration_ns"].sum()) / total if total else float("nan"),
                    attributed_share_how="device time of the kernels, copies and memsets whose launch lies in a layer "
                                         "span (CUPTI correlation, else time), over all device time in the trace",
+                   launches=_launch_placement(spans), cupti=_short((getattr(ev.trace, "metadata", None) or {})
+                                                                   .get("cupti")),
                    not_in_a_layer_ms=outside.groupby(outside["name"].astype(str).str[:60])["duration_ns"].sum()
                    .div(1e6).sort_values(ascending=False).head(5).to_dict())
     return {"figures": figures}
+
+
+def _short(value, limit: int = 600):
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _launch_placement(spans) -> dict:
+    """Where CUPTI's API calls fell on the tracer's clock: in a layer span, in a predict span but no layer, or in
+    no predict span at all (a clock mapping that is off); and for the last, how far from the nearest predict."""
+    import numpy as np
+
+    runtime = spans[spans["kind"] == "runtime"]
+    predicts = spans[(spans["kind"] == "model") & (spans["name"] == "predict")]
+    starts, ends = predicts["start_ns"].to_numpy(np.int64), predicts["end_ns"].to_numpy(np.int64)
+    kind = dict(zip(spans["span_id"].tolist(), spans["kind"].astype(str).tolist()))
+    in_layer = np.array([kind.get(p) == "layer" for p in runtime["parent_id"].tolist()], bool)
+    mid = ((runtime["start_ns"].to_numpy(np.int64) + runtime["end_ns"].to_numpy(np.int64)) // 2)
+    inside = ((mid[:, None] >= starts[None, :]) & (mid[:, None] <= ends[None, :])).any(axis=1) if len(starts) else \
+        np.zeros(len(mid), bool)
+    gaps = np.array([min(np.min(np.abs(starts - m)), np.min(np.abs(ends - m))) for m in mid[~inside]]) \
+        if len(starts) and (~inside).any() else np.zeros(0)
+    return {"api_calls": int(len(runtime)), "in_a_layer": int(in_layer.sum()),
+            "in_predict_not_layer": int((inside & ~in_layer).sum()), "outside_every_predict": int((~inside).sum()),
+            "outside_median_distance_us": float(np.median(gaps) / 1e3) if len(gaps) else None,
+            "predict_calls": int(len(predicts))}
 
 
 def _under_a_layer(spans, device):

@@ -70,6 +70,31 @@ def test_points_above_their_roof_are_flagged_with_their_likely_cause():
     assert "measured with 1 threads, the run used 8" in other.set_index("layer_name").loc["fused", "roof_check_why"]
 
 
+def test_on_cuda_tf32_math_is_named_as_a_cause():
+    """A GPU run (found on an H200): torch's float32 convolutions may run in TF32, above a float32 roof measured
+    with TF32 off, so that is named as a cause where torch allows it, and only there."""
+    import torch
+
+    from mlms_nb.evaluation import roofline_run
+
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32  # torch's flags, not attributes
+    try:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = True, False
+        notes = roofline_run._tensor_math_notes("torch", "cuda", "float32")
+        assert len(notes) == 1 and "TF32" in notes[0] and "convolutions" in notes[0] and "matrix" not in notes[0]
+        assert roofline_run._tensor_math_notes("torch", "cpu", "float32") == ()
+        assert roofline_run._tensor_math_notes("onnxruntime", "cuda", "float32") == ()
+        torch.backends.cudnn.allow_tf32 = False
+        assert roofline_run._tensor_math_notes("torch", "cuda", "float32") == ()
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+    costs, latency = _frames()
+    table = roofline.compute(costs, latency, PEAK, BW, roof=roofline.RoofContext(run_notes=notes)).set_index(
+        "layer_name")
+    assert notes[0] in table.loc["fused", "roof_check_why"] and table.loc["slow", "roof_check_why"] == ""
+
+
 def test_the_plot_draws_points_above_their_roof_apart_with_a_legend_entry():
     pytest.importorskip("matplotlib")
     costs, latency = _frames()

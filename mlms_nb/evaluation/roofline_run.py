@@ -164,6 +164,24 @@ def _noisy(c: Ceilings) -> bool:
     return any(k.get("iqr", 0) > NOISY_SPREAD * k.get("median", k.get("best", 0)) for k in c.kernels)
 
 
+def _tensor_math_notes(framework: str, device: str, dtype: str) -> tuple[str, ...]:
+    """On CUDA, torch's float32 convolutions (and matmuls, where allowed) may run in TF32 on tensor cores: faster
+    than the float32 GEMM ceiling, which is measured with TF32 off. Read from torch's current settings."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if framework != "torch" or device == "cpu" or torch is None or dtype not in ("float32", ""):
+        return ()
+    allowed = [what for what, on in (("convolutions (torch.backends.cudnn.allow_tf32, on by default)",
+                                       torch.backends.cudnn.allow_tf32),
+                                      ("matrix products (torch.backends.cuda.matmul.allow_tf32)",
+                                       torch.backends.cuda.matmul.allow_tf32)) if on]
+    if not allowed:
+        return ()
+    return (f"float32 {' and '.join(allowed)} may run in TF32 on tensor cores, faster than the float32 GEMM "
+            "ceiling measured with TF32 off",)
+
+
 def framework_roofline(evaluation, framework: str, per: str, device: str,
                        cache: CeilingsCache | None) -> tuple[pd.DataFrame, Ceilings]:
     """One framework's roofline table (per layer or per model) under its own ceilings, and those ceilings."""
@@ -185,6 +203,7 @@ def framework_roofline(evaluation, framework: str, per: str, device: str,
         peak_iqr=ceilings.peak_flops_iqr, bandwidth_iqr=ceilings.bandwidth_iqr,
         cache_bytes=last_level_cache_bytes(device), ceiling_threads=ceilings.threads if on_cpu else None,
         run_threads=threads if on_cpu else None, ceilings_noisy=_noisy(ceilings),
+        run_notes=_tensor_math_notes(framework, device, ceilings.dtype),
         hints=span_hints(trace.spans) if trace is not None else {})
     source = f"{framework}'s ceilings: {ceilings.method}"
     peak, bw = ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s
