@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test suite in one pytest session on pytest-xdist workers (three on a two-core machine: much of a slow test is
-# waiting on a server, a browser or a kernel to start, and a third worker fills that time), stopping at the first
-# failure. The tests marked slow (real servers, browsers, clusters, whole notebooks) are handed out first, so the
-# long ones start at once and the fast ones fill in around them (tests/conftest.py orders them; `worksteal`
-# rebalances). Extra arguments go to pytest. Ends with one line that counts the tests.
+# waiting on a server, a browser or a kernel to start, and a third worker fills that time): the fast tests first,
+# then those marked slow (real servers, browsers, clusters, whole notebooks; tests/conftest.py orders them), stopping
+# at the first failure, so a broken basic behaviour shows in the first minutes; `worksteal` hands the slow ones to
+# whichever worker is free. One session instead of two saves a start-up and two idle tails. Extra arguments go to
+# pytest. Ends with one line that counts the tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 log=$(mktemp)

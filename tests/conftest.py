@@ -38,9 +38,10 @@ def _prepare_session_home() -> None:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The tests marked slow first (a stable sort: each module's order is kept): on the xdist workers the long tests
-    start at once and the short ones fill in around them, instead of a slow tail on one worker at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The fast tests first, then those marked slow (a stable sort: each module's order is kept), so that with ``-x``
+    a broken basic behaviour stops the run in its first minutes; xdist's ``worksteal`` then hands the slow ones to
+    whichever worker is free."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
 
 
 def pytest_configure(config):
