@@ -233,6 +233,8 @@ def _launch_placement(spans) -> dict:
 
 def _under_a_layer(spans, device):
     """Per device span: whether a layer span is among its ancestors (the launch's parent is the layer)."""
+    import numpy as np
+
     parent = dict(zip(spans["span_id"].tolist(), spans["parent_id"].tolist()))
     kind = dict(zip(spans["span_id"].tolist(), spans["kind"].astype(str).tolist()))
     found = []
@@ -246,8 +248,6 @@ def _under_a_layer(spans, device):
                 break
             node = parent.get(node)
         found.append(hit)
-    import numpy as np
-
     return np.asarray(found, bool)
 
 
