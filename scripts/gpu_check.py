@@ -12,9 +12,11 @@ failure never stops the others):
    the host, so the clock stamps finished device work; energy per inference from NVML (its method named).
 4. ``kernels``: a SYSTEM_LIBRARY trace (torch's Kineto with CUDA activities) of EfficientNet-Lite0; CUDA kernels
    attributed to layers, the attributed share of GPU time (goal >= 95%).
-5. ``roofline``: measured device ceilings (a large GEMM in the model's dtype, a device-to-device copy) and the
+5. ``cupti``: scripts/cupti_probe.py's cases, each in its own process: the clock mapping of CUPTI's records
+   alone and after torch.profiler has started, the share of device time attributed with it, the exit status.
+6. ``roofline``: measured device ceilings (a large GEMM in the model's dtype, a device-to-device copy) and the
    per-layer roofline of a FRAMEWORK trace against them: points above 100% of attainable, flagged or not.
-6. ``timeline``: the traced GPU spans tiled to ``--timeline-spans`` (1M on a GPU run) and drawn by the timeline's
+7. ``timeline``: the traced GPU spans tiled to ``--timeline-spans`` (1M on a GPU run) and drawn by the timeline's
    level-of-detail plot; the time it took and the page's size.
 
 Run: ``bash scripts/gpu_check.sh [--dry-run] [--steps a,b] OUT_DIR``.
@@ -251,6 +253,24 @@ def _under_a_layer(spans, device):
     return np.asarray(found, bool)
 
 
+def step_cupti(ctx: dict) -> dict:
+    """scripts/cupti_probe.py, each case in its own process: the clock mapping CUPTI's records got, the device
+    time attributed with it and with the get_timestamp anchor alone, and the process's exit status (a crash at
+    interpreter exit shows as a negative one)."""
+    if not ctx["gpu"]:
+        raise Skip(f"CUPTI records nothing without a GPU ({ctx['why']})")
+    from scripts.cupti_probe import CASES
+
+    figures = {}
+    for case in CASES:
+        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "cupti_probe.py"), "--case", case],
+                              capture_output=True, text=True, timeout=300, cwd=REPO)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        figures[case] = {"exit_status": proc.returncode, **(json.loads(lines[-1]) if lines else {}),
+                         "stderr_tail": proc.stderr[-600:]}
+    return {"figures": figures}
+
+
 def step_roofline(ctx: dict) -> dict:
     import mlms_nb.api
 
@@ -298,7 +318,7 @@ def step_timeline(ctx: dict) -> dict:
 
 
 STEPS = [("environment", step_environment), ("gpu_tests", step_gpu_tests), ("batch_sweep", step_batch_sweep),
-         ("kernels", step_kernels), ("roofline", step_roofline), ("timeline", step_timeline)]
+         ("kernels", step_kernels), ("cupti", step_cupti), ("roofline", step_roofline), ("timeline", step_timeline)]
 
 
 def run(out: Path, dry_run: bool, steps: frozenset[str] = frozenset()) -> dict:

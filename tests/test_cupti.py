@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from mlms_nb.errors import MlmsError
 from mlms_nb.profilers import cupti as cu
 from mlms_nb.profilers.cupti import CuptiActivity, CuptiConfig, clock_anchor
+from mlms_nb.profilers.cupti_clock import fit_clock
 from mlms_nb.profilers.cupti_convert import KindMap, convert_activity
 from mlms_nb.tracing import TraceLevel, Tracer
 from mlms_nb.tracing.attribution import innermost_enclosing, launching_calls
@@ -205,6 +207,72 @@ def test_clock_anchor_takes_the_tightest_bracket():
 
     perf, c, unc = clock_anchor(fake, tries=3)
     assert c in (1000, 2000, 3000) and unc >= 0 and perf > 0
+
+
+def tick_clock_profiler(record_calibration: bool = True) -> CuptiActivity:
+    """The fixture stamped on a tick clock (2.5 ticks per ns, as when PyTorch's profiler has registered the CPU's
+    time-stamp counter as CUPTI's timestamp callback), with the calibration calls made at start and stop; CUPTI's
+    own get_timestamp anchor (C0) says nothing about that clock."""
+    tid = threading.get_native_id()
+    t0 = 9_000_000_000_000
+
+    def tick(perf_offset):  # record time of perf P0 + perf_offset
+        return t0 + round(2.5 * perf_offset)
+
+    prof = CuptiActivity(CuptiConfig(kinds=("kernel", "memcpy", "memset", "runtime", "driver")))
+    prof._kind_map = KindMap(KIND_MAP.kinds, KIND_MAP.runtime_names, {**KIND_MAP.driver_names, 3: "cuDriverGetVersion"})
+    prof.anchor = (P0, C0, 100)
+    prof._calibration = {"start": [(P0 - 20_000 + 2_000 * i, P0 - 19_000 + 2_000 * i) for i in range(5)],
+                         "stop": [(P0 + 1_100_000 + 2_000 * i, P0 + 1_101_000 + 2_000 * i) for i in range(5)]}
+    prof._calibration_threads = {tid}
+    prof._calibration_cbid = 3
+    acts = []
+    for a in RECORDED["activities"]:
+        d = dict(a, kind=ACTIVITY_KIND[a["kind"]], start=tick(a["start"]), end=tick(a["end"]) if a["end"] else 0)
+        acts.append(SimpleNamespace(**d))
+    if record_calibration:
+        for p0, p1 in prof._calibration["start"] + prof._calibration["stop"]:
+            acts.append(SimpleNamespace(kind=4, cbid=3, start=tick(p0 - P0 + 300), end=tick(p1 - P0 - 300),
+                                        correlation_id=0, thread_id=tid))
+    prof._ingest(acts)
+    return prof
+
+
+def test_a_tick_clock_is_mapped_by_the_calibration_calls():
+    prof = tick_clock_profiler()
+    recs = prof.records()
+    assert len(recs) == len(RECORDED["activities"]) - 1  # calibration calls are not the user's records
+    conv = next(r for r in recs if r["kind"] == "kernel" and r["correlation_id"] == 102)
+    assert abs(conv["start_ns"] - (P0 + 140_000)) <= 2 and abs(conv["end_ns"] - (P0 + 520_000)) <= 2
+    clock = prof.clock()
+    assert clock.how == "calibrated, tick clock" and clock.slope == pytest.approx(0.4)
+    meta = prof.metadata
+    assert meta["clock"]["mapping"] == "calibrated, tick clock" and meta["clock_check"]["holds"]
+    # and attribution works on the mapped times, as with CUPTI's own clock
+    tracer, ids = layer_tracer()
+    att = attribute_records(recs, tracer.trace().spans.query("kind == 'layer'"))
+    assert att.loc[att["correlation_id"] == 102, "layer_name"].tolist() == ["features.0", "features.0"]
+
+
+def test_without_calibration_records_the_anchor_is_used_and_the_check_says_it_does_not_hold():
+    prof = tick_clock_profiler(record_calibration=False)
+    assert prof.clock().how == "anchor"
+    meta = prof.metadata
+    assert meta["clock_check"]["outside_recording"] > 0 and not meta["clock_check"]["holds"]
+
+
+def test_fit_clock():
+    brackets = [(1_000 + 100 * i, 1_010 + 100 * i) for i in range(5)]
+    later = [(b0 + 5_000_000, b1 + 5_000_000) for b0, b1 in brackets]
+    ns = fit_clock(brackets, [(b0 + 7, b1 - 1) for b0, b1 in brackets], later, [(b0 + 7, b1 - 1) for b0, b1 in later])
+    assert ns.how == "calibrated, ns clock" and ns.slope == 1.0 and abs(ns.to_perf(2_000) - 1_997) <= 1
+    shifted = fit_clock(brackets, [(b0 + 10**12, b1 + 10**12) for b0, b1 in brackets], later,
+                        [(b0 + 10**12 + 3, b1 + 10**12 + 3) for b0, b1 in later])  # 0.6 ppm of drift: a ns clock
+    assert shifted.slope == 1.0 and abs(shifted.to_perf(10**12 + 2_000) - 2_000) <= 2
+    ticks = fit_clock(brackets, [(3 * b0, 3 * b1) for b0, b1 in brackets], later, [(3 * b0, 3 * b1) for b0, b1 in later])
+    assert ticks.how == "calibrated, tick clock" and ticks.to_perf(3 * 4_000_000) == pytest.approx(4_000_000, abs=2)
+    assert fit_clock(brackets, [], later, []) is None  # CUPTI recorded none of the calls
+    assert fit_clock(brackets, brackets[:3], later, later) is None  # calls and records do not pair up
 
 
 # --------------------------------------------------------------------------------------------- attribution
@@ -410,6 +478,30 @@ def test_one_recorder_at_a_time(monkeypatch):
     monkeypatch.setattr(cu, "import_cupti", lambda: fake)
     with pytest.raises(MlmsError, match="already recording"):
         CuptiActivity().start()
+
+
+def test_start_and_stop_make_the_calibration_calls_with_driver_records_on_only_for_them(monkeypatch):
+    calls = []
+    enabled: list[int] = []
+    fake = SimpleNamespace(
+        ActivityKind=SimpleNamespace(**ACTIVITY_KIND), ActivityThreadIdType=SimpleNamespace(SYSTEM=1),
+        ActivityFlag=SimpleNamespace(FLUSH_FORCED=1), activity_register_callbacks=lambda a, b: None,
+        set_thread_id_type=lambda t: None, get_timestamp=time.perf_counter_ns,
+        activity_enable=enabled.append, activity_disable=enabled.remove, activity_flush_all=lambda flag: None)
+    driver = SimpleNamespace(cuDriverGetVersion=lambda: calls.append(sorted(enabled)) or (0, 13000))
+    monkeypatch.setattr(cu, "import_cupti", lambda: fake)
+    monkeypatch.setattr(cu, "_driver_module", lambda: driver)
+    monkeypatch.setattr(cu.KindMap, "of", classmethod(lambda cls, c: KindMap(
+        KIND_MAP.kinds, KIND_MAP.runtime_names, {3: "cuDriverGetVersion"})))
+    monkeypatch.setattr(cu, "_sync_current_context", lambda: None)
+    prof = CuptiActivity(CuptiConfig(kinds=("kernel", "runtime"))).start()
+    assert enabled == [10, 5]  # the driver kind is off again after the calibration calls
+    prof.stop()
+    assert enabled == [] and not prof.errors
+    assert len(calls) == 10 and all(4 in on for on in calls)  # 5 at start, 5 at stop, each with driver records on
+    assert [len(prof._calibration[w]) for w in ("start", "stop")] == [5, 5]
+    assert prof._calibration["start"][-1][1] <= prof._calibration["stop"][0][0]
+    assert prof._calibration_threads == {threading.get_native_id()} and prof._calibration_cbid == 3
 
 
 # --------------------------------------------------------------------------------------------- live (GPU)

@@ -21,8 +21,9 @@ def test_the_dry_run_runs_what_the_cpu_can_and_says_why_for_the_rest(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
     steps = report["steps"]
-    assert report["dry_run"] and list(steps) == ["environment", "gpu_tests", "batch_sweep", "kernels", "roofline",
-                                                 "timeline"]
+    assert report["dry_run"] and list(steps) == ["environment", "gpu_tests", "batch_sweep", "kernels", "cupti",
+                                                 "roofline", "timeline"]
+    assert steps["cupti"]["status"] == "skipped" and "without a GPU" in steps["cupti"]["why"]
     assert all(s["status"] in ("ok", "skipped") for s in steps.values()), steps
     assert all(s.get("why") for s in steps.values() if s["status"] == "skipped")
     assert steps["gpu_tests"]["status"] == "skipped" and steps["batch_sweep"]["status"] == "ok"

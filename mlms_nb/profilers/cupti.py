@@ -16,9 +16,13 @@ How it works (the live path, which needs a GPU):
   reused once the callback returns).
 - :meth:`CuptiActivity.stop` synchronises the current CUDA context (if any), forces a flush
   (``activity_flush_all``) and disables the kinds.
-- Times: CUPTI stamps records in ns on its own clock (the one ``cupti.get_timestamp()`` reads). An anchor pair
-  ``(perf_counter_ns, get_timestamp)`` taken at start (the tightest of a few brackets) gives the offset to
-  :func:`time.perf_counter_ns`, the tracer's clock; a second pair at stop is kept as ``metadata["drift_ns"]``.
+- Times: CUPTI stamps records on its own ns clock (the one ``cupti.get_timestamp()`` reads), or on another
+  client's: PyTorch's profiler registers a timestamp callback (the CPU's tick counter) whenever it starts on a GPU
+  machine. So the mapping to :func:`time.perf_counter_ns`, the tracer's clock, is measured from calibration calls
+  recorded at start and at stop (:mod:`mlms_nb.profilers.cupti_clock`); an anchor pair ``(perf_counter_ns,
+  get_timestamp)`` is the fallback when CUPTI recorded none. ``metadata["clock"]`` says which was used, and
+  ``metadata["clock_check"]`` counts the API calls of the recording thread that the mapping puts outside the
+  recording (0 when the mapping holds).
 
 :meth:`CuptiActivity.records` gives the recording as plain dicts
 (:data:`~mlms_nb.tracing.cuda_activity.RECORD_FIELDS`; the activity objects are converted by
@@ -29,12 +33,12 @@ activity where there is no GPU.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from mlms_nb.errors import FrameworkNotInstalledError, MlmsError
 from mlms_nb.profilers._base import Profiler, Row, first_line
+from mlms_nb.profilers.cupti_clock import ClockMap, bracket_calls, clock_anchor, fit_clock
 from mlms_nb.profilers.cupti_convert import CUPTI_KIND, KindMap, convert_activity, demangle, raw_to_record
 from mlms_nb.tracing.cuda_activity import API_KINDS, records_frame
 
@@ -78,23 +82,6 @@ class CuptiConfig:
             raise MlmsError(f"unknown CUPTI activity kind(s) {', '.join(map(repr, bad))}; "
                             f"expected some of {', '.join(ACTIVITY_KINDS)}")
         self.kinds = tuple(dict.fromkeys(kinds))
-
-
-# --------------------------------------------------------------------------------------------- clock
-
-
-def clock_anchor(cupti_timestamp, tries: int = 5) -> tuple[int, int, int]:
-    """``(perf_counter_ns, cupti_ns, uncertainty_ns)``: the tightest of ``tries`` brackets
-    ``perf -> cupti -> perf``, perf taken at the bracket's midpoint. ``cupti_timestamp``: a callable returning
-    CUPTI's clock (``cupti.get_timestamp``)."""
-    best = None
-    for _ in range(max(1, tries)):
-        p0 = time.perf_counter_ns()
-        c = int(cupti_timestamp())
-        p1 = time.perf_counter_ns()
-        if best is None or p1 - p0 < best[2]:
-            best = ((p0 + p1) // 2, c, p1 - p0)
-    return best
 
 
 # --------------------------------------------------------------------------------------------- the profiler
@@ -142,6 +129,11 @@ class CuptiActivity(Profiler):
         self._enabled: list[int] = []
         self.anchor: tuple[int, int, int] | None = None
         self.stop_anchor: tuple[int, int, int] | None = None
+        # calibration calls (cupti_clock): perf brackets at start and at stop, the threads that made them, the
+        # callback id CUPTI records them under
+        self._calibration: dict[str, list] = {"start": [], "stop": []}
+        self._calibration_threads: set[int] = set()
+        self._calibration_cbid: int | None = None
         self.dropped = 0  # records CUPTI delivered incomplete (no end time)
         self.errors: list[str] = []
 
@@ -197,6 +189,7 @@ class CuptiActivity(Profiler):
                 self._disable(cupti)
                 _active = None
                 raise
+            self._calibrate(cupti, "start")
         self.running = True
         return self
 
@@ -207,6 +200,7 @@ class CuptiActivity(Profiler):
         cupti = import_cupti()
         if self.config.sync_on_stop:
             _sync_current_context()
+        self._calibrate(cupti, "stop")
         try:
             cupti.activity_flush_all(int(getattr(cupti.ActivityFlag, "FLUSH_FORCED", 1)))
         finally:
@@ -221,6 +215,32 @@ class CuptiActivity(Profiler):
                 _active = None
             self.running = False
         return self
+
+    def _calibrate(self, cupti, when: str) -> None:
+        """Make the calibration calls (:mod:`mlms_nb.profilers.cupti_clock`), with CUPTI's driver API records on
+        for them; errors are kept in :attr:`errors` (the anchor is the fallback)."""
+        driver = _driver_module()
+        names = self._kind_map.driver_names if self._kind_map else {}
+        cbid = next((k for k, v in names.items() if v == "cuDriverGetVersion"), None)
+        if driver is None or cbid is None:
+            self.errors.append("no clock calibration: cuda-bindings' driver API or cuDriverGetVersion's callback id "
+                               "is missing")
+            return
+        kind = int(getattr(cupti.ActivityKind, CUPTI_KIND["driver"]))
+        own = kind not in self._enabled
+        try:
+            if own:
+                cupti.activity_enable(kind)
+            try:
+                self._calibration[when] = bracket_calls(driver.cuDriverGetVersion)
+            finally:
+                if own:
+                    cupti.activity_disable(kind)
+        except Exception as exc:  # noqa: BLE001
+            self.errors.append(f"clock calibration at {when}: {first_line(exc)}")
+            return
+        self._calibration_cbid = cbid
+        self._calibration_threads.add(threading.get_native_id())
 
     def _disable(self, cupti) -> None:
         for value in reversed(self._enabled):
@@ -261,6 +281,32 @@ class CuptiActivity(Profiler):
             raise MlmsError("CuptiActivity has not been started: no clock anchor yet")
         return self.anchor[0] - self.anchor[1]
 
+    def _split_calibration(self, raw: list[tuple]) -> tuple[list[tuple], ClockMap]:
+        """The records without the calibration calls (and without driver calls when "driver" was not asked
+        for), and the clock mapping: fitted from the calibration calls' records, else the start anchor."""
+        if self.anchor is None:
+            raise MlmsError("CuptiActivity has not been started: no clock anchor yet")
+        cbid, threads = self._calibration_cbid, self._calibration_threads
+        mine = sorted((r for r in raw if r[0] == "driver" and r[15] == cbid and r[8] in threads),
+                      key=lambda r: r[2]) if cbid is not None else []
+        n_start, n_stop = len(self._calibration["start"]), len(self._calibration["stop"])
+        clock = None
+        if n_start and len(mine) >= n_start + n_stop:
+            first, last = mine[:n_start], mine[len(mine) - n_stop:] if n_stop else []
+            clock = fit_clock(self._calibration["start"], [(r[2], r[3]) for r in first],
+                              self._calibration["stop"], [(r[2], r[3]) for r in last])
+            drop = {id(r) for r in first + last}
+            raw = [r for r in raw if id(r) not in drop]
+        if "driver" not in self.config.kinds:
+            raw = [r for r in raw if r[0] != "driver"]
+        return raw, clock or ClockMap.from_anchor(self.anchor)
+
+    def clock(self) -> ClockMap:
+        """How record times are moved onto perf_counter_ns (see :mod:`mlms_nb.profilers.cupti_clock`)."""
+        with self._raw_lock:
+            raw = list(self._raw)
+        return self._split_calibration(raw)[1]
+
     def records(self) -> list[dict]:
         """The activity recorded so far, as dicts (:data:`~mlms_nb.tracing.cuda_activity.RECORD_FIELDS`), sorted
         by start time, on the :func:`time.perf_counter_ns` clock."""
@@ -268,8 +314,8 @@ class CuptiActivity(Profiler):
             raw = list(self._raw)
         if not raw:
             return []
-        offset = self.offset_ns
-        recs = [raw_to_record(r, offset) for r in raw]
+        raw, clock = self._split_calibration(raw)
+        recs = [raw_to_record(r, clock.to_perf) for r in raw]
         if self.config.demangle:
             names = demangle(r["name"] for r in recs if r["kind"] == "kernel")
             for r in recs:
@@ -292,13 +338,35 @@ class CuptiActivity(Profiler):
         meta: dict[str, Any] = {"kinds": list(self.config.kinds), "records": len(self._raw),
                                 "dropped": self.dropped}
         if self.anchor is not None:
-            meta["clock"] = {"name": "cupti.get_timestamp", "offset_to_perf_ns": self.offset_ns,
+            with self._raw_lock:
+                raw = list(self._raw)
+            raw, clock = self._split_calibration(raw)
+            meta["records"] = len(raw)
+            meta["clock"] = {"name": "cupti.get_timestamp" if clock.how == "anchor" else "cuDriverGetVersion calls",
+                             **clock.describe(), "anchor_offset_to_perf_ns": self.offset_ns,
                              "anchor_uncertainty_ns": self.anchor[2]}
+            if clock.slope == 1.0:
+                meta["clock"]["offset_to_perf_ns"] = clock.p_ref - clock.c_ref
             if self.stop_anchor is not None:
                 meta["drift_ns"] = (self.stop_anchor[0] - self.stop_anchor[1]) - self.offset_ns
+            check = self._clock_check(raw, clock)
+            if check is not None:
+                meta["clock_check"] = check
         if self.errors:
             meta["errors"] = list(self.errors)
         return meta
+
+    def _clock_check(self, raw: list[tuple], clock: ClockMap) -> dict | None:
+        """The API calls the mapping puts outside the recording (CUPTI records calls only while recording, on every
+        thread, so each must lie between the first calibration call and the last): none when the mapping holds."""
+        start, stop = self._calibration["start"], self._calibration["stop"]
+        if not start or not stop:
+            return None
+        lo, hi = start[0][0] - clock.uncertainty_ns, stop[-1][1] + clock.uncertainty_ns
+        calls = [r for r in raw if r[0] in API_KINDS]
+        outside = sum(1 for r in calls if clock.to_perf(r[2]) < lo or clock.to_perf(r[3]) > hi)
+        return {"api_calls": len(calls), "outside_recording": outside, "holds": outside == 0,
+                "how": "API calls mapped between the first calibration call (at start) and the last (at stop)"}
 
     def clear(self) -> None:
         with self._raw_lock:
@@ -326,6 +394,18 @@ def _device_count() -> tuple[int | None, str]:
         return int(count), ""
     except Exception as exc:  # noqa: BLE001
         return None, first_line(exc)
+
+
+def _driver_module():
+    """cuda-bindings' driver API module (a cupti-python dependency), or None."""
+    try:
+        from cuda.bindings import driver  # noqa: PLC0415
+    except ImportError:
+        try:
+            from cuda import cuda as driver  # noqa: PLC0415 - cuda-python < 12.6
+        except ImportError:
+            return None
+    return driver
 
 
 def _sync_current_context() -> None:

@@ -99,12 +99,16 @@ def convert_activity(activity, kind_map: KindMap) -> tuple | None:
             None, cbid)
 
 
-def raw_to_record(raw: tuple, offset_ns: int) -> dict:
+def raw_to_record(raw: tuple, to_perf) -> dict:
     """A tuple from :func:`convert_activity` -> a record dict (:data:`RECORD_FIELDS`), times moved onto the
-    :func:`time.perf_counter_ns` clock by adding ``offset_ns``."""
+    :func:`time.perf_counter_ns` clock by ``to_perf`` (record time -> perf ns; an int adds that offset)."""
     (kind, name, start, end, corr, dev, ctx, stream, thread, nbytes, grid, block, regs, shmem, ck, cbid) = raw
+    if isinstance(to_perf, int):
+        start_ns, end_ns = start + to_perf, end + to_perf
+    else:
+        start_ns, end_ns = to_perf(start), to_perf(end)
     return {
-        "kind": kind, "name": name, "start_ns": start + offset_ns, "end_ns": end + offset_ns,
+        "kind": kind, "name": name, "start_ns": start_ns, "end_ns": end_ns,
         "correlation_id": corr, "device": f"cuda:{dev}" if dev >= 0 else "cpu", "device_id": dev,
         "context_id": ctx, "stream": stream, "thread": thread, "bytes": nbytes, "grid": grid, "block": block,
         "registers_per_thread": regs, "shared_memory": shmem, "copy_kind": ck, "cbid": cbid,
