@@ -52,6 +52,16 @@ def _empty(columns, analysis: str, meta: dict) -> pd.DataFrame:
     return frame
 
 
+def _clock_warning(meta: dict) -> str:
+    """A note clause when CUPTI's clock mapping did not hold (:mod:`mlms_nb.profilers.cupti_clock`): the kernels'
+    times, and so the layers they are filed under, may then be wrong."""
+    check = ((meta.get("cupti") or {}) if isinstance(meta, dict) else {}).get("clock_check") or {}
+    if not check or check.get("holds", True):
+        return ""
+    return (f"; WARNING: CUPTI's clock mapping put {check.get('outside_recording')} of {check.get('api_calls')} API "
+            f"calls outside the recording, so kernel times and the layers they are filed under may be wrong")
+
+
 def compute(trace) -> pd.DataFrame:
     """GPU vs CPU time per layer (see the module doc); an empty frame, with the reason in its note, when the
     trace holds no device kernels."""
@@ -80,13 +90,16 @@ def compute(trace) -> pd.DataFrame:
                           "gpu_median_ms": gpu[0.5], "gpu_p25_ms": gpu[0.25], "gpu_p75_ms": gpu[0.75]}).reset_index()
     table["gpu_over_cpu"] = table["gpu_median_ms"] / table["cpu_median_ms"]
     unowned = int((~attributed).sum())
+    device_ns = spans["duration_ns"].to_numpy(np.int64)[rows]
+    unowned_pct = 100.0 * device_ns[~attributed].sum() / device_ns.sum() if device_ns.sum() else 0.0
     table.attrs["analysis"] = "kernels_layers"
     table.attrs["note"] = ("cpu = the layer span's host self time (its duration minus nested layers'), gpu = the sum "
                            "of the durations of the device spans (kernels, copies, sets) it launched itself, as CUPTI "
                            "recorded them; median and p25/p75 over the traced predict calls; kernels run "
                            "asynchronously, so gpu can exceed cpu"
-                           + (f"; {unowned} device span(s) were launched outside any layer and are not counted here"
-                              if unowned else ""))
+                           + (f"; {unowned} device span(s), {unowned_pct:.1f}% of the device time, were launched "
+                              f"outside any layer and are not counted here" if unowned else "")
+                           + _clock_warning(meta))
     table.attrs["title"] = "GPU vs CPU time per layer"
     return table
 
@@ -108,7 +121,7 @@ def kernel_table(trace) -> pd.DataFrame:
     table.attrs["analysis"] = "kernels_table"
     table.attrs["note"] = ("device spans (kernels, memory copies and sets) recorded by CUPTI during the traced pass, "
                            "every batch size and repetition together; durations on the device's clock converted to "
-                           "ns; per launch: median, p25, p75, mean")
+                           "ns; per launch: median, p25, p75, mean" + _clock_warning(meta))
     table.attrs["title"] = "GPU kernels"
     return table
 
