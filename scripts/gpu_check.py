@@ -259,15 +259,16 @@ def step_cupti(ctx: dict) -> dict:
     interpreter exit shows as a negative one)."""
     if not ctx["gpu"]:
         raise Skip(f"CUPTI records nothing without a GPU ({ctx['why']})")
-    from scripts.cupti_probe import CASES
+    from scripts.cupti_probe import AT_EXIT, CASES
 
     figures = {}
-    for case in CASES:
-        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "cupti_probe.py"), "--case", case],
-                              capture_output=True, text=True, timeout=300, cwd=REPO)
+    runs = [(case, "recorder") for case in CASES] + [("after_profiler", how) for how in AT_EXIT[1:]]
+    for case, at_exit in runs:
+        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "cupti_probe.py"), "--case", case,
+                               "--at-exit", at_exit], capture_output=True, text=True, timeout=300, cwd=REPO)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        figures[case] = {"exit_status": proc.returncode, **(json.loads(lines[-1]) if lines else {}),
-                         "stderr_tail": proc.stderr[-600:]}
+        figures[case if at_exit == "recorder" else f"{case}, at exit: {at_exit}"] = {
+            "exit_status": proc.returncode, **(json.loads(lines[-1]) if lines else {}), "stderr_tail": proc.stderr[-600:]}
     return {"figures": figures}
 
 
