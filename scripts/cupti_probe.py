@@ -21,7 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CASES = ("alone", "after_profiler", "after_profiler_twice")
+CASES = ("alone", "after_profiler", "after_profiler_twice", "profiler_only", "recorder_first")
+"""alone: the recorder only; after_profiler(_twice): torch.profiler started first (as an evaluation does), once or
+twice; profiler_only: torch.profiler and the layer wrapper, no recorder (is a crash at exit ours?);
+recorder_first: the recorder started before torch.profiler and stopped after it."""
 AT_EXIT = ("recorder", "nothing", "flush")
 """What happens to CUPTI at interpreter exit: what CuptiActivity does (a flush and cuptiFinalize, registered at its
 first start, before Python is torn down); nothing (that hook removed); a forced flush only."""
@@ -50,7 +53,7 @@ def _share(records, layers) -> dict:
             "api_calls_in_a_layer": f"{int((api['layer_span_id'] != 0).sum())} of {len(api)}"}
 
 
-def one_pass(torch, model, x) -> dict:
+def one_pass(torch, model, x, record: bool = True, profiler_inside=None) -> dict:
     from mlms_nb.frameworks.torch.tracing import LayerHooks
     from mlms_nb.profilers.cupti import CuptiActivity, CuptiConfig, import_cupti
     from mlms_nb.profilers.cupti_convert import raw_to_record
@@ -58,15 +61,23 @@ def one_pass(torch, model, x) -> dict:
 
     tracer = Tracer(TraceLevel.SYSTEM_LIBRARY)
     hooks = LayerHooks(model, tracer, cuda=True)
-    prof = CuptiActivity(CuptiConfig(kinds=("kernel", "memcpy", "memset", "runtime"))).start()
+    prof = CuptiActivity(CuptiConfig(kinds=("kernel", "memcpy", "memset", "runtime"))).start() if record else None
+    if profiler_inside is not None:
+        profiler_inside.start()
     try:
         with torch.no_grad():
             for _ in range(3):
                 with tracer.span("predict", TraceLevel.MODEL, "model"):
                     model(x)
     finally:
-        prof.stop()
+        if profiler_inside is not None:
+            profiler_inside.stop()
+        if prof is not None:
+            prof.stop()
         hooks.remove()
+    if prof is None:
+        spans = tracer.trace().spans
+        return {"layers": int((spans["kind"] == "layer").sum())}
     cupti = import_cupti()
     clocks = {"cupti.get_timestamp": int(cupti.get_timestamp()), "time.time_ns": time.time_ns(),
               "time.perf_counter_ns": time.perf_counter_ns(), "time.monotonic_ns": time.monotonic_ns()}
@@ -105,19 +116,22 @@ def run_case(case: str, at_exit: str = "recorder") -> dict:
         model(x)  # warm up: cuDNN handles, lazy modules
     torch.cuda.synchronize()
     out: dict = {"case": case, "at_exit": at_exit, "torch": torch.__version__}
-    for k in range(2 if case == "after_profiler_twice" else 1):
-        profiler = None
-        if case != "alone":
-            from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile
 
-            profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+    for k in range(2 if case == "after_profiler_twice" else 1):
+        profiler = None if case == "alone" else profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        if case == "recorder_first":
+            out[f"pass{k + 1}"] = one_pass(torch, model, x, profiler_inside=profiler)
+            continue
+        if profiler is not None:
             profiler.start()
         try:
-            out[f"pass{k + 1}"] = one_pass(torch, model, x)
+            out[f"pass{k + 1}"] = one_pass(torch, model, x, record=case != "profiler_only")
         finally:
             if profiler is not None:
                 profiler.stop()
-    _at_exit(at_exit)  # after the recorder's first start, which registered its hook
+    if case != "profiler_only":
+        _at_exit(at_exit)  # after the recorder's first start, which registered its hook
     return out
 
 

@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -263,12 +264,22 @@ def step_cupti(ctx: dict) -> dict:
 
     figures = {}
     runs = [(case, "recorder") for case in CASES] + [("after_profiler", how) for how in AT_EXIT[1:]]
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a crash prints every thread's Python stack
     for case, at_exit in runs:
-        proc = subprocess.run([sys.executable, str(REPO / "scripts" / "cupti_probe.py"), "--case", case,
-                               "--at-exit", at_exit], capture_output=True, text=True, timeout=300, cwd=REPO)
+        command = [sys.executable, str(REPO / "scripts" / "cupti_probe.py"), "--case", case, "--at-exit", at_exit]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         figures[case if at_exit == "recorder" else f"{case}, at exit: {at_exit}"] = {
-            "exit_status": proc.returncode, **(json.loads(lines[-1]) if lines else {}), "stderr_tail": proc.stderr[-600:]}
+            "exit_status": proc.returncode, **(json.loads(lines[-1]) if lines else {}),
+            "stderr_tail": proc.stderr[-1500:]}
+    gdb = shutil.which("gdb")
+    if gdb:  # the native stack of the crash at exit, where the image has a debugger
+        command = [gdb, "-q", "-batch", "-ex", "run", "-ex", "bt 40", "-ex", "info threads", "--args", sys.executable,
+                   str(REPO / "scripts" / "cupti_probe.py"), "--case", "after_profiler"]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+        figures["gdb_backtrace"] = proc.stdout[-4000:]
+    else:
+        figures["gdb_backtrace"] = "no gdb on this machine"
     return {"figures": figures}
 
 
