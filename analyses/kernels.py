@@ -44,6 +44,8 @@ def _empty(columns, analysis: str, meta: dict) -> pd.DataFrame:
     frame = pd.DataFrame({c: [] for c in columns})
     unavailable = (meta.get("unavailable") or {}) if isinstance(meta, dict) else {}
     why = "; ".join(f"{k}: {v}" for k, v in unavailable.items() if "cupti" in k.lower() or "SYSTEM" in k)
+    warning = ((meta.get("cupti") or {}).get("warning") if isinstance(meta, dict) else None)
+    why = "; ".join(w for w in (why, warning) if w)
     frame.attrs["analysis"] = analysis
     frame.attrs["note"] = ("there are no device kernels in this trace (no span of kind kernel/memcpy/memset on a "
                            "GPU): it ran on the CPU, or was not traced at SYSTEM_LIBRARY level"

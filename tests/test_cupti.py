@@ -261,6 +261,14 @@ def test_without_calibration_records_the_anchor_is_used_and_the_check_says_it_do
     assert meta["clock_check"]["outside_recording"] > 0 and not meta["clock_check"]["holds"]
 
 
+def test_a_recording_that_got_none_of_its_own_calls_says_its_buffers_were_taken():
+    prof = tick_clock_profiler(record_calibration=False)
+    with prof._raw_lock:
+        prof._raw = []
+    assert "another CUPTI client took its activity buffers" in prof.metadata["warning"]
+    assert "warning" not in tick_clock_profiler().metadata
+
+
 def test_fit_clock():
     brackets = [(1_000 + 100 * i, 1_010 + 100 * i) for i in range(5)]
     later = [(b0 + 5_000_000, b1 + 5_000_000) for b0, b1 in brackets]
@@ -502,6 +510,7 @@ def test_start_and_stop_make_the_calibration_calls_with_driver_records_on_only_f
     assert enabled == [10, 5]  # the driver kind is off again after the calibration calls
     prof.stop()
     assert enabled == [] and not prof.errors
+    assert calls.pop(0) == "flush"  # another client's buffers go back to it before our callbacks are registered
     assert calls.pop(-1) == "flush"
     assert len(calls) == 10 and all(4 in on for on in calls)  # 5 at start, 5 at stop, each with driver records on
     # CUPTI is detached before Python is torn down (another client's teardown must not call our callbacks later)

@@ -200,7 +200,11 @@ class CuptiActivity(Profiler):
             self._kind_map = KindMap.of(cupti)
             _buffer_size = int(self.config.buffer_size)
             # Every start, not once per process: another CUPTI client (Kineto, whenever torch.profiler starts) may
-            # have registered its own callbacks since, and CUPTI delivers buffers to the last one registered.
+            # have registered its own callbacks since, and CUPTI delivers buffers to the last one registered. First
+            # a forced flush, so that every buffer that client was handed goes back to it: delivered to ours,
+            # cupti-python frees memory it did not allocate (on an H200: a SIGSEGV or "double free or corruption"
+            # at exit of every process that ran torch.profiler before this recorder).
+            cupti.activity_flush_all(int(getattr(cupti.ActivityFlag, "FLUSH_FORCED", 1)))
             cupti.activity_register_callbacks(_buffer_requested, _buffer_completed)
             _register_exit_hook()
             try:  # API records then carry gettid() ids, the ones threading.get_native_id() gives
@@ -383,6 +387,10 @@ class CuptiActivity(Profiler):
             check = self._clock_check(raw, clock)
             if check is not None:
                 meta["clock_check"] = check
+            if self._calibration["stop"] and clock.how == "anchor" and not raw:
+                meta["warning"] = ("CUPTI delivered no records, not even this recorder's own calibration calls: "
+                                   "another CUPTI client took its activity buffers (torch.profiler started after "
+                                   "this recorder?), so the kernels of this run are missing")
         if self.errors:
             meta["errors"] = list(self.errors)
         return meta
