@@ -1,7 +1,7 @@
 """How CUPTI's records line up with a traced torch model, one case per process (a GPU machine; the GPU check's
 ``cupti`` step runs every case).
 
-    python scripts/cupti_probe.py --case alone|after_profiler|after_profiler_twice [--at-exit recorder|nothing|flush]
+    python scripts/cupti_probe.py --case alone|after_profiler|after_profiler_twice|profiler_only|recorder_first
 
 A small conv net on ``cuda`` runs three predict calls under mlms-nb's layer wrapper (FRAMEWORK spans, each call
 bracketed by synchronisation) and a :class:`~mlms_nb.profilers.cupti.CuptiActivity`; ``after_profiler`` first
@@ -25,9 +25,6 @@ CASES = ("alone", "after_profiler", "after_profiler_twice", "profiler_only", "re
 """alone: the recorder only; after_profiler(_twice): torch.profiler started first (as an evaluation does), once or
 twice; profiler_only: torch.profiler and the layer wrapper, no recorder (is a crash at exit ours?);
 recorder_first: the recorder started before torch.profiler and stopped after it."""
-AT_EXIT = ("recorder", "nothing", "flush")
-"""What happens to CUPTI at interpreter exit: what CuptiActivity does (a flush and cuptiFinalize, registered at its
-first start, before Python is torn down); nothing (that hook removed); a forced flush only."""
 
 
 def _model(torch):
@@ -94,20 +91,7 @@ def one_pass(torch, model, x, record: bool = True, profiler_inside=None) -> dict
             "anchor_only": _share(anchor_records, layers)}
 
 
-def _at_exit(how: str) -> None:
-    import atexit
-
-    from mlms_nb.profilers import cupti as recorder
-
-    if how == "recorder":
-        return
-    atexit.unregister(recorder._detach_at_exit)
-    if how == "flush":
-        cupti = recorder.import_cupti()
-        atexit.register(lambda: cupti.activity_flush_all(1))
-
-
-def run_case(case: str, at_exit: str = "recorder") -> dict:
+def run_case(case: str) -> dict:
     import torch
 
     model = _model(torch)
@@ -115,7 +99,7 @@ def run_case(case: str, at_exit: str = "recorder") -> dict:
     with torch.no_grad():
         model(x)  # warm up: cuDNN handles, lazy modules
     torch.cuda.synchronize()
-    out: dict = {"case": case, "at_exit": at_exit, "torch": torch.__version__}
+    out: dict = {"case": case, "torch": torch.__version__}
     from torch.profiler import ProfilerActivity, profile
 
     for k in range(2 if case == "after_profiler_twice" else 1):
@@ -130,17 +114,14 @@ def run_case(case: str, at_exit: str = "recorder") -> dict:
         finally:
             if profiler is not None:
                 profiler.stop()
-    if case != "profiler_only":
-        _at_exit(at_exit)  # after the recorder's first start, which registered its hook
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=CASES, required=True)
-    parser.add_argument("--at-exit", choices=AT_EXIT, default="recorder")
     args = parser.parse_args()
-    print(json.dumps(run_case(args.case, args.at_exit), default=str), flush=True)
+    print(json.dumps(run_case(args.case), default=str), flush=True)
     return 0
 
 

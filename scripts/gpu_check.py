@@ -260,16 +260,15 @@ def step_cupti(ctx: dict) -> dict:
     interpreter exit shows as a negative one)."""
     if not ctx["gpu"]:
         raise Skip(f"CUPTI records nothing without a GPU ({ctx['why']})")
-    from scripts.cupti_probe import AT_EXIT, CASES
+    from scripts.cupti_probe import CASES
 
     figures = {}
-    runs = [(case, "recorder") for case in CASES] + [("after_profiler", how) for how in AT_EXIT[1:]]
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}  # a crash prints every thread's Python stack
-    for case, at_exit in runs:
-        command = [sys.executable, str(REPO / "scripts" / "cupti_probe.py"), "--case", case, "--at-exit", at_exit]
+    for case in CASES:
+        command = [sys.executable, str(REPO / "scripts" / "cupti_probe.py"), "--case", case]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        figures[case if at_exit == "recorder" else f"{case}, at exit: {at_exit}"] = {
+        figures[case] = {
             "exit_status": proc.returncode, **(json.loads(lines[-1]) if lines else {}),
             "stderr_tail": proc.stderr[-1500:]}
     gdb = shutil.which("gdb")

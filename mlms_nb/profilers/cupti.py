@@ -93,36 +93,6 @@ _active: "CuptiActivity | None" = None
 _buffer_size = 8 << 20
 
 
-_exit_hook_registered = False
-
-
-def _detach_at_exit() -> None:
-    """At interpreter exit, before Python is torn down: flush what CUPTI still holds and detach CUPTI
-    (cuptiFinalize). Our buffer callbacks are Python functions and stay registered after a recording; another CUPTI
-    client's teardown (Kineto's, when torch.profiler ran in the process) flushed into them after Python was gone and
-    killed the process on an H200 (SIGSEGV, or glibc's "double free or corruption")."""
-    if _active is not None:
-        try:
-            _active.stop()
-        except Exception:  # noqa: BLE001 - exiting: nothing left to tell
-            pass
-    try:
-        cupti = import_cupti()
-        cupti.activity_flush_all(int(getattr(cupti.ActivityFlag, "FLUSH_FORCED", 1)))
-        cupti.finalize()
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def _register_exit_hook() -> None:
-    global _exit_hook_registered
-    if not _exit_hook_registered:
-        import atexit  # noqa: PLC0415
-
-        atexit.register(_detach_at_exit)
-        _exit_hook_registered = True
-
-
 def _buffer_requested():
     return _buffer_size, 0
 
@@ -206,7 +176,6 @@ class CuptiActivity(Profiler):
             # at exit of every process that ran torch.profiler before this recorder).
             cupti.activity_flush_all(int(getattr(cupti.ActivityFlag, "FLUSH_FORCED", 1)))
             cupti.activity_register_callbacks(_buffer_requested, _buffer_completed)
-            _register_exit_hook()
             try:  # API records then carry gettid() ids, the ones threading.get_native_id() gives
                 cupti.set_thread_id_type(cupti.ActivityThreadIdType.SYSTEM)
             except Exception as exc:  # noqa: BLE001
