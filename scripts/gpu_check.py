@@ -10,7 +10,7 @@ failure never stops the others):
 3. ``batch_sweep``: MLModelScope's Figure 4: EfficientNet-Lite0 and ResNet-50 in torch at batch sizes 1..1024
    (powers of two), latency and throughput per batch size with spread; each call ends with the outputs copied to
    the host, so the clock stamps finished device work; energy per inference from NVML (its method named).
-4. ``kernels``: a SYSTEM_LIBRARY trace (torch's Kineto with CUDA activities) of EfficientNet-Lite0; CUDA kernels
+4. ``kernels``: a SYSTEM_LIBRARY trace (CUPTI, beside torch.profiler's CPU ops) of EfficientNet-Lite0; CUDA kernels
    attributed to layers, the attributed share of GPU time (goal >= 95%).
 5. ``cupti``: scripts/cupti_probe.py's cases, each in its own process: the clock mapping of CUPTI's records
    alone and after torch.profiler has started, the share of device time attributed with it, the exit status.
