@@ -21,14 +21,26 @@ fi
 # torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out. pip would byte-compile every file
 # of TensorFlow, torch and the rest on one core (most of a minute and a half); compileall below does it on all cores.
 # Compiled ahead either way: where PYTHONDONTWRITEBYTECODE is set, nothing compiled later is kept.
-.venv/bin/python -m pip install -q --no-compile -e '.[all,dev]'
+# uv installs the same versions as pip (the same 207 distributions here) in under a third of the time (27 s against
+# 91 s for the line below on 2 cores, uv's cache empty, pip's full); uv does not read pip's configuration, so pip's
+# index, find-links and constraints are handed to it. Where uv cannot be installed or fails, pip does the work.
+.venv/bin/python -m pip install -q uv >/dev/null 2>&1 || true
+install() {
+  if [ -x .venv/bin/uv ]; then
+    mapfile -t uv_args < <(.venv/bin/python scripts/uv_args.py)
+    .venv/bin/uv pip install -q --python .venv/bin/python "${uv_args[@]}" "$@" && return 0
+    echo "note: uv could not install $*; pip will" >&2
+  fi
+  .venv/bin/python -m pip install -q --no-compile "$@"
+}
+install -e '.[all,dev]'
 [ -n "${HATCH_JUPYTER_BUILDER_SKIP_NPM:-}" ] || echo "$labext_sha" > labextension/build/sources.sha256
 # foolbox only carries the 20 labeled ImageNet photos (imagenet-samples); its dependencies are not needed.
-.venv/bin/python -m pip install -q --no-compile --no-deps 'foolbox==3.3.4'
+install --no-deps 'foolbox==3.3.4'
 # keras-hub (TensorFlow generation: GPT-2/Llama/Qwen2 with ported weights) requires tensorflow-text, which requires
 # the full `tensorflow` distribution beside tensorflow-cpu; what generation uses imports without it (pyproject's
 # tf-generate extra is the route with every dependency).
-.venv/bin/python -m pip install -q --no-compile --no-deps 'keras-hub>=0.32,<0.33'
+install --no-deps 'keras-hub>=0.32,<0.33'
 .venv/bin/python -m compileall -q -j 0 .venv/lib/python3*/site-packages >/dev/null 2>&1 || true  # a few packages ship files for other Pythons
 # the kernel the example notebooks run on
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
