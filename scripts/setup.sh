@@ -33,7 +33,9 @@ install() {
   fi
   .venv/bin/python -m pip install -q --no-compile "$@"
 }
-install -e '.[all,dev]'
+# editables: what hatchling's exact editable install (dev-mode-exact) imports at start-up; the built editable wheel
+# asks for it, but uv resolves a local project from pyproject.toml and never sees that requirement
+install -e '.[all,dev]' 'editables~=0.3'
 [ -n "${HATCH_JUPYTER_BUILDER_SKIP_NPM:-}" ] || echo "$labext_sha" > labextension/build/sources.sha256
 # foolbox only carries the 20 labeled ImageNet photos (imagenet-samples); its dependencies are not needed.
 install --no-deps 'foolbox==3.3.4'
