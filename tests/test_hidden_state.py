@@ -5,6 +5,8 @@ its captured outputs equal a fresh module per item; without it the evaluation re
 and measures nothing. A stateless module passes the check at the cost of one extra call."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import yaml
@@ -171,7 +173,9 @@ def test_ordered_chunks_of_audio_files_reset_per_file_and_carry_state_within(mod
         t = np.arange(samples) / 16000
         soundfile.write(folder / "audio" / f"clip{i}.wav", (0.5 * np.sin(2 * np.pi * 900 * (i + 1) * t)).astype(
             np.float32), 16000)
-    data = yaml.safe_load((folder / "running.yaml").read_text())
+    # its own manifest: under worksteal the test that writes running.yaml may run on another worker, or after this one
+    data = yaml.safe_load(Path(_manifest(folder, "running", "running.pt", reset="reset_states",
+                                         file="running_for_audio")).read_text())
     data["inputs"][0]["type"] = "audio"
     data["preprocess"] = [{"decode_audio": {"sample_rate": 16000}}, {"chunk": {"size": FEATURES}}]
     (folder / "running_audio.yaml").write_text(yaml.safe_dump(data))
