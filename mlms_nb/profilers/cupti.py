@@ -21,8 +21,8 @@ How it works (the live path, which needs a GPU):
   machine. So the mapping to :func:`time.perf_counter_ns`, the tracer's clock, is measured from calibration calls
   recorded at start and at stop (:mod:`mlms_nb.profilers.cupti_clock`); an anchor pair ``(perf_counter_ns,
   get_timestamp)`` is the fallback when CUPTI recorded none. ``metadata["clock"]`` says which was used, and
-  ``metadata["clock_check"]`` counts the API calls of the recording thread that the mapping puts outside the
-  recording (0 when the mapping holds).
+  ``metadata["clock_check"]`` counts the API calls (of any thread) that the mapping puts outside the recording
+  (0 when the mapping holds).
 
 :meth:`CuptiActivity.records` gives the recording as plain dicts
 (:data:`~mlms_nb.tracing.cuda_activity.RECORD_FIELDS`; the activity objects are converted by
@@ -349,8 +349,6 @@ class CuptiActivity(Profiler):
             meta["clock"] = {"name": "cupti.get_timestamp" if clock.how == "anchor" else "cuDriverGetVersion calls",
                              **clock.describe(), "anchor_offset_to_perf_ns": self.offset_ns,
                              "anchor_uncertainty_ns": self.anchor[2]}
-            if clock.slope == 1.0:
-                meta["clock"]["offset_to_perf_ns"] = clock.p_ref - clock.c_ref
             if self.stop_anchor is not None:
                 meta["drift_ns"] = (self.stop_anchor[0] - self.stop_anchor[1]) - self.offset_ns
             check = self._clock_check(raw, clock)
@@ -385,13 +383,9 @@ class CuptiActivity(Profiler):
 def _device_count() -> tuple[int | None, str]:
     """CUDA devices visible through cuda-bindings' driver API (a cupti-python dependency); (None, why) when
     it cannot say."""
-    try:
-        from cuda.bindings import driver  # noqa: PLC0415
-    except ImportError:
-        try:
-            from cuda import cuda as driver  # noqa: PLC0415 - cuda-python < 12.6
-        except ImportError as exc:
-            return None, first_line(exc)
+    driver = _driver_module()
+    if driver is None:
+        return None, "cuda-bindings' driver API cannot be imported"
     try:
         (err,) = driver.cuInit(0)
         if int(err) != 0:
@@ -418,8 +412,10 @@ def _driver_module():
 
 def _sync_current_context() -> None:
     """cuCtxSynchronize on this thread's current context, if there is one (errors ignored)."""
+    driver = _driver_module()
+    if driver is None:
+        return
     try:
-        from cuda.bindings import driver  # noqa: PLC0415
         err, ctx = driver.cuCtxGetCurrent()
         if int(err) == 0 and int(ctx) != 0:
             driver.cuCtxSynchronize()
