@@ -18,16 +18,17 @@ else
 Node.js >= 20.19 (Debian: apt-get install nodejs npm)" >&2
   touch labextension/src/index.ts  # the builder rebuilds only when a source is newer than the build
 fi
-# torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out. pip would byte-compile every file
-# of TensorFlow, torch and the rest on one core (most of a minute and a half); compileall below does it on all cores.
+# torch is pinned to 2.13.0 (the CPU wheel); tensorflow-cpu keeps CUDA builds out. Nothing is byte-compiled while
+# installing (pip would do it on one core, most of a minute and a half); compileall below does it on all cores.
 # Compiled ahead either way: where PYTHONDONTWRITEBYTECODE is set, nothing compiled later is kept.
 # uv installs the same versions as pip (the same 207 distributions here) in under a third of the time (27 s against
-# 91 s for the line below on 2 cores, uv's cache empty, pip's full); uv does not read pip's configuration, so pip's
-# index, find-links and constraints are handed to it. Where uv cannot be installed or fails, pip does the work.
+# 91 s for pip on 2 cores, uv's cache empty, pip's full); uv does not read pip's configuration, so pip's index,
+# find-links and constraints are handed to it. Where uv cannot be installed or fails, pip does the work.
 .venv/bin/python -m pip install -q uv >/dev/null 2>&1 || true
+uv_args=()
+[ -x .venv/bin/uv ] && mapfile -t uv_args < <(.venv/bin/python scripts/uv_args.py)
 install() {
   if [ -x .venv/bin/uv ]; then
-    mapfile -t uv_args < <(.venv/bin/python scripts/uv_args.py)
     .venv/bin/uv pip install -q --python .venv/bin/python "${uv_args[@]}" "$@" && return 0
     echo "note: uv could not install $*; pip will" >&2
   fi

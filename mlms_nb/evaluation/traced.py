@@ -141,8 +141,8 @@ def _add_kernels(tracer: Tracer, kernels) -> None:
     from mlms_nb.tracing.cuda_activity import add_to_tracer, attribute_records
 
     records = kernels.records()
-    tracer.metadata["cupti"] = kernels.metadata  # also when there are none: its warning says why
+    meta = tracer.metadata["cupti"] = kernels.metadata  # also when there are none: its warning says why
     if records:
         spans = tracer.trace().spans
         layers = spans[spans["kind"] == "layer"]
-        add_to_tracer(tracer, records, attribute_records(records, layers), metadata=kernels.metadata)
+        add_to_tracer(tracer, records, attribute_records(records, layers), metadata=meta)
