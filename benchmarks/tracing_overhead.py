@@ -1,31 +1,40 @@
 """Tracing overhead: mlms-nb's FRAMEWORK and ML_LIBRARY tracing against torch.profiler, on EfficientNet-Lite0 (CPU).
 
-For each batch size, five ways to run the same predictor on the same batch, interleaved round by round
-(untraced, mlms-nb FRAMEWORK, torch.profiler, mlms-nb ML_LIBRARY, torch.profiler (shapes), untraced, ...) so drift hits all alike:
+On this 2-core machine the untraced latency itself jumps between regimes (15.5 ms and 24 ms at batch 1 with two
+threads, each lasting seconds: the second core is taken by the host), so a ratio of medians taken seconds apart
+measures the machine, not the tracer. Two measurements, each interleaved as finely as the way allows:
+
+**FRAMEWORK, paired call by call.** Two predictors of the same manifest (same weights, same options); one traces
+into a FRAMEWORK Tracer (layer spans from wrapped layer forwards, the MODEL ``predict`` span), its twin does not.
+Their calls alternate (traced, untraced, untraced, traced, ...), so neighbouring calls see the same machine; the
+round's ratio is the traced calls' median latency / the untraced calls' median. The two roles swap every round
+(a model copy's own speed cancels). ``all-in`` adds the session's end (``stop_tracing()``: recorded calls ->
+spans) per traced call to the traced median: everything FRAMEWORK tracing costs a call.
+
+**Sessions, in short interleaved blocks.** torch.profiler is process-wide (a twin would be profiled too), so these
+ways are compared session by session, each session short (``--block`` timed calls after :data:`WARMUP_CALLS`
+untimed ones) and the ways' sessions interleaved block by block, in a rotating order:
 
 - untraced: ``predictor.predict(batch)``;
-- mlms-nb FRAMEWORK: the same call with the predictor emitting a MODEL ``predict`` span and its layer spans
-  (wrapped layer forwards) into a Tracer;
-- torch.profiler: the same call inside ``torch.profiler.profile(record_shapes=True, profile_memory=True)``
-  (CPU activity), the profiler kept running across the round like our tracer is;
+- mlms-nb FRAMEWORK: the same call tracing into a FRAMEWORK Tracer (the session-level figure of the paired one);
+- torch.profiler (shapes+memory): the call inside ``torch.profiler.profile(record_shapes=True,
+  profile_memory=True)`` (CPU activity);
 - mlms-nb ML_LIBRARY: FRAMEWORK plus torch.profiler (CPU activity, ``record_shapes``) for the op spans;
 - torch.profiler (shapes): the profiler as ML_LIBRARY runs it, alone: ML_LIBRARY's overhead minus this one is what
   the layer spans add on top of the profiler.
 
-What is timed: each of ``--calls`` calls per way and round, alone (``time.perf_counter_ns`` around
-``predict``); the ratio is the round's median latency / the untraced median of the same round. Starting and
-stopping a session is outside that: the **post-processing** at the end of a session -- ``stop_tracing()`` for
-mlms-nb (layer calls -> spans; at ML_LIBRARY also stopping torch.profiler and Kineto events -> op spans, nested in
-their layers) and ``prof.stop()`` for torch.profiler (its own event collection; reading its events would cost
-more) -- is timed apart and reported per traced call ("post ms/call"), so it is neither in the ratio nor hidden.
-``cpu ratio``: the same comparison on this thread's CPU time (``time.thread_time_ns`` over the calls), which a
-loaded machine disturbs less than wall time (it still counts the intra-op pool's spin-waits on this thread).
+A block's ratio is the way's median latency / the untraced median of the same block; a way's figure is the median
+over all blocks (IQR beside it). Starting and stopping a session is outside the timed calls: the **post-processing**
+at the end -- ``stop_tracing()`` for mlms-nb (at ML_LIBRARY also stopping torch.profiler and Kineto events -> op
+spans, nested in their layers) and ``prof.stop()`` for torch.profiler (its own event collection; reading its
+events would cost more) -- is timed apart and reported per traced call ("post ms/call"), so it is neither in the
+ratio nor hidden. ``cpu ratio``: the same comparison on this thread's CPU time (``time.thread_time_ns``).
 
-Reported per way: median latency, median ratio over rounds (min..max), cpu ratio, post-processing; then our
-FRAMEWORK overhead as a fraction of torch.profiler's, and ML_LIBRARY's overhead against torch.profiler's
-(the targets: FRAMEWORK at most +3 %, ML_LIBRARY at most torch.profiler's overhead).
+Targets (issue 25): FRAMEWORK at most +3 % all-in; ML_LIBRARY at most torch.profiler's (shapes+memory) overhead.
 
-Run: ``.venv/bin/python benchmarks/tracing_overhead.py [--rounds 7] [--calls 20] [--threads 2] [--batch-sizes 1,8]``.
+Run: ``.venv/bin/python benchmarks/tracing_overhead.py [--rounds 7] [--calls 40] [--block 5] [--threads 2]
+[--batch-sizes 1,8]``: per round, ``--calls`` paired calls per role and ``--calls`` timed calls per session way
+(in ``--calls // --block`` blocks).
 """
 from __future__ import annotations
 
@@ -99,53 +108,108 @@ WAYS = {"untraced": untraced, "mlms-nb FRAMEWORK": ours(TraceLevel.FRAMEWORK),
         "torch.profiler (shapes)": torch_profiler(False)}
 
 
+def paired(traced, twin, batch, calls: int) -> tuple[float, float, float]:
+    """One round of FRAMEWORK tracing on ``traced`` against its untraced ``twin``, calls alternating (each pair in
+    turn led by either): (traced median / untraced median, the same on CPU time, stop_tracing() ns per traced
+    call)."""
+    tracer = Tracer(TraceLevel.FRAMEWORK)
+    traced.start_tracing(tracer)
+    wall = {True: [], False: []}
+    cpu = {True: [], False: []}
+    try:
+        for _ in range(WARMUP_CALLS):
+            traced.predict(batch)
+            twin.predict(batch)
+        for k in range(2 * calls):
+            is_traced = (k % 4) in (0, 3)  # T U U T T U U T: neither role always goes first
+            predict = traced.predict if is_traced else twin.predict
+            c0 = time.thread_time_ns()
+            t0 = time.perf_counter_ns()
+            predict(batch)
+            wall[is_traced].append(time.perf_counter_ns() - t0)
+            cpu[is_traced].append(time.thread_time_ns() - c0)
+    finally:
+        t0 = time.perf_counter_ns()
+        traced.stop_tracing()
+        post = (time.perf_counter_ns() - t0) / (calls + WARMUP_CALLS)
+    base = float(np.median(wall[False]))
+    return (float(np.median(wall[True])) / base, float(np.median(cpu[True]) / np.median(cpu[False])),
+            post / base)
+
+
+def spread(values) -> str:
+    q1, q3 = np.percentile(values, [25, 75])
+    return f"{np.median(values):.3f} [{q1:.3f}..{q3:.3f}]"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-sizes", default="1,8")
     args = parser.parse_args()
-    predictor = open_predictor(find_manifest("efficientnet_lite0", framework="torch"),
-                               options=PredictorOptions(threads=args.threads))
+    manifest = find_manifest("efficientnet_lite0", framework="torch")
+    twins = [open_predictor(manifest, options=PredictorOptions(threads=args.threads)) for _ in range(2)]
+    predictor = twins[0]
     rng = np.random.default_rng(0)
+    blocks = max(1, args.calls // args.block)
     print(f"EfficientNet-Lite0, torch {torch.__version__}, CPU, {torch.get_num_threads()} threads; {args.rounds} "
-          f"interleaved rounds x {args.calls} calls per way; ratio = way's median latency / untraced median, same "
-          "round (median over rounds, min..max); cpu ratio = the same on this thread's CPU time; post = the session's "
-          "end (stop_tracing / prof.stop()) per traced call, not in the ratios")
-    print(f"{'batch':>5}  {'way':<32}{'median ms':>10}  {'ratio (min..max)':>24}  {'cpu ratio':>9}  {'post ms/call':>12}")
+          f"rounds. Paired: {args.calls} traced calls alternating with {args.calls} untraced calls of a twin "
+          f"predictor per round, roles swapped each round; ratio = traced median / untraced median of the round "
+          f"(median [IQR] over rounds). Sessions: {blocks} blocks of {args.block} timed calls per way and round, "
+          "ways interleaved block by block; ratio = way's median / untraced median of the same block (median [IQR] "
+          "over blocks). post = the session's end (stop_tracing / prof.stop()) per traced call, not in the ratios")
     for bs in [int(b) for b in args.batch_sizes.split(",")]:
         batch = rng.standard_normal((bs, 3, 224, 224)).astype(np.float32)
-        for _ in range(3):
-            predictor.predict(batch)
+        for p in twins:
+            for _ in range(3):
+                p.predict(batch)
+        pairs = []
         runs = {name: [] for name in WAYS}
         names = list(WAYS)
-        for r in range(args.rounds):  # each round starts with another way: no way always follows the same one
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                runs[name].append(WAYS[name](predictor, batch, args.calls))
+        for r in range(args.rounds):
+            traced, twin = twins[r % 2], twins[1 - r % 2]
+            pairs.append(paired(traced, twin, batch, args.calls))
+            for b in range(blocks):  # each block starts with another way: no way always follows the same one
+                k = r * blocks + b
+                for name in names[k % len(names):] + names[:k % len(names)]:
+                    runs[name].append(WAYS[name](predictor, batch, args.block))
+        pairs = np.array(pairs)
+        wall, cpu, post = pairs[:, 0], pairs[:, 1], pairs[:, 2]
+        print(f"\n{bs:>5}  FRAMEWORK, paired call by call ({args.rounds} rounds): ratio {spread(wall)}, cpu ratio "
+              f"{spread(cpu)}, post {np.median(post):.1%} of an untraced call; all-in {spread(wall + post)}")
+        print(f"{bs:>5}  {'way (sessions)':<32}{'median ms':>10}  {'ratio [IQR]':>22}  {'cpu ratio':>9}  "
+              f"{'post ms/call':>12}")
         base = np.array(runs["untraced"])
         ratio, cpu_ratio = {}, {}
         for name in WAYS:
             r = np.array(runs[name])
             ratio[name], cpu_ratio[name] = r[:, 0] / base[:, 0], r[:, 1] / base[:, 1]
-            post = f"{np.median(r[:, 2]) / 1e6:>12.2f}" if name != "untraced" else f"{'-':>12}"
-            print(f"{bs:>5}  {name:<32}{np.median(r[:, 0]) / 1e6:>10.2f}  {np.median(ratio[name]):>10.3f} "
-                  f"({ratio[name].min():.3f}..{ratio[name].max():.3f})  {np.median(cpu_ratio[name]):>9.3f}  {post}")
+            post_ms = f"{np.median(r[:, 2]) / 1e6:>12.2f}" if name != "untraced" else f"{'-':>12}"
+            print(f"{bs:>5}  {name:<32}{np.median(r[:, 0]) / 1e6:>10.2f}  {spread(ratio[name]):>22}  "
+                  f"{np.median(cpu_ratio[name]):>9.3f}  {post_ms}")
+        fw_all_in = np.median(wall + post) - 1
         for label, over in (("wall", ratio), ("cpu", cpu_ratio)):
-            fw, ml, theirs = (np.median(over[k]) - 1 for k in
-                              ("mlms-nb FRAMEWORK", "mlms-nb ML_LIBRARY", "torch.profiler (shapes+memory)"))
+            ml, theirs = (np.median(over[k]) - 1 for k in ("mlms-nb ML_LIBRARY", "torch.profiler (shapes+memory)"))
             same = np.median(over["torch.profiler (shapes)"]) - 1
-            print(f"{bs:>5}  {label:>4}: FRAMEWORK {fw:+.1%} (target <= +3%), {fw / theirs:.2f} of torch.profiler's "
-                  f"{theirs:+.1%}; ML_LIBRARY {ml:+.1%} (target <= torch.profiler's {theirs:+.1%}; the profiler "
+            fw = fw_all_in if label == "wall" else np.median(cpu) - 1
+            print(f"{bs:>5}  {label:>4}: FRAMEWORK {fw:+.1%} {'all-in, paired' if label == 'wall' else 'paired'} "
+                  f"(target <= +3%); ML_LIBRARY {ml:+.1%} (target <= torch.profiler's {theirs:+.1%}; the profiler "
                   f"as ML_LIBRARY runs it: {same:+.1%})")
-        untraced_spread = np.percentile([t for t, _, _ in runs["untraced"]], [25, 75]) / np.median(
-            [t for t, _, _ in runs["untraced"]]) - 1
+        untraced_ms = base[:, 0] / 1e6
+        q = np.percentile(untraced_ms, [0, 25, 75, 100])
+        print(f"{bs:>5}  the machine: untraced block medians {q[0]:.2f} / {q[1]:.2f} / {q[2]:.2f} / {q[3]:.2f} ms "
+              "(min / q1 / q3 / max)")
         for name in names[1:]:
             q1, q3 = np.percentile(ratio[name], [25, 75]) - 1
-            if q1 <= 0 <= q3:  # an overhead whose rounds straddle zero is noise, whichever sign its median has
-                print(f"{bs:>5}  note: {name}'s overhead is inside the noise (rounds' IQR {q1:+.1%}..{q3:+.1%}; the "
-                      f"untraced median itself varies {untraced_spread[0]:+.1%}..{untraced_spread[1]:+.1%} over "
-                      "rounds): more rounds or calls to resolve it")
+            if q1 <= 0 <= q3:  # an overhead whose blocks straddle zero is noise, whichever sign its median has
+                print(f"{bs:>5}  note: {name}'s overhead is inside the noise (blocks' IQR {q1:+.1%}..{q3:+.1%}): "
+                      "more rounds or calls to resolve it")
+        q1, q3 = np.percentile(wall, [25, 75]) - 1
+        if q1 <= 0 <= q3:
+            print(f"{bs:>5}  note: the paired FRAMEWORK overhead is inside the noise (rounds' IQR {q1:+.1%}..{q3:+.1%})")
 
 
 if __name__ == "__main__":
