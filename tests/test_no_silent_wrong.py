@@ -246,6 +246,35 @@ def test_bad_rows_checks_whole_batches_of_named_inputs():
     assert bad_rows(a, 4) is None and bad_rows(np.arange(8).reshape(4, 2), 4) is None
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "unaligned"])
+def test_bad_rows_fast_path_finds_every_nan_and_inf_and_no_more(dtype, layout):
+    """Contiguous float32/float64 batches are first checked by their sum of squares: an overflow of that sum (huge
+    but finite values) must not count as NaN/Inf, and NaN or Inf anywhere must be found, whatever the layout."""
+    from mlms_nb.evaluation.checks import bad_rows
+
+    def shaped(values):
+        values = np.asarray(values, dtype)
+        if layout == "strided":
+            return np.repeat(values, 2, axis=1)[:, ::2]
+        if layout == "unaligned":
+            raw = np.zeros(values.nbytes + 1, np.uint8)
+            out = np.frombuffer(raw[1:].data, dtype).reshape(values.shape)
+            out[...] = values
+            return out
+        return values
+
+    huge = float(np.finfo(dtype).max) / 2
+    assert bad_rows(shaped(np.full((3, 5), huge)), 3) is None  # the squares overflow; every element is finite
+    for value in (np.nan, np.inf, -np.inf):
+        x = np.ones((3, 5))
+        x[1, 4] = value
+        assert bad_rows(shaped(x), 3).tolist() == [False, True, False]
+        x[1, 4] = huge
+        x[2, 0] = value
+        assert bad_rows(shaped(x), 3).tolist() == [False, False, True]
+
+
 # ---------------------------------------------------------------------------------------------- saved
 
 

@@ -162,6 +162,9 @@ class NonFinite:
         return out
 
 
+_DOT_TYPES = (np.float32, np.float64)
+
+
 def bad_rows(data, n: int) -> np.ndarray | None:
     """Rows (axis 0, ``n`` of them) of an array, or of any array in a mapping, holding NaN or Inf; None when none
     does. Integer arrays are finite by construction; an array whose first axis is not the batch counts for all."""
@@ -172,6 +175,12 @@ def bad_rows(data, n: int) -> np.ndarray | None:
             array = np.asarray(array) if hasattr(array, "__array__") else None
         if array is None or array.dtype.kind not in "fc" or not array.size:
             continue
+        if array.dtype.type in _DOT_TYPES and array.flags.c_contiguous:
+            # the sum of squares (BLAS, no temporary, no floating-point warnings) is NaN or Inf whenever an element
+            # is: finite, every element is (about 3x faster than isfinite + all); else (or an overflow) look closer
+            flat = array.reshape(-1)
+            if math.isfinite(np.vdot(flat, flat)):
+                continue
         finite = np.isfinite(array)  # one pass, vectorised (faster than a sum, which would also need errstate)
         if finite.all():
             continue
