@@ -201,6 +201,45 @@ def test_batch_scoring_and_summaries_are_numpy_per_row_whatever_the_width(classe
     assert frame["shape"].tolist() == [[classes]] * len(finite) and frame["shape"][0] is not frame["shape"][1]
 
 
+@pytest.mark.parametrize("framework", ["onnxruntime", "torch"])
+def test_full_pass_figures_do_not_depend_on_how_calls_are_grouped(tmp_path, monkeypatch, framework):
+    """Issue 25: the full pass's scorer and output recorder work on groups of calls (`group_full`); a group per
+    call and one group for the whole pass give the same record, accuracy, predictions, probabilities and outputs
+    frame, an input holding NaN included (a .npz read as views of its map for onnxruntime, copied for torch)."""
+    from mlms_nb.evaluation import outputs
+    from mlms_nb.evaluation.full_pass import run_full_pass
+    from mlms_nb.evaluation.outputs import OutputRecorder
+
+    manifest = tensor_manifest().model_copy(update={"framework": tensor_manifest().framework.model_copy(
+        update={"name": framework})})
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((300, *DIMS)).astype(np.float32)
+    x[17, 0, 0, 2] = np.nan
+    np.savez(tmp_path / "d.npz", x=x, y=rng.integers(0, 10, 300))
+    weights = rng.standard_normal((4, 10)).astype(np.float32)
+
+    def predict(batch):
+        return {"y": batch["x"].reshape(len(batch["x"]), -1) @ weights}
+
+    runs = []
+    for inputs, values in ((1, 1), (10**9, 10**9)):
+        monkeypatch.setattr(outputs, "GROUP_INPUTS", inputs)
+        monkeypatch.setattr(outputs, "GROUP_VALUES", values)
+        recorder = OutputRecorder(manifest, framework, "first:5")
+        full, acc = run_full_pass(predict, manifest, open_dataset(tmp_path / "d.npz", manifest), Preprocessor(manifest),
+                                  64, limit=None, keep_probabilities=True, trust=False, recorder=recorder)
+        runs.append((full.row, acc, recorder.frame()))
+    (one, acc_one, frame_one), (all_, acc_all, frame_all) = runs
+    timing = ("wall_s", "inputs_per_s", "preprocess_s", "inference_s", "postprocess_s", "wait_s")
+    assert {k: v for k, v in one.items() if k not in timing} == {k: v for k, v in all_.items() if k not in timing}
+    assert one["inputs"] == 300 and one["nonfinite_inputs"] == 1
+    assert acc_one.row == acc_all.row and acc_one.row["n"] == 299
+    pd.testing.assert_frame_equal(acc_one.predictions, acc_all.predictions)
+    assert np.array_equal(acc_one.probabilities, acc_all.probabilities, equal_nan=True)
+    pd.testing.assert_frame_equal(frame_one, frame_all)
+    assert len(frame_one) == 299 and "d.npz[17]" not in set(frame_one["input_id"])
+
+
 def test_npy_folder_parquet_arrow_and_audio_folder(tmp_path):
     manifest = tensor_manifest()
     for label in ("0", "2"):

@@ -20,7 +20,7 @@ from mlms_nb.data.labels import check_label_count, label_space_problem, load_lab
 from mlms_nb.data.pipeline import Batch, default_workers, map_inputs
 from mlms_nb.data.transforms import Postprocessor
 from mlms_nb.evaluation.checks import NonFinite
-from mlms_nb.evaluation.outputs import GROUP_INPUTS
+from mlms_nb.evaluation.outputs import group_full
 from mlms_nb.evaluation.records import AccuracyPass, FullPass
 from mlms_nb.manifest import Manifest
 
@@ -208,8 +208,8 @@ class _TimedCalls:
 
 class _Scorer:
     """Top-1/top-5 of a classifier: keeps the top-5 classes and probabilities per input (and all probabilities
-    only when asked). Outputs are scored :data:`GROUP_INPUTS` inputs at a time (numpy's per-call cost spread over
-    many batches); :meth:`flush` scores what is left."""
+    only when asked). Outputs are scored in groups of calls (`~mlms_nb.evaluation.outputs.group_full`: numpy's
+    per-call cost spread over many batches); :meth:`flush` scores what is left."""
 
     def __init__(self, manifest: Manifest, trust: bool, keep_probabilities: bool, problem: str | None = None):
         self.manifest = manifest
@@ -228,7 +228,7 @@ class _Scorer:
         #: without a code step, postprocessing is row by row: outputs of several calls are scored at once
         self.grouped = not any(step.op == "code" for step in self.post.steps)
         self._held: list[np.ndarray] = []
-        self._held_rows = 0
+        self._held_rows = self._held_values = 0
 
     def add(self, batch: Batch, outputs, finite: np.ndarray | None = None) -> None:
         """One batch; ``finite``: which of its inputs held no NaN/Inf (None: all), the only ones scored."""
@@ -241,7 +241,8 @@ class _Scorer:
         if self.grouped and x.ndim >= 2 and x.shape[0] == len(batch):
             self._held.append(x)
             self._held_rows += len(batch)
-            if self._held_rows >= GROUP_INPUTS:
+            self._held_values += x.size
+            if group_full(self._held_rows, self._held_values):
                 self.flush()
             return
         self.flush()
@@ -249,7 +250,7 @@ class _Scorer:
 
     def flush(self) -> None:
         """Score the outputs held back, stacked into one array (rows of equal width), else call by call."""
-        held, self._held, self._held_rows = self._held, [], 0
+        held, self._held, self._held_rows, self._held_values = self._held, [], 0, 0
         if len(held) > 1 and len({h.shape[1:] for h in held}) == 1:
             self._score(np.concatenate(held))
         else:
