@@ -204,16 +204,18 @@ class Stream:
         for chunk in self.dataset.chunks(self.batch_size):
             t0 = time.perf_counter_ns()
             batch = self.dataset.read(chunk, self.preprocess)
-            if want is not None and delivered + len(batch) > want:
+            n = len(batch)
+            if want is not None and delivered + n > want:
                 batch = batch.slice(0, want - delivered)
+                n = len(batch)
             spent = time.perf_counter_ns() - t0
             stats.read_ns += spent
             stats.wait_ns += spent
-            if len(batch) < self.batch_size and self.drop_last:
+            if n < self.batch_size and self.drop_last:
                 return
-            delivered += len(batch)
+            delivered += n
             stats.batches += 1
-            stats.inputs += len(batch)
+            stats.inputs += n
             yield batch
             if want is not None and delivered >= want:
                 return

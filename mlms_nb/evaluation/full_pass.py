@@ -119,9 +119,11 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
             keep = finite.check(batch.ids, batch.data, outputs if named is None else named)
             ids, kept, truth = (batch.ids, named, batch.targets) if keep is None else _finite_rows(
                 batch.ids, named, batch.targets, keep)
-            if kept is not None and recorder is not None and ids:
+            n = len(batch)  # asked once (a dataset's ids are a sequence that spells each id only when read)
+            rows = n if keep is None else len(ids)
+            if kept is not None and recorder is not None and rows:
                 recorder.add(ids, kept)
-            if kept is not None and targets is not None and ids:
+            if kept is not None and targets is not None and rows:
                 targets.add(ids, kept, truth)
             if scorer is not None:
                 scorer.add(batch, outputs, keep)
@@ -129,7 +131,7 @@ def run_full_pass(predict: Callable, manifest: Manifest, dataset, preprocess, ba
             post_ns += clock() - t1
             batches += 1
             if reporter is not None:
-                reporter.advance(len(batch))
+                reporter.advance(n)
         t1 = clock()  # what the scorer and the recorder held back is scored inside the pass's time
         for held in (scorer, recorder):
             if held is not None:
@@ -232,15 +234,16 @@ class _Scorer:
 
     def add(self, batch: Batch, outputs, finite: np.ndarray | None = None) -> None:
         """One batch; ``finite``: which of its inputs held no NaN/Inf (None: all), the only ones scored."""
+        n = len(batch)
         self.ids.append(batch.ids)
         self.labels.append(batch.labels)
         if finite is not None:
             self.unfinite.append((self.count, np.asarray(finite, bool)))
-        self.count += len(batch)
+        self.count += n
         x = np.asarray(outputs)
-        if self.grouped and x.ndim >= 2 and x.shape[0] == len(batch):
+        if self.grouped and x.ndim >= 2 and x.shape[0] == n:
             self._held.append(x)
-            self._held_rows += len(batch)
+            self._held_rows += n
             self._held_values += x.size
             if group_full(self._held_rows, self._held_values):
                 self.flush()

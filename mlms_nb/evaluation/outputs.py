@@ -102,11 +102,12 @@ class OutputRecorder:
 
         Calls in dataset order (no chunk, no place) are summarised in groups (`group_full`: numpy's per-call cost
         spread over many calls); :meth:`flush` summarises what is left."""
-        if not self.enabled or not len(ids):
+        n = len(ids)
+        if not self.enabled or not n:
             return
         if chunk == -1 and place is None:
             self._pending.append((ids, outputs))  # neither is changed by the pass once given
-            self._pending_inputs += len(ids)
+            self._pending_inputs += n
             self._pending_values += sum(getattr(a, "size", 1) for a in outputs.values())
             if group_full(self._pending_inputs, self._pending_values):
                 self.flush()
