@@ -161,6 +161,33 @@ def test_recorded_layer_calls_leave_nothing_for_the_garbage_collector():
     assert act["memory"] == 0 and act["bytes"] == 2 * (2 * 4 * 6 * 6 * 4)  # in place: allocates nothing
 
 
+def test_a_layer_called_by_keyword_is_traced_and_answers_as_untraced():
+    """The wrapper of a one-argument forward takes that argument by its own name, as the forward does."""
+    class Doubler(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.twice, self.act, self.fc = Doubler(), torch.nn.ReLU(), torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.fc(input=self.act(self.twice(x=x)))
+
+    model, x = Net().eval(), torch.arange(6.0).reshape(2, 3)
+    with torch.inference_mode():
+        expected = model(x)
+        tracer = Tracer(L.FRAMEWORK)
+        hooks = LayerHooks(model, tracer)
+        got = model(x)
+        hooks.remove()
+    assert torch.equal(got, expected)
+    spans = tracer.trace().spans.set_index("name")
+    assert list(spans.index) == ["twice", "act", "fc"]
+    assert spans.loc["fc", "shape"] == "[[2,3]]" and spans.loc["fc", "bytes"] == (6 + 8 + 4) * 4  # input, weight and bias, output
+
+
 def test_auto_tracing_in_a_user_block_and_after(predictor, batch, expected_calls):
     with mlms_nb.trace("FRAMEWORK", name="my pipeline") as session:
         predictor.predict(batch)

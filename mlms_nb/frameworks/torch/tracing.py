@@ -23,6 +23,7 @@ encloses it, else its layer, else the ``predict`` span it ran in. CUDA kernels a
 from __future__ import annotations
 
 import gc
+import inspect
 import time
 
 import numpy as np
@@ -105,6 +106,24 @@ class LayerHooks:
                 return output
 
             return traced_forward_cuda
+
+        one = _one_parameter(forward)
+        if one is not None:
+            def traced_forward_input(input):
+                # the common layer (Conv2d, BatchNorm2d, activations...): no argument tuple or keyword dict to
+                # build and unpack per call, which at batch 1 is a measurable share of the wrapper's cost
+                t0 = perf()
+                output = forward(input)
+                t1 = perf()
+                if output.__class__ is Tensor and input.__class__ is Tensor:
+                    record((number, t0, t1, tuple(input.shape), input.itemsize, tuple(output.shape),
+                            output.itemsize, output is input))
+                else:
+                    args = (input,)
+                    record((number, t0, t1, _in_info(args), _out_info(output, args)))
+                return output
+
+            return traced_forward_input if one == "input" else _with_parameter_name(traced_forward_input, one)
 
         def traced_forward(*args, **kwargs):
             t0 = perf()
@@ -207,6 +226,28 @@ CALL_FIELDS = ("layer number", "start_ns", "end_ns", "input shape", "input items
 tuple of ints). Other calls record ``(layer number, start_ns, end_ns, inputs, outputs[, memory delta])``:
 ``inputs`` a tuple of ``(shape, itemsize)``, ``outputs`` of ``(shape, itemsize, aliases an input)``, and on CUDA
 the change of ``torch.cuda.memory_allocated`` over the call."""
+
+
+def _one_parameter(forward) -> str | None:
+    """The name of ``forward``'s one parameter (a bound method's, such as ``input`` of torch's own layers), when it
+    takes exactly one argument, positional or by that keyword, with no default; else None."""
+    try:
+        params = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if len(params) == 1 and params[0].default is inspect.Parameter.empty and \
+            params[0].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+        return params[0].name
+    return None
+
+
+def _with_parameter_name(function, name: str):
+    """``function`` (of one parameter) with that parameter renamed ``name``, so a call by keyword that the wrapped
+    forward accepts (``layer(x=t)``) is accepted by its wrapper too."""
+    code = function.__code__
+    code = code.replace(co_varnames=(name, *code.co_varnames[1:]))
+    return type(function)(code, function.__globals__, function.__name__, function.__defaults__,
+                          function.__closure__)
 
 
 def _in_info(args: tuple) -> tuple:
