@@ -367,19 +367,22 @@ def add_ops(tracer, ops: list[tuple], wall_offset_ns: int, first_record: int = 0
     main_tid = np.bincount(tids).argmax() if len(tids) else 0
     native = tracer.thread_id()
 
-    order = np.lexsort((-end, start)).tolist()
+    order = np.lexsort((-end, start))
     # parent when no op encloses the op: its layer, else its predict call, else none
     outer = np.where(layer_of >= 0, layers[np.maximum(layer_of, 0), 2] if len(layers) else 0,
-                     np.where(model_of >= 0, models[np.maximum(model_of, 0), 2] if len(models) else 0, 0)).tolist()
-    threads = np.where(tids == main_tid, native, tids).tolist()
-    op_parent, start, end = op_parent.tolist(), start.tolist(), end.tolist()
-    span_ids = [0] * len(ops)
-    add = tracer.add_span
-    for i in order:
-        p = op_parent[i]
-        name = ops[i][3]
-        span_ids[i] = add(name, ML_LIBRARY, "op", start[i], end[i], span_ids[p] if p >= 0 else outer[i],
-                          thread=threads[i], shape=ops[i][4], layer_type=name)
+                     np.where(model_of >= 0, models[np.maximum(model_of, 0), 2] if len(models) else 0, 0))
+    threads = np.where(tids == main_tid, native, tids)
+    span_id = np.empty(len(ops), np.int64)
+    span_id[order] = tracer.new_span_ids(len(ops))  # in start order, as one add_span per op gave them
+    parent = np.where(op_parent >= 0, span_id[np.maximum(op_parent, 0)], outer)
+    rows = []
+    append = rows.append
+    for i, sid, par, s, e, thr in zip(order.tolist(), span_id[order].tolist(), parent[order].tolist(),
+                                      start[order].tolist(), end[order].tolist(), threads[order].tolist()):
+        op = ops[i]
+        name = op[3]
+        append((sid, par, name, ML_LIBRARY, "op", s, e, thr, "shape", "layer_type", op[4], name))
+    tracer.add_records(rows)
     return {"ops": len(ops), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
             "clock": "Kineto Unix ns -> perf_counter_ns by an anchor pair read at stop, plus clock_shift_ns"}
 
