@@ -2,7 +2,7 @@
 
 On this 2-core machine the untraced latency itself jumps between regimes (15.5 ms and 24 ms at batch 1 with two
 threads, each lasting seconds: the second core is taken by the host), so a ratio of medians taken seconds apart
-measures the machine, not the tracer. Two measurements, each interleaved as finely as the way allows:
+measures the machine, not the tracer. Three measurements, each interleaved as finely as the way allows:
 
 **FRAMEWORK, paired call by call.** Two predictors of the same manifest (same weights, same options); one traces
 into a FRAMEWORK Tracer (layer spans from wrapped layer forwards, the MODEL ``predict`` span), its twin does not.
@@ -10,6 +10,10 @@ Their calls alternate (traced, untraced, untraced, traced, ...), so neighbouring
 round's ratio is the traced calls' median latency / the untraced calls' median. The two roles swap every round
 (a model copy's own speed cancels). ``all-in`` adds the session's end (``stop_tracing()``: recorded calls ->
 spans) per traced call to the traced median: everything FRAMEWORK tracing costs a call.
+
+**ML_LIBRARY's layer spans on top of the profiler, paired too.** The same alternation with the traced predictor at
+ML_LIBRARY: torch.profiler is process-wide, so both calls are profiled and the ratio is what the layer spans add
+on top of it (the profiler itself is then compared session by session, below).
 
 **Sessions, in short interleaved blocks.** torch.profiler is process-wide (a twin would be profiled too), so these
 ways are compared session by session, each session short (``--block`` timed calls after :data:`WARMUP_CALLS`
@@ -108,11 +112,13 @@ WAYS = {"untraced": untraced, "mlms-nb FRAMEWORK": ours(TraceLevel.FRAMEWORK),
         "torch.profiler (shapes)": torch_profiler(False)}
 
 
-def paired(traced, twin, batch, calls: int) -> tuple[float, float, float]:
-    """One round of FRAMEWORK tracing on ``traced`` against its untraced ``twin``, calls alternating (each pair in
-    turn led by either): (traced median / untraced median, the same on CPU time, stop_tracing() ns per traced
-    call)."""
-    tracer = Tracer(TraceLevel.FRAMEWORK)
+def paired(traced, twin, batch, calls: int, level: TraceLevel = TraceLevel.FRAMEWORK) -> tuple[float, float, float]:
+    """One round of ``level`` tracing on ``traced`` against its untraced ``twin``, calls alternating (each pair in
+    turn led by either): (traced median / untraced median, the same on CPU time, stop_tracing() per traced call as
+    a fraction of an untraced call). At ML_LIBRARY torch.profiler, process-wide, records the twin's calls too: the
+    ratio is then what the layer spans add on top of the profiler (and the session's end also converts the twin's
+    ops)."""
+    tracer = Tracer(level)
     traced.start_tracing(tracer)
     wall = {True: [], False: []}
     cpu = {True: [], False: []}
@@ -166,20 +172,23 @@ def main() -> None:
         for p in twins:
             for _ in range(3):
                 p.predict(batch)
-        pairs = []
+        pairs, on_profiler = [], []
         runs = {name: [] for name in WAYS}
         names = list(WAYS)
         for r in range(args.rounds):
             traced, twin = twins[r % 2], twins[1 - r % 2]
             pairs.append(paired(traced, twin, batch, args.calls))
+            on_profiler.append(paired(traced, twin, batch, args.calls, TraceLevel.ML_LIBRARY)[:2])
             for b in range(blocks):  # each block starts with another way: no way always follows the same one
                 k = r * blocks + b
                 for name in names[k % len(names):] + names[:k % len(names)]:
                     runs[name].append(WAYS[name](predictor, batch, args.block))
-        pairs = np.array(pairs)
+        pairs, on_profiler = np.array(pairs), np.array(on_profiler)
         wall, cpu, post = pairs[:, 0], pairs[:, 1], pairs[:, 2]
         print(f"\n{bs:>5}  FRAMEWORK, paired call by call ({args.rounds} rounds): ratio {spread(wall)}, cpu ratio "
               f"{spread(cpu)}, post {np.median(post):.1%} of an untraced call; all-in {spread(wall + post)}")
+        print(f"{bs:>5}  ML_LIBRARY's layer spans on top of torch.profiler, paired (both calls profiled): ratio "
+              f"{spread(on_profiler[:, 0])}, cpu ratio {spread(on_profiler[:, 1])}")
         print(f"{bs:>5}  {'way (sessions)':<32}{'median ms':>10}  {'ratio [IQR]':>22}  {'cpu ratio':>9}  "
               f"{'post ms/call':>12}")
         base = np.array(runs["untraced"])
