@@ -182,7 +182,7 @@ def test_unfinished_hook_span_is_closed_by_enclosing_span():
 
 
 def test_records_are_flat_named_and_left_alone_by_the_garbage_collector():
-    """What keeps a span cheap (benchmarks/tracer_span_cost.py measures it): the tracer keeps one flat tuple of
+    """What keeps a span cheap (benchmarks/recording_costs.py measures it): the tracer keeps one flat tuple of
     atomic values per span, which a collection untracks; readers get the same record with names."""
     tr = Tracer(L.FRAMEWORK)
     for i in range(100):
