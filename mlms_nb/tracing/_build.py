@@ -1,12 +1,12 @@
 """The tracer's record tuples (:mod:`mlms_nb.tracing.records`) -> the spans frame, built column by column."""
 from __future__ import annotations
 
-import gc
 
 import numpy as np
 import orjson
 import pandas as pd
 
+from mlms_nb._gc import collector_off
 from mlms_nb.schema.spans import (DEFAULT_KIND, FIELD_COLUMNS, ID_COLUMNS, NO_ID, canonical_categorical, empty_spans,
                                   level_categorical, spans_frame)
 from mlms_nb.tracing.records import FIXED
@@ -53,13 +53,8 @@ def spans_from_records(records: list[tuple], trace_id: str) -> pd.DataFrame:
     n = len(records)
     if not n:
         return empty_spans()
-    gc_was = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():
         return _spans_from_records(records, trace_id, n)
-    finally:
-        if gc_was:
-            gc.enable()
 
 
 def _spans_from_records(records: list[tuple], trace_id: str, n: int) -> pd.DataFrame:

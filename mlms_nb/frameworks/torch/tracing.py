@@ -22,13 +22,13 @@ encloses it, else its layer, else the ``predict`` span it ran in. CUDA kernels a
 """
 from __future__ import annotations
 
-import gc
 import inspect
 import time
 
 import numpy as np
 import torch
 
+from mlms_nb._gc import collector_off
 from mlms_nb._quiet import quiet
 from mlms_nb.tracing.attribution import containment_parents
 from mlms_nb.schema.levels import TraceLevel
@@ -150,13 +150,8 @@ class LayerHooks:
         self._patched = []
         calls, self._calls = self._calls, []
         if calls:
-            gc_was = gc.isenabled()
-            gc.disable()  # one new tuple per call, none of them garbage: collections would only walk them
-            try:
+            with collector_off():  # one new tuple per call
                 self._flush(calls)
-            finally:
-                if gc_was:
-                    gc.enable()
 
     def _flush(self, calls: list[tuple]) -> None:
         """Calls -> layer spans: parent = the innermost enclosing layer call, else the ``predict`` span the call
@@ -300,14 +295,9 @@ class OpProfiler:
         with quiet(label="torch.profiler stop"):
             self._profile.stop()
         perf, wall = time.perf_counter_ns(), time.time_ns()
-        gc_was = gc.isenabled()
-        gc.disable()  # tens of thousands of new tuples, none of them garbage: collections would only walk them
-        try:
+        with collector_off():  # one new tuple per op
             ops = cpu_ops(self._profile.profiler.kineto_results.events())
             return add_ops(self.tracer, ops, wall - perf, self._first_record)
-        finally:
-            if gc_was:
-                gc.enable()
 
 
 def cpu_ops(events) -> list[tuple]:

@@ -8,7 +8,6 @@ msgspec and read in whole-run operations where it can be (:mod:`.rawfeed`), else
 """
 from __future__ import annotations
 
-import gc
 import os
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 import orjson
 import pandas as pd
 
+from mlms_nb._gc import collector_off
 from mlms_nb.errors import TraceFormatError
 from mlms_nb.schema.counters import counters_frame
 from mlms_nb.schema.spans import NO_ID, spans_frame
@@ -139,9 +139,7 @@ def read_chrome(path) -> "tuple[pd.DataFrame, pd.DataFrame, dict]":
     """Import a Chrome trace JSON file (``.json`` or gzip) -> (spans, counters, metadata). See the module doc."""
     path_s = os.fspath(path)
     stream = EventStream(path_s, block_bytes=BLOCK_BYTES, parse=rawfeed.decode)
-    gc_was = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_off():  # columns of tens of thousands of values, none of them garbage
         cols = None
         own = None
         for events in stream:
@@ -189,9 +187,6 @@ def read_chrome(path) -> "tuple[pd.DataFrame, pd.DataFrame, dict]":
             raise TraceFormatError(f"trace file {path_s!r} is not a valid trace: {exc}") from None
         meta = _import_metadata(path_s, dialect, skeleton, cols, trace_id)
         return spans, counters, meta
-    finally:
-        if gc_was:
-            gc.enable()
 
 
 def _dicts(run: "rawfeed.Run", path: str) -> list:
