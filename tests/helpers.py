@@ -122,3 +122,30 @@ def spin_cpu(ms: float) -> int:
     while time.thread_time_ns() < end:
         x += 1
     return time.thread_time_ns() - t0
+
+
+def tiny_gpt2_lm():
+    """A 2-layer GPT-2 causal LM (random weights, seed 0; vocabulary 96). The same model, and so the same ONNX
+    export (cached in a home by its sha256), wherever a test asks for it."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=96, n_positions=64,
+                                     bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def tiny_llama_lm():
+    """A 2-layer Llama causal LM (random weights, seed 1; vocabulary 96, grouped-query attention, eager attention as
+    mlms-nb loads a save_pretrained folder), shared like :func:`tiny_gpt2_lm`: its two ONNX graphs take about 10 s to
+    export, so the tests that export it use one home (the folder test's copy reuses the fixture's graphs)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
+                                      max_position_embeddings=64, bos_token_id=0, eos_token_id=0,
+                                      attn_implementation="eager")
+    return transformers.LlamaForCausalLM(config).eval()

@@ -12,6 +12,8 @@ import json
 import numpy as np
 import pytest
 
+from tests.helpers import tiny_gpt2_lm, tiny_llama_lm
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
@@ -22,22 +24,7 @@ NEW_TOKENS = 6
 TOLERANCE = 1e-4  # |logit| difference allowed, float32 kernels of different frameworks
 
 
-def _gpt2():
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=96, n_positions=64,
-                                     bos_token_id=0, eos_token_id=0)
-    return transformers.GPT2LMHeadModel(config).eval()
-
-
-def _llama():
-    torch.manual_seed(1)
-    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
-                                      max_position_embeddings=64, bos_token_id=0, eos_token_id=0)
-    return transformers.LlamaForCausalLM(config).eval()
-
-
-MODELS = {"gpt2": _gpt2, "llama": _llama}
+MODELS = {"gpt2": tiny_gpt2_lm, "llama": tiny_llama_lm}  # tests/helpers.py: shared with test_generation.py
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +150,16 @@ def test_onnx_graphs_are_cached_by_sha256_and_checked_against_pytorch(steps, mod
         assert record["created_at"] == records[kind]["created_at"]  # reused, not rebuilt
         assert 0 <= record["max_abs_diff"] < TOLERANCE and record["route"] == "dynamo"
     assert set(again.max_abs_diff) == {"prefill", "decode"} and again.layers == 2
-    # other weights, another artifact: the source's sha256 names it
-    other = _gpt2()
+    # the artifact's folder is named by the source's sha256, so other weights get another one (not exported here:
+    # an export is about 5 s per graph, and the name is all this checks)
+    from mlms_nb.frameworks.converters.causal_onnx import source_digest
+
+    digest = source_digest(models["gpt2"])
+    assert first.paths["prefill"].parent.parent.parent.name == digest[:16] and record["source_sha256"] == digest
+    other = tiny_gpt2_lm()
     with torch.no_grad():
         other.lm_head.weight.mul_(2)  # tied to the token embedding: a different model
-    assert causal_lm_to_onnx(other, label="tiny-gpt2").prefill != first.paths["prefill"]
+    assert source_digest(other) != digest
 
 
 def test_tensorflow_refuses_an_architecture_keras_hub_lacks_in_one_sentence():

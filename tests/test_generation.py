@@ -147,18 +147,34 @@ def test_server_scenario_gives_percentiles_and_goodput(mlms_home):
 
 
 def _tiny_llama(folder):
-    import torch
-    import transformers
+    """tests/helpers.py's tiny Llama written by save_pretrained, with a word-level tokenizer of its 96 ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    words = ["<unk>"] + [f"w{i}" for i in range(63)]
+    from tests.helpers import tiny_llama_lm
+
+    tiny_llama_lm().save_pretrained(folder)
+    words = ["<unk>"] + [f"w{i}" for i in range(95)]
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(folder / "tokenizer.json"))
+
+
+def test_the_same_model_in_another_folder_is_the_same_export_source(tmp_path):
+    """The ONNX graphs of a causal LM are cached by the sha256 of its class, config, attention implementation and
+    weights: the live model, its save_pretrained folder and a copy of that folder elsewhere share them (where the
+    model came from is not the model), another attention implementation does not (another graph)."""
+    import transformers
+
+    from mlms_nb.frameworks.converters.causal_onnx import source_digest
+    from tests.helpers import tiny_llama_lm
+
+    for name in ("a", "b"):
+        _tiny_llama(tmp_path / name)
+    load = transformers.AutoModelForCausalLM.from_pretrained
+    a, b = (load(str(tmp_path / name), local_files_only=True, attn_implementation="eager") for name in "ab")
+    assert source_digest(a) == source_digest(b) == source_digest(tiny_llama_lm())
+    sdpa = load(str(tmp_path / "a"), local_files_only=True, attn_implementation="sdpa")
+    assert source_digest(sdpa) != source_digest(a)
 
 
 def test_a_save_pretrained_folder_evaluates_in_torch(tmp_path, mlms_home):
@@ -307,9 +323,11 @@ def test_agreement_over_step_models_finds_the_first_divergence(steps):
 
 
 @pytest.mark.slow  # the folder's Llama exported to ONNX (prefill and decode graphs) on first use
-def test_a_save_pretrained_llama_folder_generates_in_torch_and_onnxruntime(tmp_path, mlms_home):
+def test_a_save_pretrained_llama_folder_generates_in_torch_and_onnxruntime(tmp_path, shared_home):
     """Issue 21's must-show: a Hugging Face folder of another architecture than the zoo's, through the documented
-    way in (the folder itself), in torch and ONNX Runtime, with prompts of different lengths (left padding)."""
+    way in (the folder itself), in torch and ONNX Runtime, with prompts of different lengths (left padding). In the
+    session's home: test_generate_frameworks.py exports the same Llama, and whichever comes second reuses the
+    graphs."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     folder = tmp_path / "llama"

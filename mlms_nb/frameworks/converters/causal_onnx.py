@@ -21,6 +21,7 @@ against PyTorch on another batch (3 rows, other lengths, left padding): the max 
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -159,12 +160,21 @@ def _max_diff(actual: list[np.ndarray], expected: list[np.ndarray], mask: np.nda
     return diff
 
 
+PROVENANCE = ("_name_or_path", "architectures", "dtype", "transformers_version")
+"""Config keys save_pretrained and from_pretrained write about a model's origin, not its computation: the folder,
+the class (already in the digest), the weights' dtype (the weights' bytes are) and the library's version."""
+
+
 def source_digest(model) -> str:
-    """sha256 of the model's class, its config (JSON) and its weights."""
+    """sha256 of the model's class, its config (JSON), its attention implementation (``eager``, ``sdpa``: another
+    graph) and its weights. Left out are the config's records of where the model came from (:data:`PROVENANCE`): a
+    live model, its save_pretrained folder and a copy of that folder elsewhere are the same source, and share graphs."""
     from mlms_nb.frameworks.converters import source_digest as weights_digest
 
+    config = {k: v for k, v in model.config.to_dict().items() if k not in PROVENANCE}
+    config["_attn_implementation"] = getattr(model.config, "_attn_implementation", None)
     h = hashlib.sha256(weights_digest(model).encode())
-    h.update(model.config.to_json_string(use_diff=False).encode())
+    h.update(json.dumps(config, sort_keys=True, default=str).encode())
     return h.hexdigest()
 
 
