@@ -55,13 +55,27 @@ class Lab:
             return err.code, err.read()
 
     def stop(self) -> None:
+        """SIGTERM, and after 5 s SIGKILL to the server and what it started (kernels). A server asked to stop while a
+        kernel it just started is still importing has been seen to hang 20 s after shutting that kernel down, and a
+        test has nothing left to read from it."""
+        import psutil
+
         if self.process.poll() is None:
+            try:
+                children = psutil.Process(self.process.pid).children(recursive=True)
+            except psutil.Error:
+                children = []
             self.process.terminate()
             try:
-                self.process.wait(20)
+                self.process.wait(5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+            for child in children:
+                try:
+                    child.kill()
+                except psutil.Error:
+                    pass
 
 
 def checked_out_labextension(tmp: Path) -> Path:
