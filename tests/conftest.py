@@ -109,16 +109,24 @@ def traced_evaluation(converted_models):
     """One real traced evaluation shared by the analyses, the analysis verbs and the reports (made once per session,
     stored in the session's history): EfficientNet-Lite0 in PyTorch and ONNX Runtime, batch sizes 1 and 2, 4 of the
     packaged labelled photos, FRAMEWORK-level trace of 3 calls per batch size. ``.for_framework("torch")`` is the
-    PyTorch part (same id); ``history_ids`` has one row per framework. Tests must not change it."""
+    PyTorch part (same id); ``history_ids`` has one row per framework. Tests must not change it.
+
+    Made once per test run (the first pytest-xdist worker to ask evaluates; every worker, that one included, reads it
+    back from the history store, traces and all, as ``load_evaluation`` gives it to a user)."""
     pytest.importorskip("torch", reason="the traced evaluation needs PyTorch: pip install -e '.[torch]'")
     pytest.importorskip("onnxruntime", reason="the traced evaluation needs ONNX Runtime: pip install -e '.[onnx]'")
+    from tests.helpers import once_per_run
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLMS_HOME", str(converted_models))
         import mlms_nb
 
-        return mlms_nb.evaluate("efficientnet_lite0", framework="torch,onnxruntime", batch_sizes=[1, 2],
-                                dataset="imagenet-samples", limit=4, trace_level="FRAMEWORK", trace_repeats=3,
-                                warmup=2, min_repeats=5, min_time_s=0.05, progress=False)
+        def evaluate() -> str:
+            return mlms_nb.evaluate("efficientnet_lite0", framework="torch,onnxruntime", batch_sizes=[1, 2],
+                                    dataset="imagenet-samples", limit=4, trace_level="FRAMEWORK", trace_repeats=3,
+                                    warmup=2, min_repeats=5, min_time_s=0.05, progress=False).id
+
+        return mlms_nb.load_evaluation(once_per_run("traced_evaluation", evaluate))
 
 
 from tests.pg_support import postgres_server, postgres_url  # noqa: E402,F401  (a real PostgreSQL on loopback)

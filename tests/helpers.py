@@ -149,3 +149,26 @@ def tiny_llama_lm():
                                       max_position_embeddings=64, bos_token_id=0, eos_token_id=0,
                                       attn_implementation="eager")
     return transformers.LlamaForCausalLM(config).eval()
+
+
+def once_per_run(name: str, make, folder=None):
+    """``make()``'s text, made once per test run and shared by every pytest-xdist worker: the first caller runs it
+    under a file lock and keeps the text in this run's folder; the others wait and read it. Keyed by the run
+    (PYTEST_XDIST_TESTRUNUID, else this process), so a later run never sees an old result."""
+    import fcntl
+    import os
+    import tempfile
+    from pathlib import Path
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    folder = Path(folder or tempfile.gettempdir()) / f"mlms-nb-tests-{run}"
+    folder.mkdir(exist_ok=True)
+    done = folder / f"{name}.done"
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            text = make()
+            part = done.with_suffix(".part")
+            part.write_text(text)
+            os.replace(part, done)
+    return done.read_text()

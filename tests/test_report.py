@@ -10,6 +10,7 @@ checks themselves take a second.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -55,16 +56,23 @@ def evaluation(home, traced_evaluation):
 
 @pytest.fixture(scope="module")
 def report(evaluation, tmp_path_factory):
-    """``mlms report <evaluation id> --pdf --notebook --html``, as a user types it (timed)."""
-    out = tmp_path_factory.mktemp("report")
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "mlms_nb.cli", "report", evaluation.id, "--pdf", str(out / "r.pdf"),
-                           "--notebook", str(out / "r.ipynb"), "--html", str(out / "r.html")],
-                          capture_output=True, text=True, timeout=600, cwd=out)
-    seconds = time.perf_counter() - start
-    assert done.returncode == 0, done.stderr
-    print(f"mlms report took {seconds:.1f} s:\n{done.stdout}")
-    return out, done
+    """``mlms report <evaluation id> --pdf --notebook --html``, as a user types it (timed): made once per test run,
+    in the run's folder, and read by whichever pytest-xdist worker runs a test of this module (the traced
+    evaluation is the same on every worker)."""
+    from tests.helpers import once_per_run
+
+    def make() -> str:
+        out = tmp_path_factory.mktemp("report")
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "mlms_nb.cli", "report", evaluation.id, "--pdf",
+                               str(out / "r.pdf"), "--notebook", str(out / "r.ipynb"), "--html", str(out / "r.html")],
+                              capture_output=True, text=True, timeout=600, cwd=out)
+        assert done.returncode == 0, done.stderr
+        print(f"mlms report took {time.perf_counter() - start:.1f} s:\n{done.stdout}")
+        return json.dumps({"out": str(out), "stdout": done.stdout, "stderr": done.stderr})
+
+    made = json.loads(once_per_run(f"report-{evaluation.id}", make))
+    return Path(made["out"]), subprocess.CompletedProcess([], 0, made["stdout"], made["stderr"])
 
 
 def pdftotext(path: Path) -> str:
