@@ -21,25 +21,15 @@ def run_notebook(name: str) -> nbformat.NotebookNode:
 
 
 def run_notebook_once(name: str) -> nbformat.NotebookNode:
-    """``name`` executed once per test run, shared by the tests that read it (any pytest-xdist worker): the first
-    caller executes it under a file lock and keeps it in this run's folder; the others wait and read that copy.
-    Keyed by the run (PYTEST_XDIST_TESTRUNUID, else this process), so a later run never sees an old result."""
-    import fcntl
+    """``name`` executed once per test run, shared by the tests that read it (any pytest-xdist worker): see
+    :func:`tests.helpers.once_per_run`; keyed by the notebook's sha256 too."""
     import hashlib
-    import tempfile
 
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    from tests.helpers import once_per_run
+
     digest = hashlib.sha256((NOTEBOOKS / name).read_bytes()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"mlms-nb-tests-{run}"
-    folder.mkdir(exist_ok=True)
-    done = folder / f"{digest}-{name}"
-    with open(folder / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
-            nb = run_notebook(name)
-            nbformat.write(nb, str(done) + ".part")
-            os.replace(str(done) + ".part", done)
-    return nbformat.read(done, as_version=4)
+    return nbformat.reads(once_per_run(f"{digest}-{name}", lambda: nbformat.writes(run_notebook(name))),
+                          as_version=4)
 
 
 #: stderr a notebook may show, each with why (a regex matched against each stderr line)
