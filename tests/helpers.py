@@ -125,15 +125,13 @@ def spin_cpu(ms: float) -> int:
 
 
 def tiny_gpt2_lm():
-    """A 2-layer GPT-2 causal LM (random weights, seed 0; vocabulary 96). The same model, and so the same ONNX
-    export (cached in a home by its sha256), wherever a test asks for it."""
-    import torch
-    import transformers
+    """The zoo's ``tiny_gpt2`` as mlms-nb loads it (2 layers, hidden 64, GPT-2's 50,257-token vocabulary, seeded
+    random weights): the same model, and so the same ONNX export (cached in a home by its sha256), as the zoo decoder's
+    own runs in a shared home."""
+    from mlms_nb.frameworks.causal_lm import load_causal_lm
+    from mlms_nb.manifest import find_manifest
 
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=96, n_positions=64,
-                                     bos_token_id=0, eos_token_id=0)
-    return transformers.GPT2LMHeadModel(config).eval()
+    return load_causal_lm(find_manifest("tiny_gpt2", framework="torch")).eval()
 
 
 def tiny_llama_lm():

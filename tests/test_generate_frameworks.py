@@ -1,6 +1,6 @@
 """Generation in ONNX Runtime and TensorFlow (issue 21 item 2): each framework's StepModel, driven by a plain greedy
-loop of this test's own, gives PyTorch's tokens and logits for tiny causal LMs built from their configs (GPT-2 and
-Llama, random weights): batch 1 and a left-padded batch of 2, with and without the KV cache.
+loop of this test's own, gives PyTorch's tokens and logits for tiny causal LMs built from their configs (the zoo's
+GPT-2 and a Llama, random weights): batch 1 and a left-padded batch of 2, with and without the KV cache.
 
 The reference is the ``transformers`` model itself, run on the whole sequence at every step (no cache, nothing of
 mlms-nb's). The ONNX graphs are exported once per session into the session's MLMS_HOME (cached by sha256).
@@ -24,7 +24,7 @@ NEW_TOKENS = 6
 TOLERANCE = 1e-4  # |logit| difference allowed, float32 kernels of different frameworks
 
 
-MODELS = {"gpt2": tiny_gpt2_lm, "llama": tiny_llama_lm}  # tests/helpers.py: shared with test_generation.py
+MODELS = {"gpt2": tiny_gpt2_lm, "llama": tiny_llama_lm}  # tests/helpers.py: the zoo decoder's and test_generation's
 
 
 @pytest.fixture(scope="module")
@@ -186,14 +186,14 @@ def test_a_model_without_a_transformers_config_is_refused_in_one_sentence():
 
 
 @pytest.mark.slow  # the decoder exported to ONNX (cached) and ported to Keras, then timed in three frameworks
-def test_the_zoo_decoder_generates_in_three_frameworks_with_identical_greedy_tokens(tmp_path, monkeypatch):
+def test_the_zoo_decoder_generates_in_three_frameworks_with_identical_greedy_tokens(home, monkeypatch):
     """Issue 21's must-show through the Python API: tiny_gpt2 (a torch manifest) runs in ONNX Runtime and TensorFlow
     as is (their step models export or port it when they open), TTFT/TPOT/tokens/s per framework, batch size and KV
     setting, and every framework's greedy tokens identical to PyTorch's."""
     pytest.importorskip("keras_hub")
     import mlms_nb
 
-    monkeypatch.setenv("MLMS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MLMS_HOME", str(home))  # the session's: its ONNX graphs are the gpt2 fixture's (same model)
     ev = mlms_nb.evaluate("tiny_gpt2", framework="torch,onnxruntime,tensorflow", scenario="generate",
                           batch_sizes=[1, 2], max_new_tokens=4, dataset="synthetic:2", warmup=1, min_repeats=2,
                           min_time_s=0, threads=1, progress=False, history=False)
