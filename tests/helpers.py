@@ -149,7 +149,7 @@ def tiny_llama_lm():
     return transformers.LlamaForCausalLM(config).eval()
 
 
-def once_per_run(name: str, make, folder=None):
+def once_per_run(name: str, make) -> str:
     """``make()``'s text, made once per test run and shared by every pytest-xdist worker: the first caller runs it
     under a file lock and keeps the text in this run's folder; the others wait and read it. Keyed by the run
     (PYTEST_XDIST_TESTRUNUID, else this process), so a later run never sees an old result."""
@@ -159,7 +159,7 @@ def once_per_run(name: str, make, folder=None):
     from pathlib import Path
 
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
-    folder = Path(folder or tempfile.gettempdir()) / f"mlms-nb-tests-{run}"
+    folder = Path(tempfile.gettempdir()) / f"mlms-nb-tests-{run}"
     folder.mkdir(exist_ok=True)
     done = folder / f"{name}.done"
     with open(folder / f"{name}.lock", "w") as lock:
