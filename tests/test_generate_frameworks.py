@@ -155,7 +155,8 @@ def test_onnx_graphs_are_cached_by_sha256_and_checked_against_pytorch(steps, mod
     from mlms_nb.frameworks.converters.causal_onnx import source_digest
 
     digest = source_digest(models["gpt2"])
-    assert first.paths["prefill"].parent.parent.parent.name == digest[:16] and record["source_sha256"] == digest
+    assert first.paths["prefill"].parent.parent.parent.name == digest[:16]
+    assert records["prefill"]["source_sha256"] == digest
     other = tiny_gpt2_lm()
     with torch.no_grad():
         other.lm_head.weight.mul_(2)  # tied to the token embedding: a different model

@@ -10,7 +10,6 @@ checks themselves take a second.
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import shutil
@@ -56,9 +55,9 @@ def evaluation(home, traced_evaluation):
 
 @pytest.fixture(scope="module")
 def report(evaluation, tmp_path_factory):
-    """``mlms report <evaluation id> --pdf --notebook --html``, as a user types it (timed): made once per test run,
-    in the run's folder, and read by whichever pytest-xdist worker runs a test of this module (the traced
-    evaluation is the same on every worker)."""
+    """The folder of ``mlms report <evaluation id> --pdf --notebook --html``, as a user types it (timed): made once
+    per test run and read by whichever pytest-xdist worker runs a test of this module (the traced evaluation is the
+    same on every worker)."""
     from tests.helpers import once_per_run
 
     def make() -> str:
@@ -69,10 +68,9 @@ def report(evaluation, tmp_path_factory):
                               capture_output=True, text=True, timeout=600, cwd=out)
         assert done.returncode == 0, done.stderr
         print(f"mlms report took {time.perf_counter() - start:.1f} s:\n{done.stdout}")
-        return json.dumps({"out": str(out), "stdout": done.stdout, "stderr": done.stderr})
+        return str(out)
 
-    made = json.loads(once_per_run(f"report-{evaluation.id}", make))
-    return Path(made["out"]), subprocess.CompletedProcess([], 0, made["stdout"], made["stderr"])
+    return Path(once_per_run(f"report-{evaluation.id}", make))
 
 
 def pdftotext(path: Path) -> str:
@@ -116,7 +114,7 @@ def test_report_pdf_holds_the_model_and_the_median_latencies(evaluation, report,
     from mlms_nb.reporting import sections
     from mlms_nb.display import format_frame
 
-    out, done = report
+    out = report
     flat = check_pdf(out / "r.pdf", "A4", tmp_path / "images", figures_at_least=9)
     assert "efficientnet_lite0" in flat and evaluation.id in flat
     medians = format_frame(sections.latency_frame([evaluation], [""]))["median (ms)"]
@@ -134,7 +132,7 @@ def test_report_pdf_holds_the_model_and_the_median_latencies(evaluation, report,
 
 
 def test_report_notebook_is_executed_editable_and_quiet(evaluation, report):
-    out, _ = report
+    out = report
     nb = nbformat.read(out / "r.ipynb", as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
@@ -149,7 +147,7 @@ def test_report_notebook_is_executed_editable_and_quiet(evaluation, report):
 def test_report_notebook_screenshots_show_nothing_cut_and_no_noise(report):
     from mlms_nb.reporting.screenshots import notebook_screenshots
 
-    out, _ = report
+    out = report
     shots = notebook_screenshots(out / "r.ipynb", ARTIFACTS / "report_screenshots")
     assert shots.paths and all(p.stat().st_size > 1000 for p in shots.paths)
     assert shots.output_width_px >= 900
