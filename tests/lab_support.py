@@ -159,3 +159,19 @@ def small_traced_run(home: Path):
 
 def launch_chromium(pw):
     return pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+
+
+def new_lab_page(browser, width: int, height: int):
+    """A page on which a JupyterLab dialog is answered with its default button, as a user would, and printed (a
+    failing test's output shows it). On a loaded machine JupyterLab itself can open one over the notebook ("Select
+    Kernel", "Kernel Restarting", "Server Connection Error"), which otherwise takes every later click. mlms-nb's
+    lab extension opens no dialog unasked."""
+    page = browser.new_page(viewport={"width": width, "height": height})
+
+    def answer(dialog) -> None:
+        print("JupyterLab opened a dialog, answered with its default button:", 
+              " | ".join(line.strip() for line in dialog.inner_text().splitlines() if line.strip()))
+        dialog.locator(".jp-Dialog-button.jp-mod-accept").first.click()
+
+    page.add_locator_handler(page.locator(".jp-Dialog"), answer)
+    return page

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab_support import CHROMIUM, lab_during, launch_chromium
+from tests.lab_support import CHROMIUM, lab_during, launch_chromium, new_lab_page
 
 pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (the jupyter extra)")
 pytest.importorskip("torch", reason="the generate run needs PyTorch (the torch extra)")
@@ -77,7 +77,7 @@ def test_panel_draws_and_names_a_generate_runs_phases(lab):
     with playwright.sync_playwright() as pw:
         browser = launch_chromium(pw)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 800})
+            page = new_lab_page(browser, 1400, 800)
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(f"{server.url}lab?token={server.token}", timeout=60_000)
