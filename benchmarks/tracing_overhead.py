@@ -9,7 +9,8 @@ into a FRAMEWORK Tracer (layer spans from wrapped layer forwards, the MODEL ``pr
 Their calls alternate (traced, untraced, untraced, traced, ...), so neighbouring calls see the same machine; the
 round's ratio is the traced calls' median latency / the untraced calls' median. The two roles swap every round
 (a model copy's own speed cancels). ``all-in`` adds the session's end (``stop_tracing()``: recorded calls ->
-spans) per traced call to the traced median: everything FRAMEWORK tracing costs a call.
+spans) per traced call to the traced median: everything FRAMEWORK tracing costs a call. ``build`` is what turning
+those spans into the trace's frames (``tracer.trace()``) then costs per traced call, reported beside it.
 
 **ML_LIBRARY's layer spans on top of the profiler, paired too.** The same alternation with the traced predictor at
 ML_LIBRARY: torch.profiler is process-wide, so both calls are profiled and the ratio is what the layer spans add
@@ -112,10 +113,11 @@ WAYS = {"untraced": untraced, "mlms-nb FRAMEWORK": ours(TraceLevel.FRAMEWORK),
         "torch.profiler (shapes)": torch_profiler(False)}
 
 
-def paired(traced, twin, batch, calls: int, level: TraceLevel = TraceLevel.FRAMEWORK) -> tuple[float, float, float]:
+def paired(traced, twin, batch, calls: int, level: TraceLevel = TraceLevel.FRAMEWORK
+           ) -> tuple[float, float, float, float]:
     """One round of ``level`` tracing on ``traced`` against its untraced ``twin``, calls alternating (each pair in
-    turn led by either): (traced median / untraced median, the same on CPU time, stop_tracing() per traced call as
-    a fraction of an untraced call). At ML_LIBRARY torch.profiler, process-wide, records the twin's calls too: the
+    turn led by either): (traced median / untraced median, the same on CPU time, stop_tracing() and then
+    tracer.trace() per traced call, each as a fraction of an untraced call). At ML_LIBRARY torch.profiler, process-wide, records the twin's calls too: the
     ratio is then what the layer spans add on top of the profiler (and the session's end also converts the twin's
     ops)."""
     tracer = Tracer(level)
@@ -138,9 +140,12 @@ def paired(traced, twin, batch, calls: int, level: TraceLevel = TraceLevel.FRAME
         t0 = time.perf_counter_ns()
         traced.stop_tracing()
         post = (time.perf_counter_ns() - t0) / (calls + WARMUP_CALLS)
+    t0 = time.perf_counter_ns()
+    tracer.trace()
+    build = (time.perf_counter_ns() - t0) / (calls + WARMUP_CALLS)
     base = float(np.median(wall[False]))
     return (float(np.median(wall[True])) / base, float(np.median(cpu[True]) / np.median(cpu[False])),
-            post / base)
+            post / base, build / base)
 
 
 def spread(values) -> str:
@@ -184,9 +189,10 @@ def main() -> None:
                 for name in names[k % len(names):] + names[:k % len(names)]:
                     runs[name].append(WAYS[name](predictor, batch, args.block))
         pairs, on_profiler = np.array(pairs), np.array(on_profiler)
-        wall, cpu, post = pairs[:, 0], pairs[:, 1], pairs[:, 2]
+        wall, cpu, post, build = pairs[:, 0], pairs[:, 1], pairs[:, 2], pairs[:, 3]
         print(f"\n{bs:>5}  FRAMEWORK, paired call by call ({args.rounds} rounds): ratio {spread(wall)}, cpu ratio "
-              f"{spread(cpu)}, post {np.median(post):.1%} of an untraced call; all-in {spread(wall + post)}")
+              f"{spread(cpu)}, post {np.median(post):.1%} of an untraced call; all-in {spread(wall + post)}; "
+              f"building the trace's frames then {np.median(build):.1%} more")
         print(f"{bs:>5}  ML_LIBRARY's layer spans on top of torch.profiler, paired (both calls profiled): ratio "
               f"{spread(on_profiler[:, 0])}, cpu ratio {spread(on_profiler[:, 1])}")
         print(f"{bs:>5}  {'way (sessions)':<32}{'median ms':>10}  {'ratio [IQR]':>22}  {'cpu ratio':>9}  "

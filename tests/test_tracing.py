@@ -204,6 +204,39 @@ def test_records_are_flat_named_and_left_alone_by_the_garbage_collector():
     assert tr.max_level == int(L.FRAMEWORK) and Tracer("none").max_level == 0
 
 
+def test_a_block_of_spans_is_the_same_trace_as_its_spans_added_one_by_one():
+    """A recorder's spans handed over as one SpanBlock (columns, each part's name and fields once) read back and
+    build exactly what the same spans added one by one give: frame, records, positions and intervals."""
+    parts = (("features.0", {"layer_type": "Conv2d", "shape": ((1, 3, 8, 8),), "bytes": 96.0, "param_bytes": 4}),
+             ("features.1", {"layer_type": "ReLU", "shape": ((1, 4, 8, 8),), "memory": 0.0, "out_shape": (1, 2)}))
+    rows = [(0, 100, 150, 1), (1, 160, 170, 0), (0, 180, 260, 1), (1, 265, 270, 0)]  # part, start, end, parent
+    one_by_one, blocked = Tracer(L.FRAMEWORK, trace_id="t"), Tracer(L.FRAMEWORK, trace_id="t")
+    for tr in (one_by_one, blocked):
+        tr.add_span("predict", L.MODEL, None, 90, 300, parent_id=0, thread=5)
+    for i, (part, start, end, parent) in enumerate(rows):
+        name, fields = parts[part]
+        one_by_one.add_span(name, L.FRAMEWORK, "layer", start, end, parent_id=parent, thread=5, layer_index=i,
+                            **fields)
+    ids = blocked.new_span_ids(len(rows))
+    blocked.add_block(records.SpanBlock(
+        int(L.FRAMEWORK), "layer", np.array(ids), np.array([r[3] for r in rows]), np.array([r[1] for r in rows]),
+        np.array([r[2] for r in rows]), np.full(len(rows), 5), np.array([r[0] for r in rows]), parts,
+        {"layer_index": np.arange(len(rows))}))
+    for tr in (one_by_one, blocked):  # a span recorded after the block keeps its place after it
+        tr.add_span("predict", L.MODEL, None, 400, 500, parent_id=0, thread=5)
+    pd.testing.assert_frame_equal(blocked.trace().spans, one_by_one.trace().spans)
+    assert len(blocked) == len(one_by_one) == 6
+    for since in range(7):
+        assert blocked.records(since) == one_by_one.records(since), since
+        for level, kind, name in ((L.FRAMEWORK, "layer", None), (L.MODEL, None, "predict"),
+                                  (L.FRAMEWORK, None, "features.1")):
+            np.testing.assert_array_equal(blocked.intervals(level, kind, name, since=since),
+                                          one_by_one.intervals(level, kind, name, since=since))
+    assert blocked.intervals(L.FRAMEWORK, name="features.1")[:, 0].tolist() == [160, 265]
+    blocked.clear()
+    assert len(blocked) == 0 and blocked.records() == [] and len(blocked.trace().spans) == 0
+
+
 # ------------------------------------------------------------------------------------------------- schema
 
 def test_schema_empty_frames_and_validation():

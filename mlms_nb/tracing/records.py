@@ -13,10 +13,17 @@ plain tuples and not :class:`SpanRecord` instances (a NamedTuple is built by a P
 
 Readers outside the tracer get records as :class:`SpanRecord` (``tracer.records(since)``); the tracer itself
 and the columnar builder (:mod:`mlms_nb.tracing._build`) read the tuples by the index constants below.
+
+A recorder that ends a session with thousands of spans of a few shapes (the torch layer wrapper: one span per
+layer call, one name and set of fields per layer and input shapes) hands them over as one :class:`SpanBlock`
+instead: columns, and the name and fields of each distinct *part* once, never a tuple per span.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple
+
+import numpy as np
 
 SPAN_ID, PARENT_ID, NAME, LEVEL, KIND, START_NS, END_NS, THREAD = range(8)
 """Positions of the fixed fields of a record tuple."""
@@ -54,3 +61,37 @@ def record_fields(record: tuple) -> dict:
     """The keyword fields of a record tuple."""
     k = (len(record) - FIXED) >> 1
     return dict(zip(record[FIXED:FIXED + k], record[FIXED + k:]))
+
+
+@dataclass(frozen=True, eq=False)
+class SpanBlock:
+    """Spans of one level and kind recorded in bulk, as columns (``tracer.add_block``).
+
+    ``span_id``, ``parent_id``, ``start_ns``, ``end_ns``, ``thread``: int64 arrays, one value per span, in the
+    order the spans were recorded. ``part``: per span, an index into ``parts``, the ``(name, fields)`` its spans
+    share (fields as ``tracer.span`` takes them: span columns, or attributes). ``row_fields``: fields that differ
+    span by span (``layer_index``), an int64 array per field name; they come first in a span's fields, as the
+    keyword order of a record tuple would put them."""
+
+    level: int
+    kind: str
+    span_id: np.ndarray
+    parent_id: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    thread: np.ndarray
+    part: np.ndarray
+    parts: tuple[tuple[str, dict], ...]
+    row_fields: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.span_id)
+
+    def record(self, i: int) -> SpanRecord:
+        """Span ``i`` as a :class:`SpanRecord` (what a record tuple of it would read)."""
+        name, fields = self.parts[int(self.part[i])]
+        row = {k: int(v[i]) for k, v in self.row_fields.items()}
+        merged = {**row, **fields}
+        return SpanRecord(int(self.span_id[i]), int(self.parent_id[i]), name, self.level, self.kind,
+                          int(self.start_ns[i]), int(self.end_ns[i]), int(self.thread[i]),
+                          (*merged, *merged.values()))

@@ -29,8 +29,10 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator
 
+import numpy as np
+
 from mlms_nb.schema.levels import TraceLevel
-from mlms_nb.tracing.records import SpanRecord
+from mlms_nb.tracing.records import END_NS, KIND, LEVEL, NAME, SPAN_ID, START_NS, THREAD, SpanBlock, SpanRecord
 
 _perf_ns = time.perf_counter_ns
 _native_id = threading.get_native_id
@@ -129,6 +131,7 @@ class Tracer:
         self.max_level = int(self.level)
         self.trace_id = str(trace_id) if trace_id is not None else uuid.uuid4().hex
         self._spans: list[tuple] = []
+        self._blocks: list[tuple[int, SpanBlock]] = []  # (len(self._spans) when it was added, the block)
         self._counters: list[tuple] = []
         self._next_id = itertools.count(1).__next__
         self._local = _Local(self._spans, self._next_id)
@@ -239,16 +242,16 @@ class Tracer:
         return sid
 
     def new_span_ids(self, count: int) -> list[int]:
-        """``count`` fresh span ids, in order, for records built in bulk (:meth:`add_records`)."""
+        """``count`` fresh span ids, in order, for spans recorded in bulk (:meth:`add_block`)."""
         next_id = self._next_id
         return [next_id() for _ in range(count)]
 
-    def add_records(self, records: list[tuple]) -> None:
-        """Append record tuples built in bulk (layout: :mod:`mlms_nb.tracing.records`; ids from
-        :meth:`new_span_ids`): what :meth:`add_span` does per span, without a call per span, for a profiler's
-        thousands of spans at the end of a session. The caller leaves out levels this tracer does not record."""
-        if self.max_level:
-            self._spans.extend(records)
+    def add_block(self, block: SpanBlock) -> None:
+        """Append spans recorded in bulk as columns (:class:`~mlms_nb.tracing.records.SpanBlock`; ids from
+        :meth:`new_span_ids`): for a recorder's thousands of spans of a few names and shapes, no tuple per span
+        here or when the frames are built. The caller leaves out levels this tracer does not record."""
+        if self.max_level and len(block):
+            self._blocks.append((len(self._spans), block))
 
     def add_counter(self, ts_ns: int, source: str, metric: str, value: float, unit: str, device: str = "") -> None:
         """Record one counter sample (``ts_ns`` on the :func:`time.perf_counter_ns` clock). Counters are kept
@@ -266,7 +269,53 @@ class Tracer:
         recorded after that moment), as :class:`~mlms_nb.tracing.records.SpanRecord` in recording order.
         :meth:`clear` starts the positions again at 0."""
         of = SpanRecord.of
-        return [of(r) for r in self._spans[since:]]
+        out: list[SpanRecord] = []
+        done = 0  # tuples of self._spans already passed
+        position = 0  # records (tuples and block rows) passed
+        for at, block in self._blocks:
+            take = self._spans[done:at]
+            skip = max(0, since - position)
+            out.extend(of(r) for r in take[skip:])
+            position += len(take)
+            skip = max(0, since - position)
+            out.extend(block.record(i) for i in range(skip, len(block)))
+            position += len(block)
+            done = at
+        out.extend(of(r) for r in self._spans[done:][max(0, since - position):])
+        return out
+
+    def intervals(self, level: TraceLevel | int, kind: str | None = None, name: str | None = None,
+                  since: int = 0) -> np.ndarray:
+        """``(start_ns, end_ns, span_id, thread)`` rows, int64, of the spans recorded from position ``since`` on
+        (as :meth:`records`) at ``level`` (and of ``kind`` / named ``name`` when given), in recording order: what
+        a recorder needs to nest its spans in those already recorded, read from the columns of a block rather
+        than a record per span."""
+        level = int(level)
+        rows: list[np.ndarray] = []
+
+        def from_tuples(records) -> None:
+            picked = [(r[START_NS], r[END_NS], r[SPAN_ID], r[THREAD]) for r in records
+                      if r[LEVEL] == level and (kind is None or r[KIND] == kind) and (name is None or r[NAME] == name)]
+            if picked:
+                rows.append(np.array(picked, np.int64))
+
+        done = position = 0
+        for at, block in self._blocks:
+            take = self._spans[done:at]
+            from_tuples(take[max(0, since - position):])
+            position += len(take)
+            skip = max(0, since - position)
+            if block.level == level and (kind is None or block.kind == kind):
+                keep = np.arange(skip, len(block))
+                if name is not None:
+                    named = np.array([n == name for n, _ in block.parts], bool)
+                    keep = keep[named[block.part[keep]]]
+                rows.append(np.stack([block.start_ns[keep], block.end_ns[keep], block.span_id[keep],
+                                      block.thread[keep]], axis=1).astype(np.int64, copy=False))
+            position += len(block)
+            done = at
+        from_tuples(self._spans[done:][max(0, since - position):])
+        return np.concatenate(rows) if rows else np.zeros((0, 4), np.int64)
 
     def thread_id(self) -> int:
         """The OS thread id this tracer files the calling thread's spans under."""
@@ -282,15 +331,16 @@ class Tracer:
         return _perf_ns()
 
     def __len__(self) -> int:
-        return len(self._spans)
+        return len(self._spans) + sum(len(block) for _, block in self._blocks)
 
     def clear(self) -> None:
         """Forget the spans and counters recorded so far (open spans stay open)."""
         del self._spans[:]
+        del self._blocks[:]
         del self._counters[:]
 
     def __repr__(self) -> str:
-        return f"Tracer(level={self.level.name}, trace_id={self.trace_id!r}, spans={len(self._spans)})"
+        return f"Tracer(level={self.level.name}, trace_id={self.trace_id!r}, spans={len(self)})"
 
     # ------------------------------------------------------------------------------------------- building
 
@@ -301,7 +351,7 @@ class Tracer:
         from mlms_nb.tracing._build import spans_from_records
         from mlms_nb.tracing.trace import Trace
 
-        spans = spans_from_records(list(self._spans), self.trace_id)
+        spans = spans_from_records(list(self._spans), self.trace_id, [block for _, block in self._blocks])
         counters = counters_frame(list(self._counters))
         meta = dict(self.metadata)
         meta["open_spans"] = len(self._local.ctx.stack)  # this thread's; other threads' are not visible

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from operator import itemgetter
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ import torch
 from mlms_nb._gc import collector_off
 from mlms_nb._quiet import quiet
 from mlms_nb.tracing.attribution import containment_parents
+from mlms_nb.tracing.records import SpanBlock
 from mlms_nb.schema.levels import TraceLevel
 
 FRAMEWORK = int(TraceLevel.FRAMEWORK)
@@ -102,7 +104,7 @@ class LayerHooks:
                 output = forward(*args, **kwargs)
                 sync()
                 t1 = perf()
-                record((number, t0, t1, _in_info(args), _out_info(output, args), allocated() - mem0))
+                record((number, _in_info(args), _out_info(output, args), allocated() - mem0, t0, t1))
                 return output
 
             return traced_forward_cuda
@@ -117,11 +119,11 @@ class LayerHooks:
                 output = forward(input)
                 t1 = perf()
                 if output.__class__ is Tensor and input.__class__ is Tensor:
-                    record((number, t0, t1, tuple(input.shape), input.itemsize, tuple(output.shape),
-                            output.itemsize, output is input))
+                    record((number, tuple(input.shape), input.itemsize, tuple(output.shape), output.itemsize,
+                            output is input, t0, t1))
                 else:
                     args = (input,)
-                    record((number, t0, t1, _in_info(args), _out_info(output, args)))
+                    record((number, _in_info(args), _out_info(output, args), t0, t1))
                 return output
 
             return traced_forward_input if one == "input" else _with_parameter_name(traced_forward_input, one)
@@ -132,10 +134,10 @@ class LayerHooks:
             t1 = perf()
             if output.__class__ is Tensor and len(args) == 1 and args[0].__class__ is Tensor:
                 a = args[0]
-                record((number, t0, t1, tuple(a.shape), a.itemsize, tuple(output.shape), output.itemsize,
-                        output is a))
+                record((number, tuple(a.shape), a.itemsize, tuple(output.shape), output.itemsize, output is a,
+                        t0, t1))
             else:
-                record((number, t0, t1, _in_info(args), _out_info(output, args)))
+                record((number, _in_info(args), _out_info(output, args), t0, t1))
             return output
 
         return traced_forward
@@ -154,17 +156,15 @@ class LayerHooks:
                 self._flush(calls)
 
     def _flush(self, calls: list[tuple]) -> None:
-        """Calls -> layer spans: parent = the innermost enclosing layer call, else the ``predict`` span the call
-        ran in; ``layer_index`` = rank of the call's start within its predict call. Ids, parents, threads and
-        indices are worked out as columns; the one loop left builds each span's record tuple, its name and
-        keyword fields found once per distinct layer and shapes."""
+        """Calls -> one block of layer spans (:class:`~mlms_nb.tracing.records.SpanBlock`): parent = the innermost
+        enclosing layer call, else the ``predict`` span the call ran in; ``layer_index`` = rank of the call's start
+        within its predict call. Everything is worked out as columns; the one loop left finds each call's *part*
+        (its layer and shapes), whose name and fields are worked out once."""
         n = len(calls)
-        starts = np.fromiter((c[1] for c in calls), np.int64, n)
-        ends = np.fromiter((c[2] for c in calls), np.int64, n)
+        starts = np.fromiter(map(_START, calls), np.int64, n)
+        ends = np.fromiter(map(_END, calls), np.int64, n)
         outer = containment_parents(np.zeros(n, np.int64), starts, ends)
-        records = self.tracer.records(since=self._first_record)
-        models = np.array([(r.start_ns, r.end_ns, r.span_id, r.thread) for r in records
-                           if r.level == MODEL and r.name == "predict"], np.int64).reshape(-1, 4)
+        models = self.tracer.intervals(MODEL, name="predict", since=self._first_record)
         models = models[np.argsort(models[:, 0], kind="stable")]
         model_of = _enclosing(models[:, :3], starts, ends)
         order = np.lexsort((-ends, starts))
@@ -183,30 +183,24 @@ class LayerHooks:
         else:
             model_parent, thread = np.zeros(n, np.int64), np.full(n, self.tracer.thread_id(), np.int64)
         parent = np.where(outer >= 0, span_id[np.maximum(outer, 0)], model_parent)
-        parts: dict[tuple, tuple] = {}  # (layer number, shapes...) -> (name, field names, field values)
-        rows = []
-        append = rows.append
-        for i, sid, par, start, end, thr, idx in zip(order.tolist(), span_id[order].tolist(),
-                                                     parent[order].tolist(), starts[order].tolist(),
-                                                     ends[order].tolist(), thread[order].tolist(),
-                                                     index[order].tolist()):
-            call = calls[i]
-            key = call[:1] + call[3:]
-            found = parts.get(key)
-            if found is None:
-                name, kw = self._fields(call)
-                found = parts[key] = (name, ("layer_index", *kw), tuple(kw.values()))
-            name, names, values = found
-            append((sid, par, name, FRAMEWORK, "layer", start, end, thr, *names, idx, *values))
-        self.tracer.add_records(rows)
+        keys = list(map(_PART, calls))  # (layer number, shapes...): all but the times
+        number = dict.fromkeys(keys)  # the distinct parts, in order of first appearance
+        for i, key in enumerate(number):
+            number[key] = i
+        part = np.fromiter(map(number.__getitem__, keys), np.int64, n)
+        parts = tuple(self._fields(key) for key in number)
+        self.tracer.add_block(SpanBlock(FRAMEWORK, "layer", span_id[order], parent[order], starts[order],
+                                        ends[order], thread[order], part[order], parts,
+                                        {"layer_index": index[order]}))
 
-    def _fields(self, call: tuple) -> tuple[str, dict]:
-        """A recorded call's layer name and the keyword fields of its span (all but ``layer_index``)."""
-        name, layer_type, state = self._layers[call[0]]
-        if len(call) == len(CALL_FIELDS):
-            inputs, outputs, delta = ((call[3], call[4]),), ((call[5], call[6], call[7]),), None
+    def _fields(self, part: tuple) -> tuple[str, dict]:
+        """A recorded call's layer name and the keyword fields of its span (all but ``layer_index``), from its
+        part (the call without its times)."""
+        name, layer_type, state = self._layers[part[0]]
+        if len(part) == len(CALL_FIELDS) - 2:
+            inputs, outputs, delta = ((part[1], part[2]),), ((part[3], part[4], part[5]),), None
         else:
-            inputs, outputs, delta = call[3], call[4], (call[5] if len(call) > 5 else None)
+            inputs, outputs, delta = part[1], part[2], (part[3] if len(part) > 3 else None)
         in_bytes = sum(_size(shape, itemsize) for shape, itemsize in inputs)
         out_bytes = sum(_size(shape, itemsize) for shape, itemsize, _ in outputs)
         memory = delta if delta is not None else sum(_size(shape, itemsize) for shape, itemsize, alias in outputs
@@ -216,12 +210,15 @@ class LayerHooks:
                           output_bytes=out_bytes, out_shape=tuple(shape for shape, _, _ in outputs))
 
 
-CALL_FIELDS = ("layer number", "start_ns", "end_ns", "input shape", "input itemsize", "output shape",
-               "output itemsize", "output is the input")
+CALL_FIELDS = ("layer number", "input shape", "input itemsize", "output shape", "output itemsize",
+               "output is the input", "start_ns", "end_ns")
 """What the wrapper records per call of a layer with one tensor in and one out (every value a plain int, bool or a
-tuple of ints). Other calls record ``(layer number, start_ns, end_ns, inputs, outputs[, memory delta])``:
+tuple of ints). Other calls record ``(layer number, inputs, outputs[, memory delta], start_ns, end_ns)``:
 ``inputs`` a tuple of ``(shape, itemsize)``, ``outputs`` of ``(shape, itemsize, aliases an input)``, and on CUDA
-the change of ``torch.cuda.memory_allocated`` over the call."""
+the change of ``torch.cuda.memory_allocated`` over the call. The times come last: a call without them is its
+*part*, the key its span's name and fields are worked out once for."""
+_START, _END, _PART = itemgetter(-2), itemgetter(-1), itemgetter(slice(None, -2))
+_OP_PART = itemgetter(3, 4)
 
 
 def _one_parameter(forward) -> str | None:
@@ -341,11 +338,8 @@ def add_ops(tracer, ops: list[tuple], wall_offset_ns: int, first_record: int = 0
     start = np.fromiter((o[0] for o in ops), np.int64, len(ops)) - wall_offset_ns
     end = start + np.fromiter((o[1] for o in ops), np.int64, len(ops))
     tids = np.fromiter((o[2] for o in ops), np.int64, len(ops))
-    records = tracer.records(since=first_record)
-    layers = np.array([(r.start_ns, r.end_ns, r.span_id) for r in records
-                       if r.level == FRAMEWORK and r.kind == "layer"], np.int64).reshape(-1, 3)
-    models = np.array([(r.start_ns, r.end_ns, r.span_id) for r in records
-                       if r.level == MODEL and r.name == "predict"], np.int64).reshape(-1, 3)
+    layers = tracer.intervals(FRAMEWORK, "layer", since=first_record)[:, :3]
+    models = tracer.intervals(MODEL, name="predict", since=first_record)[:, :3]
     layers = layers[np.argsort(layers[:, 0], kind="stable")] if len(layers) else layers
     models = models[np.argsort(models[:, 0], kind="stable")] if len(models) else models
 
@@ -366,14 +360,14 @@ def add_ops(tracer, ops: list[tuple], wall_offset_ns: int, first_record: int = 0
     span_id = np.empty(len(ops), np.int64)
     span_id[order] = tracer.new_span_ids(len(ops))  # in start order, as one add_span per op gave them
     parent = np.where(op_parent >= 0, span_id[np.maximum(op_parent, 0)], outer)
-    rows = []
-    append = rows.append
-    for i, sid, par, s, e, thr in zip(order.tolist(), span_id[order].tolist(), parent[order].tolist(),
-                                      start[order].tolist(), end[order].tolist(), threads[order].tolist()):
-        op = ops[i]
-        name = op[3]
-        append((sid, par, name, ML_LIBRARY, "op", s, e, thr, "shape", "layer_type", op[4], name))
-    tracer.add_records(rows)
+    keys = list(map(_OP_PART, ops))  # (name, input shapes)
+    number = dict.fromkeys(keys)
+    for i, key in enumerate(number):
+        number[key] = i
+    part = np.fromiter(map(number.__getitem__, keys), np.int64, len(ops))
+    parts = tuple((name, {"shape": shapes, "layer_type": name}) for name, shapes in number)
+    tracer.add_block(SpanBlock(ML_LIBRARY, "op", span_id[order], parent[order], start[order], end[order],
+                               threads[order], part[order], parts))
     return {"ops": len(ops), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
             "clock": "Kineto Unix ns -> perf_counter_ns by an anchor pair read at stop, plus clock_shift_ns"}
 
