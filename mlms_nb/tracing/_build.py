@@ -1,4 +1,5 @@
-"""The tracer's record tuples (:mod:`mlms_nb.tracing.records`) -> the spans frame, built column by column."""
+"""The tracer's record tuples and span blocks (:mod:`mlms_nb.tracing.records`) -> the spans frame, built column
+by column."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -166,8 +167,8 @@ def _block_columns(block: SpanBlock, tables: dict[str, dict]) -> dict:
         cols[key] = (np.asarray(values, np.int64) if values is not None else np.asarray(
             [default if f.get(key) is None else f[key] for f in fields], np.int64)[part])
     for key in ID_COLUMNS:
-        if key in block.row_fields:
-            cols[key] = np.where(np.asarray(block.row_fields[key]) >= 0, block.row_fields[key], NO_ID).astype(np.int64)
+        if key in block.row_fields:  # NO_ID where a span has none, as the id columns spell it
+            cols[key] = np.asarray(block.row_fields[key], np.int64)
     for key in _FLOAT_FIELDS:
         cols[key] = np.asarray([np.nan if f.get(key) is None else f[key] for f in fields], np.float64)[part]
     for key, default in _CAT_FIELDS.items():

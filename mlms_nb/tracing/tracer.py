@@ -270,18 +270,8 @@ class Tracer:
         :meth:`clear` starts the positions again at 0."""
         of = SpanRecord.of
         out: list[SpanRecord] = []
-        done = 0  # tuples of self._spans already passed
-        position = 0  # records (tuples and block rows) passed
-        for at, block in self._blocks:
-            take = self._spans[done:at]
-            skip = max(0, since - position)
-            out.extend(of(r) for r in take[skip:])
-            position += len(take)
-            skip = max(0, since - position)
-            out.extend(block.record(i) for i in range(skip, len(block)))
-            position += len(block)
-            done = at
-        out.extend(of(r) for r in self._spans[done:][max(0, since - position):])
+        for tuples, block, first in self._pieces(since):
+            out.extend(map(of, tuples) if block is None else (block.record(i) for i in range(first, len(block))))
         return out
 
     def intervals(self, level: TraceLevel | int, kind: str | None = None, name: str | None = None,
@@ -292,30 +282,33 @@ class Tracer:
         than a record per span."""
         level = int(level)
         rows: list[np.ndarray] = []
-
-        def from_tuples(records) -> None:
-            picked = [(r[START_NS], r[END_NS], r[SPAN_ID], r[THREAD]) for r in records
-                      if r[LEVEL] == level and (kind is None or r[KIND] == kind) and (name is None or r[NAME] == name)]
-            if picked:
-                rows.append(np.array(picked, np.int64))
-
-        done = position = 0
-        for at, block in self._blocks:
-            take = self._spans[done:at]
-            from_tuples(take[max(0, since - position):])
-            position += len(take)
-            skip = max(0, since - position)
-            if block.level == level and (kind is None or block.kind == kind):
-                keep = np.arange(skip, len(block))
+        for tuples, block, first in self._pieces(since):
+            if block is None:
+                picked = [(r[START_NS], r[END_NS], r[SPAN_ID], r[THREAD]) for r in tuples if r[LEVEL] == level
+                          and (kind is None or r[KIND] == kind) and (name is None or r[NAME] == name)]
+                if picked:
+                    rows.append(np.array(picked, np.int64))
+            elif block.level == level and (kind is None or block.kind == kind):
+                keep = np.arange(first, len(block))
                 if name is not None:
                     named = np.array([n == name for n, _ in block.parts], bool)
                     keep = keep[named[block.part[keep]]]
                 rows.append(np.stack([block.start_ns[keep], block.end_ns[keep], block.span_id[keep],
                                       block.thread[keep]], axis=1).astype(np.int64, copy=False))
+        return np.concatenate(rows) if rows else np.zeros((0, 4), np.int64)
+
+    def _pieces(self, since: int) -> Iterator[tuple[list, SpanBlock | None, int]]:
+        """The spans from position ``since`` on, in recording order, as pieces ``(record tuples, None, 0)`` and
+        ``((), block, its first row)``: positions count the tuples and the blocks' rows in the order they came."""
+        done = position = 0  # tuples of self._spans passed; records (tuples and block rows) passed
+        for at, block in self._blocks:
+            tuples = self._spans[done:at]
+            yield tuples[max(0, since - position):], None, 0
+            position += len(tuples)
+            yield (), block, max(0, since - position)
             position += len(block)
             done = at
-        from_tuples(self._spans[done:][max(0, since - position):])
-        return np.concatenate(rows) if rows else np.zeros((0, 4), np.int64)
+        yield self._spans[done:][max(0, since - position):], None, 0
 
     def thread_id(self) -> int:
         """The OS thread id this tracer files the calling thread's spans under."""
