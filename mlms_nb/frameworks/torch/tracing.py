@@ -183,12 +183,8 @@ class LayerHooks:
         else:
             model_parent, thread = np.zeros(n, np.int64), np.full(n, self.tracer.thread_id(), np.int64)
         parent = np.where(outer >= 0, span_id[np.maximum(outer, 0)], model_parent)
-        keys = list(map(_PART, calls))  # (layer number, shapes...): all but the times
-        number = dict.fromkeys(keys)  # the distinct parts, in order of first appearance
-        for i, key in enumerate(number):
-            number[key] = i
-        part = np.fromiter(map(number.__getitem__, keys), np.int64, n)
-        parts = tuple(self._fields(key) for key in number)
+        part, distinct = _parts(map(_PART, calls), n)  # part: (layer number, shapes...), the call without its times
+        parts = tuple(self._fields(key) for key in distinct)
         self.tracer.add_block(SpanBlock(FRAMEWORK, "layer", span_id[order], parent[order], starts[order],
                                         ends[order], thread[order], part[order], parts,
                                         {"layer_index": index[order]}))
@@ -219,6 +215,16 @@ the change of ``torch.cuda.memory_allocated`` over the call. The times come last
 *part*, the key its span's name and fields are worked out once for."""
 _START, _END, _PART = itemgetter(-2), itemgetter(-1), itemgetter(slice(None, -2))
 _OP_PART = itemgetter(3, 4)
+
+
+def _parts(keys, n: int) -> tuple[np.ndarray, list]:
+    """The ``n`` hashable ``keys`` -> (each one's number, the distinct keys in order of first appearance): C-level
+    passes (no Python loop per key), for a span block's parts."""
+    keys = list(keys)
+    number = dict.fromkeys(keys)
+    for i, key in enumerate(number):
+        number[key] = i
+    return np.fromiter(map(number.__getitem__, keys), np.int64, n), list(number)
 
 
 def _one_parameter(forward) -> str | None:
@@ -360,12 +366,8 @@ def add_ops(tracer, ops: list[tuple], wall_offset_ns: int, first_record: int = 0
     span_id = np.empty(len(ops), np.int64)
     span_id[order] = tracer.new_span_ids(len(ops))  # in start order, as one add_span per op gave them
     parent = np.where(op_parent >= 0, span_id[np.maximum(op_parent, 0)], outer)
-    keys = list(map(_OP_PART, ops))  # (name, input shapes)
-    number = dict.fromkeys(keys)
-    for i, key in enumerate(number):
-        number[key] = i
-    part = np.fromiter(map(number.__getitem__, keys), np.int64, len(ops))
-    parts = tuple((name, {"shape": shapes, "layer_type": name}) for name, shapes in number)
+    part, distinct = _parts(map(_OP_PART, ops), len(ops))  # part: (name, input shapes)
+    parts = tuple((name, {"shape": shapes, "layer_type": name}) for name, shapes in distinct)
     tracer.add_block(SpanBlock(ML_LIBRARY, "op", span_id[order], parent[order], start[order], end[order],
                                threads[order], part[order], parts))
     return {"ops": len(ops), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
