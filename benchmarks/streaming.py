@@ -295,7 +295,7 @@ def npz_case(root: Path, count: int, rounds: int) -> None:
               f"{ratios[-1]:.2f}; top-1 {e['top1']}; load {open('/proc/loadavg').read().split()[0]}", flush=True)
     print(f"\n.npz small CNN, N={count}, batch {SMALL_BATCH}, {os.cpu_count()} CPUs; medians of {rounds} interleaved "
           f"rounds: full pass {statistics.median(fulls):.0f} inputs/s, bare loop {statistics.median(bares):.0f} "
-          f"inputs/s; full pass / bare loop {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max "
+          f"inputs/s; full pass / bare loop {statistics.median(ratios):.3f} (min {min(ratios):.2f}, max "
           f"{max(ratios):.2f}; target >= 0.9); the pass's inference {statistics.median(inference):.2f} x the bare "
           f"loop's time, its own cost {statistics.median(own):.1f} ms; load average "
           f"{open('/proc/loadavg').read().split()[0]}", flush=True)
