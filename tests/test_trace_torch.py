@@ -161,6 +161,27 @@ def test_recorded_layer_calls_leave_nothing_for_the_garbage_collector():
     assert act["memory"] == 0 and act["bytes"] == 2 * (2 * 4 * 6 * 6 * 4)  # in place: allocates nothing
 
 
+def test_each_call_records_its_own_shapes_when_they_change_within_a_session():
+    """The wrapper looks shapes up in a table of those seen: calls of different sizes through the same layers, in
+    any order, each get their own input and output shapes and bytes."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    tracer = Tracer(L.FRAMEWORK)
+    hooks = LayerHooks(model, tracer)
+    sizes = [(1, 3, 8, 8), (2, 3, 10, 6), (1, 3, 8, 8), (3, 3, 5, 7)]
+    with torch.inference_mode():
+        for size in sizes:
+            model(torch.zeros(size))
+    hooks.remove()
+    spans = tracer.trace().spans
+    conv = spans[spans["name"] == "0"].sort_values("start_ns")
+    relu = spans[spans["name"] == "1"].sort_values("start_ns")
+    outs = [(n, 4, h - 2, w - 2) for n, _, h, w in sizes]
+    assert conv["shape"].tolist() == [f"[[{n},{c},{h},{w}]]" for n, c, h, w in sizes]
+    assert [mlms_nb.tracing.attrs_dict(a)["out_shape"] for a in conv["attrs"]] == [[list(o)] for o in outs]
+    assert relu["shape"].tolist() == [f"[[{n},{c},{h},{w}]]" for n, c, h, w in outs]
+    assert relu["bytes"].tolist() == [2 * 4 * np.prod(o) for o in outs]  # in and out, float32
+
+
 def test_a_layer_called_by_keyword_is_traced_and_answers_as_untraced():
     """The wrapper of a one-argument forward takes that argument by its own name, as the forward does."""
     class Doubler(torch.nn.Module):
