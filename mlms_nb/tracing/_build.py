@@ -38,6 +38,11 @@ def _shape_text(value) -> str:
         return str(value)
 
 
+def _text_of(key: str):
+    """How a value of the categorical field ``key`` becomes its text (shapes as JSON; None as "")."""
+    return _shape_text if key == "shape" else (lambda v: "" if v is None else str(v))
+
+
 def _intern(values: list, table: dict) -> list:
     get = table.get
     out = []
@@ -139,7 +144,7 @@ def _record_columns(records: list[tuple], tables: dict[str, dict]) -> dict:
         rows, vals = sparse[key]
         codes = np.zeros(n, np.int64)
         if rows:
-            conv = _shape_text if key == "shape" else (lambda v: "" if v is None else str(v))
+            conv = _text_of(key)
             codes[np.asarray(rows)] = _intern([conv(v) for v in vals], tables[key])
         cols[key] = codes
     cols["attrs"] = np.asarray(_intern(attrs, tables["attrs"]), np.int64)
@@ -172,7 +177,7 @@ def _block_columns(block: SpanBlock, tables: dict[str, dict]) -> dict:
     for key in _FLOAT_FIELDS:
         cols[key] = np.asarray([np.nan if f.get(key) is None else f[key] for f in fields], np.float64)[part]
     for key, default in _CAT_FIELDS.items():
-        conv = _shape_text if key == "shape" else (lambda v: "" if v is None else str(v))
+        conv = _text_of(key)
         texts = [default if key not in f else conv(f[key]) for f in fields]
         cols[key] = np.asarray(_intern(texts, tables[key]), np.int64)[part]
     known = {*FIELD_COLUMNS, *ID_COLUMNS}
