@@ -16,6 +16,7 @@ ops, softmax, and attention kernels missing from its registry (CPU flash attenti
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,6 +249,13 @@ def _dispatch_mode(recorder: _Recorder):
     torch = require("torch")
 
     class _Mode(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # torch keeps torch.compile out of a mode's __torch_dispatch__ by a wrapper that imports torch._dynamo
+            # at the first op (about 1 s of CPU, paid by every process that works out costs); when no compiler is
+            # loaded there is nothing to keep out, so the wrapper is asked for only once torch._dynamo is
+            return "torch._dynamo" in sys.modules
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             # As FlopCounterMode does: an op outside the registry is decomposed when it can be.

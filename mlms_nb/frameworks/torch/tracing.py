@@ -285,21 +285,22 @@ class OpProfiler:
     """torch.profiler over the traced calls; :meth:`stop` adds its ops to the tracer as ML_LIBRARY spans."""
 
     def __init__(self, tracer) -> None:
-        from torch.profiler import ProfilerActivity, profile
-
         self.tracer = tracer
         self._first_record = len(tracer)
-        self._profile = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        # the Kineto profiler torch.profiler.profile drives, driven directly: torch.profiler's start asks
+        # hasattr(torch, "_inductor"), which imports the compiler stack (about 1 s of CPU in each process that
+        # traces) to learn whether CUDA graphs are on, and then only for CUDA activity this profiler never asks for
+        self._profile = torch.autograd.profiler.profile(use_kineto=True, use_cpu=True, record_shapes=True)
         with quiet(label="torch.profiler start"):  # Kineto's "USDT: ... profiler_start" lines
-            self._profile.start()
+            self._profile.__enter__()
 
     def stop(self) -> dict:
         """Stop profiling and add the ops; returns what the clock mapping found (for the trace metadata)."""
         with quiet(label="torch.profiler stop"):
-            self._profile.stop()
+            self._profile.__exit__(None, None, None)
         perf, wall = time.perf_counter_ns(), time.time_ns()
         with collector_off():  # one new tuple per op
-            ops = cpu_ops(self._profile.profiler.kineto_results.events())
+            ops = cpu_ops(self._profile.kineto_results.events())
             return add_ops(self.tracer, ops, wall - perf, self._first_record)
 
 
