@@ -284,3 +284,29 @@ def test_gpu_evaluation_puts_kernels_under_their_layers(shared_home):
     per_call = sum(isinstance(m, torch.nn.Conv2d) for m in build_torch_model("efficientnet_lite0").modules())
     assert len(convs) >= 2 * 2 * per_call  # every convolution, 2 traced calls at each of 2 batch sizes
     assert ev.trace_overhead["trace_level"].eq("SYSTEM_LIBRARY").all()
+
+
+def test_costs_and_op_tracing_leave_torchs_compiler_unloaded(tmp_path):
+    """Working out a model's costs and tracing its ops at ML_LIBRARY import neither torch._dynamo nor
+    torch._inductor (about a second of CPU each time a process did), and both still do their work."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from mlms_nb.frameworks.torch.costs import torch_layer_costs\n"
+            "from mlms_nb.frameworks.torch.tracing import OpProfiler\n"
+            "from mlms_nb.tracing import Tracer, TraceLevel\n"
+            "model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.ZeroPad2d(1)).eval()\n"
+            "x = torch.zeros(1, 3, 8, 8)\n"
+            "costs = torch_layer_costs(model, x)\n"
+            "tracer = Tracer(TraceLevel.ML_LIBRARY)\n"
+            "ops = OpProfiler(tracer)\n"
+            "with torch.inference_mode():\n"
+            "    model(x)\n"
+            "ops.stop()\n"
+            "spans = tracer.trace().spans\n"
+            "print(int(costs['flops'].sum() > 0), int((spans['kind'] == 'op').sum() > 0),\n"
+            "      sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "1", "[]"], done.stdout
