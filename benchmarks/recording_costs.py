@@ -14,11 +14,11 @@ shared machine wall time also counts the time the process waits for a core.
 - ``disabled level``: a MODEL tracer asked for a FRAMEWORK span
 - ``perf read()``: one :meth:`PerfEvents.read` on this thread (software events; skipped where perf events are
   not available)
-- ``torch layer call: wrapped forward``: what tracing adds to one call of a layer module at FRAMEWORK level
+- ``torch layer call: LayerHooks``: what tracing adds to one call of a layer module at FRAMEWORK level
   (:class:`~mlms_nb.frameworks.torch.tracing.LayerHooks` on a chain of ``Identity`` modules fed a 1x32x56x56
   tensor), the untraced chain's time per module subtracted in the same round; ``--spans // 10`` calls
 - ``torch layer call: global hooks``: the same with torch's global module pre/post hooks doing nothing but
-  appending a clock read (the design the wrapper replaced: every module leaves ``Module.__call__``'s fast path)
+  appending a clock read (the design LayerHooks replaced: every module leaves ``Module.__call__``'s fast path)
 - ``torch layer span: flush``: turning one recorded layer call into its span when tracing stops (not on the hot
   path; reported so that it is not hidden)
 
@@ -150,7 +150,7 @@ def _torch_flush(n: int) -> float:
 
 WAYS = {"with span, no fields": _with_span, "with span, 3 fields": _with_fields,
         "start/end (hook style)": _start_end, "add_span (importers)": _add_span, "disabled level": _disabled,
-        "torch layer call: wrapped forward": _torch_wrapped, "torch layer call: global hooks": _torch_global_hooks,
+        "torch layer call: LayerHooks": _torch_wrapped, "torch layer call: global hooks": _torch_global_hooks,
         "torch layer span: flush": _torch_flush}
 
 

@@ -5,7 +5,7 @@ threads, each lasting seconds: the second core is taken by the host), so a ratio
 measures the machine, not the tracer. Three measurements, each interleaved as finely as the way allows:
 
 **FRAMEWORK, paired call by call.** Two predictors of the same manifest (same weights, same options); one traces
-into a FRAMEWORK Tracer (layer spans from wrapped layer forwards, the MODEL ``predict`` span), its twin does not.
+into a FRAMEWORK Tracer (layer spans from timed layer calls, the MODEL ``predict`` span), its twin does not.
 Their calls alternate (traced, untraced, untraced, traced, ...), so neighbouring calls see the same machine; the
 round's ratio is the traced calls' median latency / the untraced calls' median. The two roles swap every round
 (a model copy's own speed cancels). ``all-in`` adds the session's end (``stop_tracing()``: recorded calls ->
@@ -24,9 +24,10 @@ untimed ones) and the ways' sessions interleaved block by block, in a rotating o
 - mlms-nb FRAMEWORK: the same call tracing into a FRAMEWORK Tracer (the session-level figure of the paired one);
 - torch.profiler (shapes+memory): the call inside ``torch.profiler.profile(record_shapes=True,
   profile_memory=True)`` (CPU activity);
-- mlms-nb ML_LIBRARY: FRAMEWORK plus torch.profiler (CPU activity, ``record_shapes``) for the op spans;
-- torch.profiler (shapes): the profiler as ML_LIBRARY runs it, alone: ML_LIBRARY's overhead minus this one is what
-  the layer spans add on top of the profiler.
+- mlms-nb ML_LIBRARY: FRAMEWORK plus torch.profiler (CPU activity, ``record_shapes``, without the values of scalar
+  arguments) for the op spans;
+- torch.profiler (shapes, no values): the profiler as ML_LIBRARY runs it, alone (input shapes, not the values of
+  scalar arguments): ML_LIBRARY's overhead minus this one is what the layer spans add on top of the profiler.
 
 A block's ratio is the way's median latency / the untraced median of the same block; a way's figure is the median
 over all blocks (IQR beside it). Starting and stopping a session is outside the timed calls: the **post-processing**
@@ -53,6 +54,7 @@ from torch.profiler import ProfilerActivity, profile
 from mlms_nb._quiet import quiet
 from mlms_nb.manifest import find_manifest
 from mlms_nb.frameworks import PredictorOptions, open_predictor
+from mlms_nb.frameworks.torch.tracing import record_concrete_inputs
 from mlms_nb.tracing import Tracer, TraceLevel
 
 
@@ -92,9 +94,10 @@ def ours(level):
     return run
 
 
-def torch_profiler(memory: bool):
+def torch_profiler(memory: bool, values: bool = True):
     def run(predictor, batch, calls):
         prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=memory)
+        record_concrete_inputs(values)
         with quiet(label="torch.profiler start"):
             prof.start()
         try:
@@ -104,13 +107,14 @@ def torch_profiler(memory: bool):
             with quiet(label="torch.profiler stop"):
                 prof.stop()
             post = time.perf_counter_ns() - t0
+            record_concrete_inputs(True)
         return median, cpu, post / calls
     return run
 
 
 WAYS = {"untraced": untraced, "mlms-nb FRAMEWORK": ours(TraceLevel.FRAMEWORK),
         "torch.profiler (shapes+memory)": torch_profiler(True), "mlms-nb ML_LIBRARY": ours(TraceLevel.ML_LIBRARY),
-        "torch.profiler (shapes)": torch_profiler(False)}
+        "torch.profiler (shapes, no values)": torch_profiler(False, values=False)}
 
 
 def paired(traced, twin, batch, calls: int, level: TraceLevel = TraceLevel.FRAMEWORK
@@ -208,7 +212,7 @@ def main() -> None:
         fw_all_in = np.median(wall + post) - 1
         for label, over in (("wall", ratio), ("cpu", cpu_ratio)):
             ml, theirs = (np.median(over[k]) - 1 for k in ("mlms-nb ML_LIBRARY", "torch.profiler (shapes+memory)"))
-            same = np.median(over["torch.profiler (shapes)"]) - 1
+            same = np.median(over["torch.profiler (shapes, no values)"]) - 1
             fw = fw_all_in if label == "wall" else np.median(cpu) - 1
             print(f"{bs:>5}  {label:>4}: FRAMEWORK {fw:+.1%} {'all-in, paired' if label == 'wall' else 'paired'} "
                   f"(target <= +3%); ML_LIBRARY {ml:+.1%} (target <= torch.profiler's {theirs:+.1%}; the profiler "

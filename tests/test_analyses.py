@@ -24,9 +24,13 @@ BATCHES = (1, 2)
 
 def layer_modules(model):
     """What counts as a layer, written down here independently of the tracer: modules without children, and
-    modules owning parameters (the package's Conv2dStaticSamePadding owns its weight and a padding child)."""
+    modules owning parameters (the package's Conv2dStaticSamePadding owns its weight and a padding child), but not
+    an Identity (no work)."""
+    import torch
+
     return [(n, m) for n, m in model.named_modules()
-            if n and (not list(m.children()) or list(m.parameters(recurse=False)))]
+            if n and (not list(m.children()) or list(m.parameters(recurse=False)))
+            and not isinstance(m, torch.nn.Identity)]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""PyTorch tracing on the real EfficientNet-Lite0: layer spans (wrapped forwards), op spans (torch.profiler) nested in
+"""PyTorch tracing on the real EfficientNet-Lite0: layer spans (timed layer calls), op spans (torch.profiler) nested in
 their layers, levels, auto-tracing under mlms_nb.trace / %%mlms trace, and traced evaluations kept in history."""
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import torch
 import mlms_nb
 from mlms_nb.manifest import find_manifest
 from mlms_nb.frameworks import open_predictor
-from mlms_nb.frameworks.torch.tracing import LayerHooks, layer_modules
+from mlms_nb.frameworks.torch.layers import layer_modules
+from mlms_nb.frameworks.torch.tracing import LayerHooks
 from mlms_nb.tracing import Tracer, TraceLevel, use_tracer
 
 L = TraceLevel
@@ -207,6 +208,59 @@ def test_a_layer_called_by_keyword_is_traced_and_answers_as_untraced():
     spans = tracer.trace().spans.set_index("name")
     assert list(spans.index) == ["twice", "act", "fc"]
     assert spans.loc["fc", "shape"] == "[[2,3]]" and spans.loc["fc", "bytes"] == (6 + 8 + 4) * 4  # input, weight and bias, output
+
+
+def test_hooks_registered_while_tracing_run_and_each_call_is_one_span():
+    """A traced layer's call goes back through torch's hook machinery while any hook is registered (its own or a
+    global one, as a layer capture registers): the hooks run as untraced, each call still gives one span, and
+    a module whose call was already taken over (as Module.compile() does) keeps it, traced, after tracing."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Tanh()).eval()
+    compiled_calls = []
+    plain_call = model[2]._call_impl
+    model[2]._compiled_call_impl = lambda *args, **kwargs: compiled_calls.append(1) or plain_call(*args, **kwargs)
+    seen = []
+    x = torch.zeros(1, 3, 8, 8)
+    with torch.inference_mode():
+        expected = model(x)
+        tracer = Tracer(L.FRAMEWORK)
+        hooks = LayerHooks(model, tracer)
+        first = model(x)
+        own = model[0].register_forward_hook(lambda m, args, out: seen.append(tuple(out.shape)))
+        every = torch.nn.modules.module.register_module_forward_pre_hook(
+            lambda m, args: seen.append(type(m).__name__))
+        hooked = model(x)
+        own.remove()
+        every.remove()
+        last = model(x)
+        hooks.remove()
+        after = model(x)
+    assert seen == ["Sequential", "Conv2d", (1, 4, 6, 6), "ReLU", "Tanh"]
+    for y in (first, hooked, last, after):
+        assert torch.equal(y, expected)
+    spans = tracer.trace().spans
+    assert spans.groupby("name").size().to_dict() == {"0": 3, "1": 3, "2": 3}
+    assert spans["duration_ns"].gt(0).all()
+    assert len(compiled_calls) == 5  # the module's own compiled call ran, traced and untraced
+    assert "_compiled_call_impl" in model[2].__dict__
+    for layer in model[:2]:  # nothing of the tracing is left on the modules
+        assert "_compiled_call_impl" not in layer.__dict__ and "forward" not in layer.__dict__
+
+
+def test_op_tracing_leaves_torch_profilers_argument_values_on():
+    """ML_LIBRARY tracing profiles ops without the values of their scalar arguments (cheaper per op), and puts
+    torch's default back when it stops: a torch.profiler run afterwards records them."""
+    from mlms_nb.frameworks.torch.tracing import OpProfiler
+
+    x = torch.rand(2, 6)
+    tracer = Tracer(L.ML_LIBRARY)
+    profiler = OpProfiler(tracer)
+    x.as_strided([4, 3], [1, 4])
+    profiler.stop()
+    assert "aten::as_strided" in set(tracer.trace().spans["name"])
+    with torch.profiler.profile(record_shapes=True) as prof:
+        x.as_strided([4, 3], [1, 4])
+    strided = [e for e in prof.events() if e.name == "aten::as_strided"]
+    assert strided and [4, 3] in strided[0].concrete_inputs
 
 
 def test_auto_tracing_in_a_user_block_and_after(predictor, batch, expected_calls):

@@ -1,9 +1,9 @@
 """Per-layer theoretical costs of a PyTorch model, from one forward pass on an example input.
 
 Every ATen op of the pass is seen by a ``TorchDispatchMode`` and charged to the module whose forward is
-running (forward pre/post hooks keep the call stack). A *layer* is a module with no children or with
-parameters of its own (``Conv2dStaticSamePadding`` owns its weight and a padding child); each layer call
-is one row, in call order. An op that runs directly in the forward of a container (a residual add in a
+running (forward pre/post hooks keep the call stack). A *layer* is what :mod:`mlms_nb.frameworks.torch.layers`
+says (a module with no children or with parameters of its own, not ``nn.Identity``), as for the layer spans; each
+layer call is one row, in call order. An op that runs directly in the forward of a container (a residual add in a
 block, a flatten in the root) is a row of its own, named after that container, with ``layer_type`` such
 as ``"add (in forward of MBConvBlock)"``; views (reshape, flatten, transpose) cost nothing and get no row.
 
@@ -24,6 +24,7 @@ import pandas as pd
 
 from mlms_nb._optional import require
 from mlms_nb.errors import MlmsError
+from mlms_nb.frameworks.torch.layers import is_layer
 from mlms_nb.theory.flops import (
     AFFINE_FLOPS_PER_ELEMENT, COMMON_COLUMNS, INFERENCE_BATCHNORM_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_ELEMENT, attention_flops, finish_frame, numel, shape_json,
@@ -186,10 +187,6 @@ class _Call:
     moves_data: bool = False
 
 
-def _is_layer(module) -> bool:
-    return next(module.children(), None) is None or next(module.parameters(recurse=False), None) is not None
-
-
 class _Recorder:
     """Forward hooks keep the stack of running module calls; the dispatch mode charges each op to the top one."""
 
@@ -203,7 +200,7 @@ class _Recorder:
         self.unknown_ops: set[str] = set()
 
     def pre_hook(self, module, args, kwargs):
-        call = _Call(next(self.counter), self.names.get(id(module), ""), module, _is_layer(module),
+        call = _Call(next(self.counter), self.names.get(id(module), ""), module, is_layer(module),
                      _Tensors.of(_tensors((args, kwargs))))
         self.stack.append(call)
         if call.is_layer:

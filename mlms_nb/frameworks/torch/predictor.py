@@ -164,8 +164,8 @@ class TorchPredictor(Predictor):
             levels["FRAMEWORK"] = (f"not supported for {self.kind} models: a compiled graph does not call the Python "
                                    "module forwards that layer spans wrap (ML_LIBRARY ops are still recorded)")
         else:
-            levels["FRAMEWORK"] = ("a wrapper around the forward of every layer module (no children, or parameters "
-                                   "of its own), time.perf_counter_ns")
+            levels["FRAMEWORK"] = ("every call of a layer module (no children, or parameters of its own) timed around "
+                                   "its forward, time.perf_counter_ns")
         levels["ML_LIBRARY"] = "torch.profiler CPU ops (record_shapes), nested in their layer by time"
         if device_kind(self.device) == "cuda":
             levels["SYSTEM_LIBRARY"] = "CUDA kernels, copies and runtime calls through CUPTI (the runner's recorder)"

@@ -1,28 +1,32 @@
-"""PyTorch tracing: layer spans from wrapped module forwards (FRAMEWORK), op spans from torch.profiler (ML_LIBRARY).
+"""PyTorch tracing: layer spans from timed module calls (FRAMEWORK), op spans from torch.profiler (ML_LIBRARY).
 
-**Layers** -- a wrapper around the ``forward`` of every *layer module* (:func:`layer_modules`: a module with
-no children, or one holding parameters of its own, such as a Conv2d that owns a padding child) records one
-``kind="layer"`` span per call on the tracer's clock: ``name`` is the module's qualified name (the key
+**Layers** -- every call of a *layer module* (:mod:`mlms_nb.frameworks.torch.layers`: a module with no children,
+or one holding parameters of its own, such as a Conv2d that owns a padding child; not ``nn.Identity``), timed
+around its ``forward`` (:class:`LayerHooks` says where: torch's seam for a compiled call, or a wrapped
+``forward``), records one ``kind="layer"`` span per call on the tracer's clock: ``name`` is the module's qualified name (the key
 ONNX Runtime and TensorFlow layers are mapped back to), ``layer_type`` its class, ``layer_index`` the call's
 position in this forward pass (a module called twice gets two indices), ``shape`` the input tensor shapes.
 ``bytes`` = input + parameter/buffer + output tensor bytes (what the layer must at least read and write);
 ``memory`` = bytes of the output tensors the layer allocated (0 for an in-place layer whose output aliases its
 input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``, ``output_bytes``,
 ``out_shape``. On CUDA each call is bracketed by ``torch.cuda.synchronize()``, so a layer's span covers its device
-work, not just its asynchronous launch. Containers get no span of their own: their work outside children (a residual add) shows as ops.
+work, not just its asynchronous launch. Containers get no span of their own: their work outside children (a
+residual add) shows as ops.
 The calls are kept as tuples of plain values while tracing (nothing the garbage collector has to walk) and
 become spans when tracing stops (see :class:`LayerHooks`).
 
-**Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``) runs while tracing; on stop its Kineto events
-become ``kind="op"`` spans. Kineto stamps events on the Unix clock: they are moved onto the tracer's
-``perf_counter_ns`` clock with an anchor pair read at stop, then by the one constant shift (found from the layer
-spans, usually a few µs) that puts every top-level op inside the layer it ran in. An op's parent is the op that
-encloses it, else its layer, else the ``predict`` span it ran in. CUDA kernels are not taken from torch.profiler
+**Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``; not the values of scalar arguments, see
+:func:`record_concrete_inputs`) runs while tracing; on stop its Kineto events become ``kind="op"`` spans. Kineto
+stamps events on the Unix clock: they are moved onto the tracer's ``perf_counter_ns`` clock with an anchor pair
+read at stop, then by the one constant shift (found from the layer spans, usually a few µs) that puts every
+top-level op inside the layer it ran in. An op's parent is the op that encloses it, else its layer, else the
+``predict`` span it ran in. CUDA kernels are not taken from torch.profiler
 (CUPTI has one subscriber; the runner's CUPTI recorder owns it at SYSTEM_LIBRARY).
 """
 from __future__ import annotations
 
 import inspect
+import itertools
 import time
 from operator import itemgetter
 
@@ -31,6 +35,7 @@ import torch
 
 from mlms_nb._gc import collector_off
 from mlms_nb._quiet import quiet
+from mlms_nb.frameworks.torch.layers import layer_modules
 from mlms_nb.tracing.attribution import containment_parents
 from mlms_nb.tracing.records import SpanBlock
 from mlms_nb.schema.levels import TraceLevel
@@ -42,11 +47,16 @@ _Tensor = torch.Tensor
 _perf_ns = time.perf_counter_ns
 
 
-def layer_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """``(qualified name, module)`` of the modules that count as layers, in registration order: those without
-    children, and those with parameters of their own (their children's spans nest inside theirs)."""
-    return [(name, m) for name, m in model.named_modules()
-            if next(m.children(), None) is None or next(m.parameters(recurse=False), None) is not None]
+_MODULE_HOOKS = ("_backward_pre_hooks", "_backward_hooks", "_forward_pre_hooks", "_forward_hooks")
+_GLOBAL_HOOKS = tuple(getattr(torch.nn.modules.module, "_global" + k) for k in _MODULE_HOOKS)
+"""The hook tables ``Module._call_impl`` looks at (a module's own, torch's global ones) before it takes its fast
+path: a direct call (:class:`LayerHooks`) hands a call back to ``_call_impl`` while any of them holds a hook. Torch
+fills and empties these dicts in place; a direct call reads the ones the module has when tracing starts."""
+
+
+_SEAM = hasattr(torch.nn.Module, "_compiled_call_impl")
+"""Whether this torch's ``Module.__call__`` hands a call to ``_compiled_call_impl`` when it is set (since 2.2);
+without it a layer's call is traced by its wrapped ``forward`` alone."""
 
 
 def _tensor_bytes(t: _Tensor) -> int:
@@ -56,35 +66,86 @@ def _tensor_bytes(t: _Tensor) -> int:
 class LayerHooks:
     """Record one FRAMEWORK ``layer`` span per layer-module call into ``tracer``.
 
-    Each layer module's ``forward`` is wrapped by an instance attribute, so ``Module.__call__`` keeps its
-    fast path (no hooks; torch's global module hooks would put every module, containers too, on the slow path:
-    about 2 µs a module more than this wrapper, measured in benchmarks/recording_costs.py). The wrapper reads the
-    clock around the call and appends one flat tuple of plain values (:data:`CALL_FIELDS`): shapes as tuples of
-    ints and item sizes, never ``torch.Size`` or ``torch.dtype`` objects, so that the garbage collector
-    untracks the tuple at its first pass (a tuple holding a ``torch.Size`` stays tracked, and every full
-    collection of a long traced run walks all of them: that cost more than the wrapper itself). Appending the
-    same values to one flat ``array('q')`` instead (nothing for the collector at all) cost more per call than
-    the young-generation collections it saved (+2.9% against +2.2% per call, Lite0 at batch 1, paired calls).
-    Nothing else happens per call: parents, layer indices, names, bytes and memory are worked out when
-    :meth:`remove` flushes the calls into the tracer (once per distinct layer and shapes)."""
+    **Where.** A layer module's call is taken over at ``Module._compiled_call_impl``, the seam torch gives a
+    compiled module: ``Module.__call__`` hands the call to it instead of ``Module._call_impl``, so the traced call
+    runs no Python frame more than the untraced one (a wrapper around ``forward`` under ``_call_impl`` ran one
+    more). A direct call that only passes the call on costs nothing measurable (Lite0 at batch 1, paired calls,
+    12 rounds: -0.1%); what tracing costs is the clock reads and the record. The direct
+    call checks the hook tables ``_call_impl`` checks (the module's own and torch's global ones) and torch.jit
+    tracing; while any is in use it hands the call to ``_call_impl``, which runs the hooks around ``forward``,
+    itself wrapped (:meth:`_wrap`) -- so a hook registered while tracing (a layer capture) runs, and stays out of
+    the layer's span, as before. A module already compiled keeps its own call and gets only the wrapped
+    ``forward``. torch's global module hooks are not used: they would put every module, containers too, on
+    ``_call_impl``'s slow path (about 2 µs a module more, measured in benchmarks/recording_costs.py).
+
+    **What.** The call reads the clock around ``forward`` and appends one flat tuple of plain values
+    (:data:`CALL_FIELDS`): shapes as tuples of ints and item sizes, never ``torch.Size`` or ``torch.dtype``
+    objects, so that the garbage collector untracks the tuple at its first pass (a tuple holding a ``torch.Size``
+    stays tracked, and every full collection of a long traced run walks all of them: that cost more than the
+    wrapper itself). Appending the same values to one flat ``array('q')`` instead (nothing for the collector at
+    all) cost more per call than the young-generation collections it saved (+2.9% against +2.2% per call, Lite0
+    at batch 1, paired calls). Nothing else happens per call: parents, layer indices, names, bytes and memory
+    are worked out when :meth:`remove` flushes the calls into the tracer (once per distinct layer and shapes)."""
 
     def __init__(self, model: torch.nn.Module, tracer, cuda: bool = False) -> None:
         self.tracer = tracer
         self._first_record = len(tracer)
         self._calls: list[tuple] = []  # one tuple per call, see CALL_FIELDS
         self._layers: list[tuple[str, str, int]] = []  # per layer number: name, type, parameter+buffer bytes
-        self._patched: list[tuple[torch.nn.Module, object]] = []
+        self._patched: list[tuple[torch.nn.Module, object, object]] = []  # module, its own forward, direct call
         for number, (name, module) in enumerate(layer_modules(model)):
             state = sum(_tensor_bytes(p) for p in module.parameters(recurse=False))
             state += sum(_tensor_bytes(b) for b in module.buffers(recurse=False))
             self._layers.append((name, type(module).__name__, state))
             own = module.__dict__.get("forward")
-            module.forward = self._wrap(number, module.forward, cuda)
-            self._patched.append((module, own))
+            forward = module.forward
+            traced = module.forward = self._wrap(number, forward, cuda)
+            direct = None
+            if _SEAM and module._compiled_call_impl is None:
+                direct = module._compiled_call_impl = self._direct(number, module, forward, traced, cuda)
+            self._patched.append((module, own, direct))
+
+    def _direct(self, number: int, module: torch.nn.Module, forward, traced, cuda: bool):
+        """Layer ``number``'s call, in place of ``module._call_impl`` (see the class docstring): ``forward``
+        (the module's own) timed as ``traced`` (its wrapped forward) times it, or ``_call_impl`` while a hook is
+        registered or torch.jit is tracing. A forward of one tensor (most layers: Conv2d, BatchNorm2d,
+        activations...) is timed here, with no argument tuple or keyword dict to build and unpack."""
+        call_impl = module._call_impl
+        bp, b, fp, f = (module.__dict__[k] for k in _MODULE_HOOKS)
+        gbp, gb, gfp, gf = _GLOBAL_HOOKS
+        tracing_state = torch._C._get_tracing_state
+        one = None if cuda else _one_parameter(forward)
+        if one is None:
+            def direct_call(*args, **kwargs):
+                if bp or b or fp or f or gbp or gb or gfp or gf or tracing_state():
+                    return call_impl(*args, **kwargs)
+                return traced(*args, **kwargs)
+
+            return direct_call
+        record = self._calls.append
+        perf = _perf_ns
+        Tensor = _Tensor
+
+        def direct_input(input):
+            if bp or b or fp or f or gbp or gb or gfp or gf or tracing_state():
+                return call_impl(input)
+            t0 = perf()
+            output = forward(input)
+            t1 = perf()
+            if output.__class__ is Tensor and input.__class__ is Tensor:
+                record((number, tuple(input.shape), input.itemsize, tuple(output.shape), output.itemsize,
+                        output is input, t0, t1))
+            else:
+                args = (input,)
+                record((number, _in_info(args), _out_info(output, args), t0, t1))
+            return output
+
+        return direct_input if one == "input" else _with_parameter_name(direct_input, one)
 
     def _wrap(self, number: int, forward, cuda: bool):
-        """The traced ``forward`` of layer ``number``: two clock reads and one tuple of plain values per call; a
-        single tensor in and out (most layers) skips the generic walk over the arguments."""
+        """Layer ``number``'s ``forward`` wrapped: two clock reads and one tuple of plain values per call (on CUDA,
+        between two synchronizes). It runs under ``Module._call_impl`` (hooks registered, a compiled module)
+        and inside a direct call of a layer whose forward takes more than one tensor."""
         record = self._calls.append
         perf = _perf_ns
         Tensor = _Tensor
@@ -109,25 +170,6 @@ class LayerHooks:
 
             return traced_forward_cuda
 
-        one = _one_parameter(forward)
-        if one is not None:
-            def traced_forward_input(input):
-                # the common layer (Conv2d, BatchNorm2d, activations...): no argument tuple or keyword dict to
-                # build and unpack per call (Lite0 at batch 1, one interleaved run of paired calls: +3.5% -> +2.7%
-                # per call; tracing_overhead's rounds put both within 3.5-3.9%)
-                t0 = perf()
-                output = forward(input)
-                t1 = perf()
-                if output.__class__ is Tensor and input.__class__ is Tensor:
-                    record((number, tuple(input.shape), input.itemsize, tuple(output.shape), output.itemsize,
-                            output is input, t0, t1))
-                else:
-                    args = (input,)
-                    record((number, _in_info(args), _out_info(output, args), t0, t1))
-                return output
-
-            return traced_forward_input if one == "input" else _with_parameter_name(traced_forward_input, one)
-
         def traced_forward(*args, **kwargs):
             t0 = perf()
             output = forward(*args, **kwargs)
@@ -143,8 +185,10 @@ class LayerHooks:
         return traced_forward
 
     def remove(self) -> None:
-        """Put every module's own ``forward`` back and add the recorded calls to the tracer."""
-        for module, own in self._patched:
+        """Put every module's own ``forward`` and call back and add the recorded calls to the tracer."""
+        for module, own, direct in self._patched:
+            if direct is not None and module.__dict__.get("_compiled_call_impl") is direct:  # not one set since
+                del module.__dict__["_compiled_call_impl"]
             if own is None:
                 module.__dict__.pop("forward", None)
             else:
@@ -219,12 +263,10 @@ _OP_PART = itemgetter(3, 4)
 
 def _parts(keys, n: int) -> tuple[np.ndarray, list]:
     """The ``n`` hashable ``keys`` -> (each one's number, the distinct keys in order of first appearance): C-level
-    passes (no Python loop per key), for a span block's parts."""
-    keys = list(keys)
-    number = dict.fromkeys(keys)
-    for i, key in enumerate(number):
-        number[key] = i
-    return np.fromiter(map(number.__getitem__, keys), np.int64, n), list(number)
+    passes (no Python loop per key, each key hashed once), for a span block's parts."""
+    first: dict = {}  # key -> the position it first appeared at
+    at = np.fromiter(map(first.setdefault, keys, itertools.count()), np.int64, n)
+    return np.unique(at, return_inverse=True)[1].astype(np.int64, copy=False), list(first)
 
 
 def _one_parameter(forward) -> str | None:
@@ -291,17 +333,36 @@ class OpProfiler:
         # hasattr(torch, "_inductor"), which imports the compiler stack (about 1 s of CPU in each process that
         # traces) to learn whether CUDA graphs are on, and then only for CUDA activity this profiler never asks for
         self._profile = torch.autograd.profiler.profile(use_kineto=True, use_cpu=True, record_shapes=True)
-        with quiet(label="torch.profiler start"):  # Kineto's "USDT: ... profiler_start" lines
-            self._profile.__enter__()
+        record_concrete_inputs(False)
+        try:
+            with quiet(label="torch.profiler start"):  # Kineto's "USDT: ... profiler_start" lines
+                self._profile.__enter__()
+        except BaseException:
+            record_concrete_inputs(True)
+            raise
 
     def stop(self) -> dict:
         """Stop profiling and add the ops; returns what the clock mapping found (for the trace metadata)."""
-        with quiet(label="torch.profiler stop"):
-            self._profile.__exit__(None, None, None)
+        try:
+            with quiet(label="torch.profiler stop"):
+                self._profile.__exit__(None, None, None)
+        finally:
+            record_concrete_inputs(True)
         perf, wall = time.perf_counter_ns(), time.time_ns()
         with collector_off():  # one new tuple per op
             ops = cpu_ops(self._profile.kineto_results.events())
             return add_ops(self.tracer, ops, wall - perf, self._first_record)
+
+
+def record_concrete_inputs(on: bool) -> None:
+    """Whether Kineto keeps the values of an op's scalar and list arguments (a convolution's stride, padding...) beside
+    its input shapes: on by default, read at every op. The op spans use the shapes only; not keeping the values
+    makes each profiled op cheaper (Lite0 at batch 1: the profiler's overhead +11.1% -> +8.2%, 30 interleaved
+    blocks). The setting is process-wide and torch offers no way to read it: it is put back to torch's default
+    (on) when profiling stops, and a torch.profiler the user runs inside a traced call meanwhile records no values."""
+    setter = getattr(torch._C._profiler, "_set_record_concrete_inputs_enabled_val", None)
+    if setter is not None:
+        setter(on)
 
 
 def cpu_ops(events) -> list[tuple]:
