@@ -15,7 +15,7 @@ shared machine wall time also counts the time the process waits for a core.
 - ``perf read()``: one :meth:`PerfEvents.read` on this thread (software events; skipped where perf events are
   not available)
 - ``torch layer call: LayerHooks``: what tracing adds to one call of a layer module at FRAMEWORK level
-  (:class:`~mlms_nb.frameworks.torch.tracing.LayerHooks` on a chain of ``Identity`` modules fed a 1x32x56x56
+  (:class:`~mlms_nb.frameworks.torch.tracing.LayerHooks` on a chain of pass-through modules fed a 1x32x56x56
   tensor), the untraced chain's time per module subtracted in the same round; ``--spans // 10`` calls
 - ``torch layer call: global hooks``: the same with torch's global module pre/post hooks doing nothing but
   appending a clock read (the design LayerHooks replaced: every module leaves ``Module.__call__``'s fast path)
@@ -90,7 +90,14 @@ def _disabled(n: int) -> float:
 def _torch_chain(modules: int = 50):
     import torch
 
-    chain = torch.nn.Sequential(*[torch.nn.Identity() for _ in range(modules)])
+    class Pass(torch.nn.Module):
+        """A layer that runs no op (nn.Identity is not a layer: mlms_nb.frameworks.torch.layers), so that a call
+        costs only what calling and tracing it cost."""
+
+        def forward(self, input):
+            return input
+
+    chain = torch.nn.Sequential(*[Pass() for _ in range(modules)])
     return torch, chain, torch.zeros(1, 32, 56, 56)
 
 
