@@ -263,6 +263,37 @@ def test_op_tracing_leaves_torch_profilers_argument_values_on():
     assert strided and [4, 3] in strided[0].concrete_inputs
 
 
+def test_a_module_that_passes_its_input_through_is_not_a_layer():
+    """nn.Identity and any module whose forward is `return input` run no op: no span, no cost row. A forward that
+    returns its input after working on it in place, or that takes *args, is judged a layer as before."""
+    from mlms_nb.frameworks.torch.costs import torch_layer_costs
+    from mlms_nb.frameworks.torch.layers import is_layer
+
+    class Pass(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    class InPlace(torch.nn.Module):
+        def forward(self, x):
+            x.relu_()
+            return x
+
+    class Packs(torch.nn.Module):
+        def forward(self, *xs):
+            return xs
+
+    model = torch.nn.Sequential(torch.nn.Identity(), torch.nn.Conv2d(3, 4, 3), Pass(), InPlace()).eval()
+    assert [is_layer(m) for m in (*model, Packs())] == [False, True, False, True, True]
+    tracer = Tracer(L.FRAMEWORK)
+    hooks = LayerHooks(model, tracer)
+    with torch.inference_mode():
+        model(torch.zeros(1, 3, 8, 8))
+    hooks.remove()
+    assert tracer.trace().spans["name"].tolist() == ["1", "3"]
+    costs = torch_layer_costs(model, torch.zeros(1, 3, 8, 8))
+    assert costs["layer_name"].tolist() == ["1", "3"]
+
+
 def test_auto_tracing_in_a_user_block_and_after(predictor, batch, expected_calls):
     with mlms_nb.trace("FRAMEWORK", name="my pipeline") as session:
         predictor.predict(batch)

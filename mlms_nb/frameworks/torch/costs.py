@@ -1,11 +1,11 @@
 """Per-layer theoretical costs of a PyTorch model, from one forward pass on an example input.
 
-Every ATen op of the pass is seen by a ``TorchDispatchMode`` and charged to the module whose forward is
-running (forward pre/post hooks keep the call stack). A *layer* is what :mod:`mlms_nb.frameworks.torch.layers`
-says (a module with no children or with parameters of its own, not ``nn.Identity``), as for the layer spans; each
-layer call is one row, in call order. An op that runs directly in the forward of a container (a residual add in a
-block, a flatten in the root) is a row of its own, named after that container, with ``layer_type`` such
-as ``"add (in forward of MBConvBlock)"``; views (reshape, flatten, transpose) cost nothing and get no row.
+Every ATen op of the pass is seen by a ``TorchDispatchMode`` and charged to the module whose forward is running
+(forward pre/post hooks keep the call stack). A *layer* is what :mod:`mlms_nb.frameworks.torch.layers` says (a
+module with no children or with parameters of its own, not a pass-through such as ``nn.Identity``), as for the layer
+spans; each layer call is one row, in call order. An op that runs directly in the forward of a container (a residual
+add in a block, a flatten in the root) is a row of its own, named after that container, with ``layer_type`` such as
+``"add (in forward of MBConvBlock)"``; views (reshape, flatten, transpose) cost nothing and get no row.
 
 ``flops_matmul_conv`` is what ``torch.utils.flop_counter.FlopCounterMode`` counts -- its own formula
 registry (convolution, mm/addmm/bmm/baddbmm, the SDPA kernels) called on the same ops, with the same

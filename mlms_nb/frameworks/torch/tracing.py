@@ -1,18 +1,17 @@
 """PyTorch tracing: layer spans from timed module calls (FRAMEWORK), op spans from torch.profiler (ML_LIBRARY).
 
-**Layers** -- every call of a *layer module* (:mod:`mlms_nb.frameworks.torch.layers`: a module with no children,
-or one holding parameters of its own, such as a Conv2d that owns a padding child; not ``nn.Identity``), timed
-around its ``forward`` (:class:`LayerHooks` says where: torch's seam for a compiled call, or a wrapped
-``forward``), records one ``kind="layer"`` span per call on the tracer's clock: ``name`` is the module's qualified name (the key
-ONNX Runtime and TensorFlow layers are mapped back to), ``layer_type`` its class, ``layer_index`` the call's
-position in this forward pass (a module called twice gets two indices), ``shape`` the input tensor shapes.
-``bytes`` = input + parameter/buffer + output tensor bytes (what the layer must at least read and write);
-``memory`` = bytes of the output tensors the layer allocated (0 for an in-place layer whose output aliases its
-input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``, ``output_bytes``,
-``out_shape``. On CUDA each call is bracketed by ``torch.cuda.synchronize()``, so a layer's span covers its device
-work, not just its asynchronous launch. Containers get no span of their own: their work outside children (a
-residual add) shows as ops.
-The calls are kept as tuples of plain values while tracing (nothing the garbage collector has to walk) and
+**Layers** -- every call of a *layer module* (:mod:`mlms_nb.frameworks.torch.layers`: a module with no children, or
+one holding parameters of its own, such as a Conv2d that owns a padding child; not a pass-through such as
+``nn.Identity``), timed around its ``forward`` (:class:`LayerHooks` says where: torch's seam for a compiled call, or
+a wrapped ``forward``), records one ``kind="layer"`` span per call on the tracer's clock: ``name`` is the module's
+qualified name (the key ONNX Runtime and TensorFlow layers are mapped back to), ``layer_type`` its class,
+``layer_index`` the call's position in this forward pass (a module called twice gets two indices), ``shape`` the
+input tensor shapes. ``bytes`` = input + parameter/buffer + output tensor bytes (what the layer must at least read
+and write); ``memory`` = bytes of the output tensors the layer allocated (0 for an in-place layer whose output
+aliases its input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``,
+``output_bytes``, ``out_shape``. On CUDA each call is bracketed by ``torch.cuda.synchronize()``, so a layer's span
+covers its device work, not just its asynchronous launch. Containers get no span of their own: their work outside
+children (a residual add) shows as ops. The calls are kept as tuples of plain values while tracing (nothing the garbage collector has to walk) and
 become spans when tracing stops (see :class:`LayerHooks`).
 
 **Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``; not the values of scalar arguments, see
