@@ -5,12 +5,15 @@ threads, each lasting seconds: the second core is taken by the host), so a ratio
 measures the machine, not the tracer. Three measurements, each interleaved as finely as the way allows:
 
 **FRAMEWORK, paired call by call.** Two predictors of the same manifest (same weights, same options); one traces
-into a FRAMEWORK Tracer (layer spans from timed layer calls, the MODEL ``predict`` span), its twin does not.
-Their calls alternate (traced, untraced, untraced, traced, ...), so neighbouring calls see the same machine; the
-round's ratio is the traced calls' median latency / the untraced calls' median. The two roles swap every round
-(a model copy's own speed cancels). ``all-in`` adds the session's end (``stop_tracing()``: recorded calls ->
-spans) per traced call to the traced median: everything FRAMEWORK tracing costs a call. ``build`` is what turning
-those spans into the trace's frames (``tracer.trace()``) then costs per traced call, reported beside it.
+into a FRAMEWORK Tracer (layer spans from timed layer calls, the MODEL ``predict`` span), its twin does not. Their
+calls alternate (traced, untraced, untraced, traced, ...), so neighbouring calls see the same machine; the ratio is
+the traced calls' median latency / the untraced calls' median. Each round runs both ways round (either predictor
+traced), the order changing every round, and takes the geometric mean of the two ratios: two copies of a model can
+differ in speed by a percent or two (their memory), which then cancels within the round (swapping the roles from one
+round to the next left it in the median of an odd number of rounds). ``all-in`` adds the session's end
+(``stop_tracing()``: recorded calls -> spans) per traced call to the traced median: everything FRAMEWORK tracing
+costs a call. ``build`` is what turning those spans into the trace's frames (``tracer.trace()``) then costs per
+traced call, reported beside it.
 
 **ML_LIBRARY's layer spans on top of the profiler, paired too.** The same alternation with the traced predictor at
 ML_LIBRARY: torch.profiler is process-wide, so both calls are profiled and the ratio is what the layer spans add
@@ -152,6 +155,13 @@ def paired(traced, twin, batch, calls: int, level: TraceLevel = TraceLevel.FRAME
             post / base, build / base)
 
 
+def both_ways(first, second, batch, calls: int, level: TraceLevel = TraceLevel.FRAMEWORK) -> tuple:
+    """:func:`paired` with ``first`` traced, then with ``second`` traced: the ratios' geometric means (a copy's own
+    speed cancels) and the session ends' mean costs."""
+    a, b = paired(first, second, batch, calls, level), paired(second, first, batch, calls, level)
+    return (float(np.sqrt(a[0] * b[0])), float(np.sqrt(a[1] * b[1])), (a[2] + b[2]) / 2, (a[3] + b[3]) / 2)
+
+
 def spread(values) -> str:
     q1, q3 = np.percentile(values, [25, 75])
     return f"{np.median(values):.3f} [{q1:.3f}..{q3:.3f}]"
@@ -172,8 +182,8 @@ def main() -> None:
     blocks = max(1, args.calls // args.block)
     print(f"EfficientNet-Lite0, torch {torch.__version__}, CPU, {torch.get_num_threads()} threads; {args.rounds} "
           f"rounds. Paired: {args.calls} traced calls alternating with {args.calls} untraced calls of a twin "
-          f"predictor per round, roles swapped each round; ratio = traced median / untraced median of the round "
-          f"(median [IQR] over rounds). Sessions: {blocks} blocks of {args.block} timed calls per way and round, "
+          f"predictor, each predictor traced in turn per round; ratio = traced median / untraced median, geometric "
+          f"mean of the round's two (median [IQR] over rounds). Sessions: {blocks} blocks of {args.block} timed calls per way and round, "
           "ways interleaved block by block; ratio = way's median / untraced median of the same block (median [IQR] "
           "over blocks). post = the session's end (stop_tracing / prof.stop()) per traced call, not in the ratios")
     for bs in [int(b) for b in args.batch_sizes.split(",")]:
@@ -185,9 +195,9 @@ def main() -> None:
         runs = {name: [] for name in WAYS}
         names = list(WAYS)
         for r in range(args.rounds):
-            traced, twin = twins[r % 2], twins[1 - r % 2]
-            pairs.append(paired(traced, twin, batch, args.calls))
-            on_profiler.append(paired(traced, twin, batch, args.calls, TraceLevel.ML_LIBRARY)[:2])
+            first, second = twins[r % 2], twins[1 - r % 2]
+            pairs.append(both_ways(first, second, batch, args.calls))
+            on_profiler.append(both_ways(first, second, batch, args.calls, TraceLevel.ML_LIBRARY)[:2])
             for b in range(blocks):  # each block starts with another way: no way always follows the same one
                 k = r * blocks + b
                 for name in names[k % len(names):] + names[:k % len(names)]:
