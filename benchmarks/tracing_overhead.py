@@ -13,7 +13,8 @@ differ in speed by a percent or two (their memory), which then cancels within th
 round to the next left it in the median of an odd number of rounds). ``all-in`` adds the session's end
 (``stop_tracing()``: recorded calls -> spans) per traced call to the traced median: everything FRAMEWORK tracing
 costs a call. ``build`` is what turning those spans into the trace's frames (``tracer.trace()``) then costs per
-traced call, reported beside it.
+traced call, reported beside it. ``--against REVISION`` measures the LayerHooks of an earlier revision the same way,
+in the same rounds (today's and the earlier one in turn): before and after in one run.
 
 **ML_LIBRARY's layer spans on top of the profiler, paired too.** The same alternation with the traced predictor at
 ML_LIBRARY: torch.profiler is process-wide, so both calls are profiled and the ratio is what the layer spans add
@@ -42,13 +43,17 @@ ratio nor hidden. ``cpu ratio``: the same comparison on this thread's CPU time (
 Targets (issue 25): FRAMEWORK at most +3 % all-in; ML_LIBRARY at most torch.profiler's (shapes+memory) overhead.
 
 Run: ``.venv/bin/python benchmarks/tracing_overhead.py [--rounds 7] [--calls 40] [--block 5] [--threads 2]
-[--batch-sizes 1,8]``: per round, ``--calls`` paired calls per role and ``--calls`` timed calls per session way
-(in ``--calls // --block`` blocks).
+[--batch-sizes 1,8] [--against REVISION]``: per round, ``--calls`` paired calls per role and ``--calls`` timed calls per
+session way (in ``--calls // --block`` blocks).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import subprocess
 import time
+import types
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -162,6 +167,29 @@ def both_ways(first, second, batch, calls: int, level: TraceLevel = TraceLevel.F
     return (float(np.sqrt(a[0] * b[0])), float(np.sqrt(a[1] * b[1])), (a[2] + b[2]) / 2, (a[3] + b[3]) / 2)
 
 
+def earlier_layer_hooks(revision: str):
+    """``LayerHooks`` as mlms_nb/frameworks/torch/tracing.py defines it at git ``revision`` (loaded as a module of
+    its own, beside today's)."""
+    source = subprocess.run(["git", "show", f"{revision}:mlms_nb/frameworks/torch/tracing.py"], check=True,
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parent).stdout
+    module = types.ModuleType(f"tracing_at_{revision}")
+    exec(compile(source, f"tracing.py@{revision}", "exec"), module.__dict__)
+    return module.LayerHooks
+
+
+@contextlib.contextmanager
+def layer_hooks(hooks):
+    """Predictors started inside use ``hooks`` (None: today's) for their layer spans."""
+    from mlms_nb.frameworks.torch import tracing
+
+    today = tracing.LayerHooks
+    tracing.LayerHooks = hooks or today
+    try:
+        yield
+    finally:
+        tracing.LayerHooks = today
+
+
 def spread(values) -> str:
     q1, q3 = np.percentile(values, [25, 75])
     return f"{np.median(values):.3f} [{q1:.3f}..{q3:.3f}]"
@@ -174,7 +202,11 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-sizes", default="1,8")
+    parser.add_argument("--against", metavar="REVISION", help="also measure FRAMEWORK, paired and in the same "
+                        "rounds, with the LayerHooks of mlms_nb/frameworks/torch/tracing.py at this git revision (one "
+                        "that runs against today's package): before and after in one run")
     args = parser.parse_args()
+    earlier = None if args.against is None else earlier_layer_hooks(args.against)
     manifest = find_manifest("efficientnet_lite0", framework="torch")
     twins = [open_predictor(manifest, options=PredictorOptions(threads=args.threads)) for _ in range(2)]
     predictor = twins[0]
@@ -183,8 +215,8 @@ def main() -> None:
     print(f"EfficientNet-Lite0, torch {torch.__version__}, CPU, {torch.get_num_threads()} threads; {args.rounds} "
           f"rounds. Paired: {args.calls} traced calls alternating with {args.calls} untraced calls of a twin "
           f"predictor, each predictor traced in turn per round; ratio = traced median / untraced median, geometric "
-          f"mean of the round's two (median [IQR] over rounds). Sessions: {blocks} blocks of {args.block} timed calls per way and round, "
-          "ways interleaved block by block; ratio = way's median / untraced median of the same block (median [IQR] "
+          f"mean of the round's two (median [IQR] over rounds). Sessions: {blocks} blocks of {args.block} timed "
+          "calls per way and round, ways interleaved block by block; ratio = way's median / untraced median of the same block (median [IQR] "
           "over blocks). post = the session's end (stop_tracing / prof.stop()) per traced call, not in the ratios")
     for bs in [int(b) for b in args.batch_sizes.split(",")]:
         batch = rng.standard_normal((bs, 3, 224, 224)).astype(np.float32)
@@ -194,9 +226,15 @@ def main() -> None:
         pairs, on_profiler = [], []
         runs = {name: [] for name in WAYS}
         names = list(WAYS)
+        before = []  # FRAMEWORK paired with --against's LayerHooks, in the same rounds
         for r in range(args.rounds):
             first, second = twins[r % 2], twins[1 - r % 2]
-            pairs.append(both_ways(first, second, batch, args.calls))
+            if earlier is None:
+                pairs.append(both_ways(first, second, batch, args.calls))
+            else:  # today's and the earlier LayerHooks in turn, either one first
+                for which in ((False, True) if r % 2 else (True, False)):
+                    with layer_hooks(earlier if which else None):
+                        (before if which else pairs).append(both_ways(first, second, batch, args.calls))
             on_profiler.append(both_ways(first, second, batch, args.calls, TraceLevel.ML_LIBRARY)[:2])
             for b in range(blocks):  # each block starts with another way: no way always follows the same one
                 k = r * blocks + b
@@ -207,6 +245,11 @@ def main() -> None:
         print(f"\n{bs:>5}  FRAMEWORK, paired call by call ({args.rounds} rounds): ratio {spread(wall)}, cpu ratio "
               f"{spread(cpu)}, post {np.median(post):.1%} of an untraced call; all-in {spread(wall + post)}; "
               f"building the trace's frames then {np.median(build):.1%} more")
+        if before:
+            b = np.array(before)
+            print(f"{bs:>5}  FRAMEWORK with LayerHooks at {args.against}, paired in the same rounds: ratio "
+                  f"{spread(b[:, 0])}, cpu ratio {spread(b[:, 1])}, post {np.median(b[:, 2]):.1%}; all-in "
+                  f"{spread(b[:, 0] + b[:, 2])}")
         print(f"{bs:>5}  ML_LIBRARY's layer spans on top of torch.profiler, paired (both calls profiled): ratio "
               f"{spread(on_profiler[:, 0])}, cpu ratio {spread(on_profiler[:, 1])}")
         print(f"{bs:>5}  {'way (sessions)':<32}{'median ms':>10}  {'ratio [IQR]':>22}  {'cpu ratio':>9}  "
