@@ -11,8 +11,8 @@ and write); ``memory`` = bytes of the output tensors the layer allocated (0 for 
 aliases its input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``attrs``: ``param_bytes``,
 ``output_bytes``, ``out_shape``. On CUDA each call is bracketed by ``torch.cuda.synchronize()``, so a layer's span
 covers its device work, not just its asynchronous launch. Containers get no span of their own: their work outside
-children (a residual add) shows as ops. The calls are kept as tuples of plain values while tracing (nothing the garbage collector has to walk) and
-become spans when tracing stops (see :class:`LayerHooks`).
+children (a residual add) shows as ops. The calls are kept as tuples of plain values while tracing (nothing the
+garbage collector has to walk) and become spans when tracing stops (see :class:`LayerHooks`).
 
 **Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``; not the values of scalar arguments, see
 :func:`record_concrete_inputs`) runs while tracing; on stop its Kineto events become ``kind="op"`` spans. Kineto
@@ -68,14 +68,14 @@ class LayerHooks:
     **Where.** A layer module's call is taken over at ``Module._compiled_call_impl``, the seam torch gives a
     compiled module: ``Module.__call__`` hands the call to it instead of ``Module._call_impl``, so the traced call
     runs no Python frame more than the untraced one (a wrapper around ``forward`` under ``_call_impl`` ran one
-    more). A direct call that only passes the call on costs nothing measurable (Lite0 at batch 1, paired calls,
-    12 rounds: -0.1%); what tracing costs is the clock reads and the record. The direct
-    call checks the hook tables ``_call_impl`` checks (the module's own and torch's global ones) and torch.jit
-    tracing; while any is in use it hands the call to ``_call_impl``, which runs the hooks around ``forward``,
-    itself wrapped (:meth:`_wrap`) -- so a hook registered while tracing (a layer capture) runs, and stays out of
-    the layer's span, as before. A module already compiled keeps its own call and gets only the wrapped
-    ``forward``. torch's global module hooks are not used: they would put every module, containers too, on
-    ``_call_impl``'s slow path (about 2 µs a module more, measured in benchmarks/recording_costs.py).
+    more). A direct call that only passes the call on costs nothing measurable (Lite0 at batch 1, paired calls, 12
+    rounds: -0.1%); what tracing costs is the clock reads and the record. The direct call checks the hook tables
+    ``_call_impl`` checks (the module's own and torch's global ones) and torch.jit tracing; while any is in use it
+    hands the call to ``_call_impl``, which runs the hooks around ``forward``, itself wrapped (:meth:`_wrap`) -- so
+    a hook registered while tracing (a layer capture) runs, and stays out of the layer's span, as before. A module
+    already compiled keeps its own call and gets only the wrapped ``forward``. torch's global module hooks are not
+    used: they would put every module, containers too, on ``_call_impl``'s slow path (about 2 µs a module more,
+    measured in benchmarks/recording_costs.py).
 
     **What.** The call reads the clock around ``forward`` and appends one flat tuple of plain values
     (:data:`CALL_FIELDS`): shapes as tuples of ints and item sizes, never ``torch.Size`` or ``torch.dtype``
