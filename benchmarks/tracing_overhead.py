@@ -62,7 +62,7 @@ from torch.profiler import ProfilerActivity, profile
 from mlms_nb._quiet import quiet
 from mlms_nb.manifest import find_manifest
 from mlms_nb.frameworks import PredictorOptions, open_predictor
-from mlms_nb.frameworks.torch.tracing import record_concrete_inputs
+from mlms_nb.frameworks.torch.ops import record_concrete_inputs
 from mlms_nb.tracing import Tracer, TraceLevel
 
 

@@ -249,7 +249,7 @@ def test_hooks_registered_while_tracing_run_and_each_call_is_one_span():
 def test_op_tracing_leaves_torch_profilers_argument_values_on():
     """ML_LIBRARY tracing profiles ops without the values of their scalar arguments (cheaper per op), and puts
     torch's default back when it stops: a torch.profiler run afterwards records them."""
-    from mlms_nb.frameworks.torch.tracing import OpProfiler
+    from mlms_nb.frameworks.torch.ops import OpProfiler
 
     x = torch.rand(2, 6)
     tracer = Tracer(L.ML_LIBRARY)
@@ -379,7 +379,7 @@ def test_costs_and_op_tracing_leave_torchs_compiler_unloaded(tmp_path):
 
     code = ("import sys, torch\n"
             "from mlms_nb.frameworks.torch.costs import torch_layer_costs\n"
-            "from mlms_nb.frameworks.torch.tracing import OpProfiler\n"
+            "from mlms_nb.frameworks.torch.ops import OpProfiler\n"
             "from mlms_nb.tracing import Tracer, TraceLevel\n"
             "model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.ZeroPad2d(1)).eval()\n"
             "x = torch.zeros(1, 3, 8, 8)\n"

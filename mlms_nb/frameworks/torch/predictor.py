@@ -175,7 +175,8 @@ class TorchPredictor(Predictor):
         return levels
 
     def _start_framework_tracing(self, tracer) -> None:
-        from mlms_nb.frameworks.torch.tracing import LayerHooks, OpProfiler
+        from mlms_nb.frameworks.torch.ops import OpProfiler
+        from mlms_nb.frameworks.torch.tracing import LayerHooks
 
         if self.model is None:
             return

@@ -1,6 +1,6 @@
-"""PyTorch tracing: layer spans from timed module calls (FRAMEWORK), op spans from torch.profiler (ML_LIBRARY).
+"""PyTorch layer spans (FRAMEWORK): timed calls of the layer modules. Op spans (ML_LIBRARY) are :mod:`.ops`'s.
 
-**Layers** -- every call of a *layer module* (:mod:`mlms_nb.frameworks.torch.layers`: a module with no children, or
+Every call of a *layer module* (:mod:`mlms_nb.frameworks.torch.layers`: a module with no children, or
 one holding parameters of its own, such as a Conv2d that owns a padding child; not a pass-through such as
 ``nn.Identity``), timed around its ``forward`` (:class:`LayerHooks` says where: torch's seam for a compiled call, or
 a wrapped ``forward``), records one ``kind="layer"`` span per call on the tracer's clock: ``name`` is the module's
@@ -13,19 +13,10 @@ aliases its input; on CUDA, the change of ``torch.cuda.memory_allocated``). ``at
 covers its device work, not just its asynchronous launch. Containers get no span of their own: their work outside
 children (a residual add) shows as ops. The calls are kept as tuples of plain values while tracing (nothing the
 garbage collector has to walk) and become spans when tracing stops (see :class:`LayerHooks`).
-
-**Ops** -- ``torch.profiler`` (CPU activity, ``record_shapes``; not the values of scalar arguments, see
-:func:`record_concrete_inputs`) runs while tracing; on stop its Kineto events become ``kind="op"`` spans. Kineto
-stamps events on the Unix clock: they are moved onto the tracer's ``perf_counter_ns`` clock with an anchor pair
-read at stop, then by the one constant shift (found from the layer spans, usually a few µs) that puts every
-top-level op inside the layer it ran in. An op's parent is the op that encloses it, else its layer, else the
-``predict`` span it ran in. CUDA kernels are not taken from torch.profiler
-(CUPTI has one subscriber; the runner's CUPTI recorder owns it at SYSTEM_LIBRARY).
 """
 from __future__ import annotations
 
 import inspect
-import itertools
 import time
 from operator import itemgetter
 
@@ -33,14 +24,12 @@ import numpy as np
 import torch
 
 from mlms_nb._gc import collector_off
-from mlms_nb._quiet import quiet
 from mlms_nb.frameworks.torch.layers import layer_modules
-from mlms_nb.tracing.attribution import containment_parents
-from mlms_nb.tracing.records import SpanBlock
+from mlms_nb.tracing.attribution import containment_parents, innermost_enclosing
+from mlms_nb.tracing.records import SpanBlock, part_numbers
 from mlms_nb.schema.levels import TraceLevel
 
 FRAMEWORK = int(TraceLevel.FRAMEWORK)
-ML_LIBRARY = int(TraceLevel.ML_LIBRARY)
 MODEL = int(TraceLevel.MODEL)
 _Tensor = torch.Tensor
 _perf_ns = time.perf_counter_ns
@@ -209,7 +198,7 @@ class LayerHooks:
         outer = containment_parents(np.zeros(n, np.int64), starts, ends)
         models = self.tracer.intervals(MODEL, name="predict", since=self._first_record)
         models = models[np.argsort(models[:, 0], kind="stable")]
-        model_of = _enclosing(models[:, :3], starts, ends)
+        model_of = enclosing(models[:, :3], starts, ends)
         order = np.lexsort((-ends, starts))
         index = np.empty(n, np.int64)
         group = model_of[order]
@@ -226,7 +215,7 @@ class LayerHooks:
         else:
             model_parent, thread = np.zeros(n, np.int64), np.full(n, self.tracer.thread_id(), np.int64)
         parent = np.where(outer >= 0, span_id[np.maximum(outer, 0)], model_parent)
-        part, distinct = _parts(map(_PART, calls), n)  # part: (layer number, shapes...), the call without its times
+        part, distinct = part_numbers(map(_PART, calls), n)  # part: (layer number, shapes...), the call without its times
         parts = tuple(self._fields(key) for key in distinct)
         self.tracer.add_block(SpanBlock(FRAMEWORK, "layer", span_id[order], parent[order], starts[order],
                                         ends[order], thread[order], part[order], parts,
@@ -257,15 +246,6 @@ tuple of ints). Other calls record ``(layer number, inputs, outputs[, memory del
 the change of ``torch.cuda.memory_allocated`` over the call. The times come last: a call without them is its
 *part*, the key its span's name and fields are worked out once for."""
 _START, _END, _PART = itemgetter(-2), itemgetter(-1), itemgetter(slice(None, -2))
-_OP_PART = itemgetter(3, 4)
-
-
-def _parts(keys, n: int) -> tuple[np.ndarray, list]:
-    """The ``n`` hashable ``keys`` -> (each one's number, the distinct keys in order of first appearance): C-level
-    passes (no Python loop per key, each key hashed once), for a span block's parts."""
-    first: dict = {}  # key -> the position it first appeared at
-    at = np.fromiter(map(first.setdefault, keys, itertools.count()), np.int64, n)
-    return np.unique(at, return_inverse=True)[1].astype(np.int64, copy=False), list(first)
 
 
 def _one_parameter(forward) -> str | None:
@@ -322,153 +302,8 @@ def _flatten(value):
         yield value
 
 
-class OpProfiler:
-    """torch.profiler over the traced calls; :meth:`stop` adds its ops to the tracer as ML_LIBRARY spans."""
-
-    def __init__(self, tracer) -> None:
-        self.tracer = tracer
-        self._first_record = len(tracer)
-        # the Kineto profiler torch.profiler.profile drives, driven directly: torch.profiler's start asks
-        # hasattr(torch, "_inductor"), which imports the compiler stack (about 1 s of CPU in each process that
-        # traces) to learn whether CUDA graphs are on, and then only for CUDA activity this profiler never asks for
-        self._profile = torch.autograd.profiler.profile(use_kineto=True, use_cpu=True, record_shapes=True)
-        record_concrete_inputs(False)
-        try:
-            with quiet(label="torch.profiler start"):  # Kineto's "USDT: ... profiler_start" lines
-                self._profile.__enter__()
-        except BaseException:
-            record_concrete_inputs(True)
-            raise
-
-    def stop(self) -> dict:
-        """Stop profiling and add the ops; returns what the clock mapping found (for the trace metadata)."""
-        try:
-            with quiet(label="torch.profiler stop"):
-                self._profile.__exit__(None, None, None)
-        finally:
-            record_concrete_inputs(True)
-        perf, wall = time.perf_counter_ns(), time.time_ns()
-        with collector_off():  # one new tuple per op
-            ops = cpu_ops(self._profile.kineto_results.events())
-            return add_ops(self.tracer, ops, wall - perf, self._first_record)
-
-
-def record_concrete_inputs(on: bool) -> None:
-    """Whether Kineto keeps the values of an op's scalar and list arguments (a convolution's stride, padding...) beside
-    its input shapes: on by default, read at every op. The op spans use the shapes only; not keeping the values
-    makes each profiled op cheaper (Lite0 at batch 1: the profiler's overhead +11.1% -> +8.2%, 30 interleaved
-    blocks). The setting is process-wide and torch offers no way to read it: it is put back to torch's default
-    (on) when profiling stops, and a torch.profiler the user runs inside a traced call meanwhile records no values."""
-    setter = getattr(torch._C._profiler, "_set_record_concrete_inputs_enabled_val", None)
-    if setter is not None:
-        setter(on)
-
-
-def cpu_ops(events) -> list[tuple]:
-    """Kineto events -> ``(start Unix ns, duration ns, thread id, name, shapes of the tensor inputs)`` of the
-    framework ops on the host, read in one pass (each accessor is a call into the bindings: each is called once
-    per event), shapes as tuples of ints."""
-    cpu = torch.autograd.DeviceType.CPU
-    out = []
-    append = out.append
-    for e in events:
-        kind = getattr(e, "activity_type", None)
-        if kind is not None:
-            if kind() != "cpu_op" or e.device_type() != cpu:
-                continue
-        elif not _is_cpu_op(e):
-            continue
-        append((e.start_ns(), e.duration_ns(), e.start_thread_id(), e.name(),
-                tuple(tuple(shape) for shape in e.shapes() if shape)))
-    return out
-
-
-def _is_cpu_op(event) -> bool:
-    """A framework op on the host (not a user annotation, a Python frame or device activity); torch < 2.13 has
-    no ``activity_type()``."""
-    if event.device_type() != torch.autograd.DeviceType.CPU:
-        return False
-    kind = getattr(event, "activity_type", None)
-    if kind is not None:
-        return kind() == "cpu_op"
-    return not any(getattr(event, test, lambda: False)() for test in ("is_user_annotation", "is_python_function"))
-
-
-def add_ops(tracer, ops: list[tuple], wall_offset_ns: int, first_record: int = 0) -> dict:
-    """Add CPU ops (:func:`cpu_ops` rows) to ``tracer`` (see the module docstring for the clock and the parents).
-
-    ``wall_offset_ns``: Unix ns - perf_counter ns, read at one instant; ``first_record``: where in the tracer's
-    records the layer / predict spans of this profiling session begin.
-    """
-    if not ops:
-        return {"ops": 0}
-    start = np.fromiter((o[0] for o in ops), np.int64, len(ops)) - wall_offset_ns
-    end = start + np.fromiter((o[1] for o in ops), np.int64, len(ops))
-    tids = np.fromiter((o[2] for o in ops), np.int64, len(ops))
-    layers = tracer.intervals(FRAMEWORK, "layer", since=first_record)[:, :3]
-    models = tracer.intervals(MODEL, name="predict", since=first_record)[:, :3]
-    layers = layers[np.argsort(layers[:, 0], kind="stable")] if len(layers) else layers
-    models = models[np.argsort(models[:, 0], kind="stable")] if len(models) else models
-
-    op_parent = containment_parents(tids, start, end)
-    shift, residual = _clock_shift(start, end, op_parent, layers)
-    start += shift
-    end += shift
-    layer_of = _enclosing(layers, start, end)
-    model_of = _enclosing(models, start, end)
-    main_tid = np.bincount(tids).argmax() if len(tids) else 0
-    native = tracer.thread_id()
-
-    order = np.lexsort((-end, start))
-    # parent when no op encloses the op: its layer, else its predict call, else none
-    outer = np.where(layer_of >= 0, layers[np.maximum(layer_of, 0), 2] if len(layers) else 0,
-                     np.where(model_of >= 0, models[np.maximum(model_of, 0), 2] if len(models) else 0, 0))
-    threads = np.where(tids == main_tid, native, tids)
-    span_id = np.empty(len(ops), np.int64)
-    span_id[order] = tracer.new_span_ids(len(ops))  # in start order, as one add_span per op gave them
-    parent = np.where(op_parent >= 0, span_id[np.maximum(op_parent, 0)], outer)
-    part, distinct = _parts(map(_OP_PART, ops), len(ops))  # part: (name, input shapes)
-    parts = tuple((name, {"shape": shapes, "layer_type": name}) for name, shapes in distinct)
-    tracer.add_block(SpanBlock(ML_LIBRARY, "op", span_id[order], parent[order], start[order], end[order],
-                               threads[order], part[order], parts))
-    return {"ops": len(ops), "clock_shift_ns": int(shift), "unnested_ns": int(residual),
-            "clock": "Kineto Unix ns -> perf_counter_ns by an anchor pair read at stop, plus clock_shift_ns"}
-
-
-def _enclosing(spans: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Index into ``spans`` (rows ``start, end, id``, sorted by start, properly nested) of the innermost span
-    containing each interval ``[start, end]``, or -1: from the last span starting before it, up the chain of
-    enclosing spans (pointer jumping, no loop per interval)."""
-    i = np.full(len(start), -1, np.int64)
-    if not len(spans):
-        return i
-    up = containment_parents(np.zeros(len(spans), np.int64), spans[:, 0], spans[:, 1])
-    i = np.searchsorted(spans[:, 0], start, side="right") - 1
-    active = np.flatnonzero(i >= 0)
-    while len(active):
-        active = active[end[active] > spans[i[active], 1]]
-        i[active] = up[i[active]]
-        active = active[i[active] >= 0]
-    return i
-
-
-def _clock_shift(start, end, op_parent, layers) -> tuple[int, int]:
-    """The constant shift (ns) that puts top-level ops inside their layers, and what still sticks out (ns).
-
-    Each top-level op assigned to a layer by its midpoint bounds the shift: ``layer.start - op.start <= d <=
-    layer.end - op.end``; the shift closest to 0 within all bounds is taken (or the bounds' midpoint when they
-    cannot all hold)."""
-    top = np.flatnonzero(op_parent < 0)
-    if not len(layers) or not len(top):
-        return 0, 0
-    mid = (start[top] + end[top]) // 2
-    i = _enclosing(layers, mid, mid)
-    inside = i >= 0
-    top, i = top[inside], i[inside]
-    if not len(top):
-        return 0, 0
-    lo = int((layers[i, 0] - start[top]).max())
-    hi = int((layers[i, 1] - end[top]).min())
-    if lo <= hi:
-        return min(max(0, lo), hi), 0
-    return (lo + hi) // 2, (lo - hi + 1) // 2
+def enclosing(spans: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Index into ``spans`` (rows ``start, end, id``, properly nested, one thread) of the innermost span containing
+    each interval ``[start, end]``, or -1 (:func:`~mlms_nb.tracing.attribution.innermost_enclosing`)."""
+    return innermost_enclosing(np.zeros(len(spans), np.int64), spans[:, 0], spans[:, 1],
+                               np.zeros(len(start), np.int64), start, end)
