@@ -246,6 +246,25 @@ def test_hooks_registered_while_tracing_run_and_each_call_is_one_span():
         assert "_compiled_call_impl" not in layer.__dict__ and "forward" not in layer.__dict__
 
 
+def test_two_sessions_tracing_one_model_both_record_every_call():
+    """A second LayerHooks on a model another one is tracing (a generation traced while its predictor is) gets every
+    call too, and the model answers as untraced."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    x = torch.zeros(1, 3, 8, 8)
+    with torch.inference_mode():
+        expected = model(x)
+        first, second = Tracer(L.FRAMEWORK), Tracer(L.FRAMEWORK)
+        outer = LayerHooks(model, first)
+        model(x)
+        inner = LayerHooks(model, second)
+        for _ in range(2):
+            assert torch.equal(model(x), expected)
+        inner.remove()
+        outer.remove()
+    assert first.trace().spans.groupby("name").size().to_dict() == {"0": 3, "1": 3}
+    assert second.trace().spans.groupby("name").size().to_dict() == {"0": 2, "1": 2}
+
+
 def test_op_tracing_leaves_torch_profilers_argument_values_on():
     """ML_LIBRARY tracing profiles ops without the values of their scalar arguments (cheaper per op), and puts
     torch's default back when it stops: a torch.profiler run afterwards records them."""

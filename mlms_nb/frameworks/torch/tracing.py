@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import weakref
 from operator import itemgetter
 
 import numpy as np
@@ -42,6 +43,8 @@ path: a direct call (:class:`LayerHooks`) hands a call back to ``_call_impl`` wh
 fills and empties these dicts in place; a direct call reads the ones the module has when tracing starts."""
 
 
+_DIRECT_CALLS: "weakref.WeakSet" = weakref.WeakSet()
+"""The direct calls LayerHooks has set, so that a second session tracing the same module recognises one."""
 _SEAM = hasattr(torch.nn.Module, "_compiled_call_impl")
 """Whether this torch's ``Module.__call__`` hands a call to ``_compiled_call_impl`` when it is set (since 2.2);
 without it a layer's call is traced by its wrapped ``forward`` alone."""
@@ -89,8 +92,13 @@ class LayerHooks:
             forward = module.forward
             traced = module.forward = self._wrap(number, forward, cuda)
             direct = None
-            if _SEAM and module._compiled_call_impl is None:
+            if _SEAM and module.__dict__.get("_compiled_call_impl") in _DIRECT_CALLS:
+                # another session traces this module too: its direct call would skip this session's wrapped
+                # forward, so both go through _call_impl and the chain of wrapped forwards (each records)
+                del module.__dict__["_compiled_call_impl"]
+            elif _SEAM and module._compiled_call_impl is None:
                 direct = module._compiled_call_impl = self._direct(number, module, forward, traced, cuda)
+                _DIRECT_CALLS.add(direct)
             self._patched.append((module, own, direct))
 
     def _direct(self, number: int, module: torch.nn.Module, forward, traced, cuda: bool):
