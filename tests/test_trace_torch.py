@@ -265,6 +265,21 @@ def test_two_sessions_tracing_one_model_both_record_every_call():
     assert second.trace().spans.groupby("name").size().to_dict() == {"0": 2, "1": 2}
 
 
+def test_a_forward_set_while_tracing_is_the_one_that_runs():
+    """Code that sets a traced layer's forward meanwhile (as accelerate's hooks do) has it called, as untraced."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    x = torch.zeros(1, 3, 8, 8)
+    with torch.inference_mode():
+        expected = model(x)
+        hooks = LayerHooks(model, Tracer(L.FRAMEWORK))
+        traced = model[1].forward
+        model[1].forward = lambda t: traced(t) + 1
+        got = model(x)
+        hooks.remove()
+        after = model(x)  # tracing stopped: the forward set meanwhile stays (it still calls the wrapper it kept)
+    assert torch.equal(got, expected + 1) and torch.equal(after, expected + 1)
+
+
 def test_op_tracing_leaves_torch_profilers_argument_values_on():
     """ML_LIBRARY tracing profiles ops without the values of their scalar arguments (cheaper per op), and puts
     torch's default back when it stops: a torch.profiler run afterwards records them."""

@@ -83,7 +83,7 @@ class LayerHooks:
         self._first_record = len(tracer)
         self._calls: list[tuple] = []  # one tuple per call, see CALL_FIELDS
         self._layers: list[tuple[str, str, int]] = []  # per layer number: name, type, parameter+buffer bytes
-        self._patched: list[tuple[torch.nn.Module, object, object]] = []  # module, its own forward, direct call
+        self._patched: list[tuple] = []  # (module, its own forward or None, the wrapped one, direct call or None)
         for number, (name, module) in enumerate(layer_modules(model)):
             state = sum(_tensor_bytes(p) for p in module.parameters(recurse=False))
             state += sum(_tensor_bytes(b) for b in module.buffers(recurse=False))
@@ -99,21 +99,24 @@ class LayerHooks:
             elif _SEAM and module._compiled_call_impl is None:
                 direct = module._compiled_call_impl = self._direct(number, module, forward, traced, cuda)
                 _DIRECT_CALLS.add(direct)
-            self._patched.append((module, own, direct))
+            self._patched.append((module, own, traced, direct))
 
     def _direct(self, number: int, module: torch.nn.Module, forward, traced, cuda: bool):
         """Layer ``number``'s call, in place of ``module._call_impl`` (see the class docstring): ``forward``
         (the module's own) timed as ``traced`` (its wrapped forward) times it, or ``_call_impl`` while a hook is
-        registered or torch.jit is tracing. A forward of one tensor (most layers: Conv2d, BatchNorm2d,
+        registered, torch.jit is tracing or ``module.forward`` is no longer ``traced`` (something set its own
+        meanwhile: torch calls that one). A forward of one tensor (most layers: Conv2d, BatchNorm2d,
         activations...) is timed here, with no argument tuple or keyword dict to build and unpack."""
         call_impl = module._call_impl
+        set_forward = module.__dict__.get
         bp, b, fp, f = (module.__dict__[k] for k in _MODULE_HOOKS)
         gbp, gb, gfp, gf = _GLOBAL_HOOKS
         tracing_state = torch._C._get_tracing_state
         one = None if cuda else _one_parameter(forward)
         if one is None:
             def direct_call(*args, **kwargs):
-                if bp or b or fp or f or gbp or gb or gfp or gf or tracing_state():
+                if bp or b or fp or f or gbp or gb or gfp or gf or set_forward("forward") is not traced \
+                        or tracing_state():
                     return call_impl(*args, **kwargs)
                 return traced(*args, **kwargs)
 
@@ -123,7 +126,8 @@ class LayerHooks:
         Tensor = _Tensor
 
         def direct_input(input):
-            if bp or b or fp or f or gbp or gb or gfp or gf or tracing_state():
+            if bp or b or fp or f or gbp or gb or gfp or gf or set_forward("forward") is not traced \
+                    or tracing_state():
                 return call_impl(input)
             t0 = perf()
             output = forward(input)
@@ -181,14 +185,16 @@ class LayerHooks:
         return traced_forward
 
     def remove(self) -> None:
-        """Put every module's own ``forward`` and call back and add the recorded calls to the tracer."""
-        for module, own, direct in self._patched:
-            if direct is not None and module.__dict__.get("_compiled_call_impl") is direct:  # not one set since
+        """Put every module's own ``forward`` and call back and add the recorded calls to the tracer. A forward or
+        call something else set meanwhile is left as it is."""
+        for module, own, traced, direct in self._patched:
+            if direct is not None and module.__dict__.get("_compiled_call_impl") is direct:
                 del module.__dict__["_compiled_call_impl"]
-            if own is None:
-                module.__dict__.pop("forward", None)
-            else:
-                module.forward = own
+            if module.__dict__.get("forward") is traced:
+                if own is None:
+                    del module.__dict__["forward"]
+                else:
+                    module.forward = own
         self._patched = []
         calls, self._calls = self._calls, []
         if calls:
