@@ -217,7 +217,8 @@ def main() -> None:
           f"predictor, each predictor traced in turn per round; ratio = traced median / untraced median, geometric "
           f"mean of the round's two (median [IQR] over rounds). Sessions: {blocks} blocks of {args.block} timed "
           "calls per way and round, ways interleaved block by block; ratio = way's median / untraced median of the "
-          "same block (median [IQR] over blocks). post = the session's end (stop_tracing / prof.stop()) per traced call, not in the ratios")
+          "same block (median [IQR] over blocks). post = the session's end (stop_tracing / prof.stop()) per traced "
+          "call, not in the ratios")
     for bs in [int(b) for b in args.batch_sizes.split(",")]:
         batch = rng.standard_normal((bs, 3, 224, 224)).astype(np.float32)
         for p in twins:

@@ -114,8 +114,6 @@ def add_ops(tracer, ops: list[tuple], wall_offset_ns: int, first_record: int = 0
     tids = np.fromiter((o[2] for o in ops), np.int64, len(ops))
     layers = tracer.intervals(FRAMEWORK, "layer", since=first_record)[:, :3]
     models = tracer.intervals(MODEL, name="predict", since=first_record)[:, :3]
-    layers = layers[np.argsort(layers[:, 0], kind="stable")] if len(layers) else layers
-    models = models[np.argsort(models[:, 0], kind="stable")] if len(models) else models
 
     op_parent = containment_parents(tids, start, end)
     shift, residual = _clock_shift(start, end, op_parent, layers)

@@ -211,7 +211,6 @@ class LayerHooks:
         ends = np.fromiter(map(_END, calls), np.int64, n)
         outer = containment_parents(np.zeros(n, np.int64), starts, ends)
         models = self.tracer.intervals(MODEL, name="predict", since=self._first_record)
-        models = models[np.argsort(models[:, 0], kind="stable")]
         model_of = enclosing(models[:, :3], starts, ends)
         order = np.lexsort((-ends, starts))
         index = np.empty(n, np.int64)
@@ -229,7 +228,8 @@ class LayerHooks:
         else:
             model_parent, thread = np.zeros(n, np.int64), np.full(n, self.tracer.thread_id(), np.int64)
         parent = np.where(outer >= 0, span_id[np.maximum(outer, 0)], model_parent)
-        part, distinct = part_numbers(map(_PART, calls), n)  # part: (layer number, shapes...), the call without its times
+        # part: (layer number, shapes...), the call without its times
+        part, distinct = part_numbers(map(_PART, calls), n)
         parts = tuple(self._fields(key) for key in distinct)
         self.tracer.add_block(SpanBlock(FRAMEWORK, "layer", span_id[order], parent[order], starts[order],
                                         ends[order], thread[order], part[order], parts,
@@ -317,7 +317,7 @@ def _flatten(value):
 
 
 def enclosing(spans: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Index into ``spans`` (rows ``start, end, id``, properly nested, one thread) of the innermost span containing
-    each interval ``[start, end]``, or -1 (:func:`~mlms_nb.tracing.attribution.innermost_enclosing`)."""
+    """Index into ``spans`` (rows ``start, end, id``, properly nested, one thread, in any order) of the innermost span
+    containing each interval ``[start, end]``, or -1 (:func:`~mlms_nb.tracing.attribution.innermost_enclosing`)."""
     return innermost_enclosing(np.zeros(len(spans), np.int64), spans[:, 0], spans[:, 1],
                                np.zeros(len(start), np.int64), start, end)
