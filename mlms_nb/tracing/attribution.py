@@ -36,6 +36,13 @@ def containment_parents(group: np.ndarray, start: np.ndarray, end: np.ndarray) -
     p = np.arange(-1, n - 1, dtype=np.int64)
     if n > 1:
         p[1:][g[1:] != g[:-1]] = -1
+    # a span that no earlier span of its group outlasts has no parent: settled before any jumping (spans that run
+    # one after another, the most common case, never enter the loop)
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    for lo, hi in zip(first, np.r_[first[1:], n]):
+        if hi - lo > 1:
+            outlasted = np.maximum.accumulate(e[lo:hi - 1]) >= e[lo + 1:hi]
+            p[lo + 1:hi][~outlasted] = -1
     active = np.flatnonzero(p >= 0)
     # a candidate is wrong when it ends before the span does; jump to the candidate's own candidate (every span
     # skipped on the way ends before the span too, so the first candidate that covers the end is the nearest)
