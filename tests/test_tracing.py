@@ -28,6 +28,7 @@ from mlms_nb.schema.columns import LEVEL_DTYPE
 from mlms_nb.schema.counters import COUNTER_COLUMNS, counters_frame
 from mlms_nb.tracing import records
 from mlms_nb.tracing.attribution import containment_parents
+from mlms_nb.tracing.records import part_numbers, shared_part_numbers
 from mlms_nb.tracing._jsonscan import EventStream
 from tests.helpers import containment_parents_reference
 
@@ -522,6 +523,19 @@ def test_stream_parses_what_a_plain_json_parse_does_at_any_block_size(events, to
     assert got == (plain if top == "array" else plain["traceEvents"])
     assert stream.skeleton == ([] if top == "array" else {**plain, "traceEvents": []})
     assert stream.top == ("array" if top == "array" else "object")
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.lists(st.integers(0, 5), max_size=60), st.lists(st.integers(0, 3), min_size=6, max_size=6))
+def test_parts_shared_by_identity_are_numbered_as_by_value(picks, values):
+    """Keys handed on as the same objects, or rebuilt equal, or different: numbered exactly as hashing every key's
+    contents numbers them (first appearance first)."""
+    objects = [(v, (v, v + 1)) for v in values]  # six objects, some of them equal in value
+    keys = [objects[k] for k in picks]
+    keys = [k if i % 3 else k[:1] + k[1:] for i, k in enumerate(keys)]
+    numbers, distinct = shared_part_numbers(keys)
+    want_numbers, want_distinct = part_numbers(iter(keys), len(keys))
+    assert numbers.tolist() == want_numbers.tolist() and distinct == want_distinct
 
 
 _INTERVALS = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(0, 40)), max_size=80)

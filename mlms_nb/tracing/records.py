@@ -105,3 +105,20 @@ def part_numbers(keys, n: int) -> tuple[np.ndarray, list]:
     first: dict = {}  # key -> the position it first appeared at
     at = np.fromiter(map(first.setdefault, keys, itertools.count()), np.int64, n)
     return np.unique(at, return_inverse=True)[1].astype(np.int64, copy=False), list(first)
+
+
+def shared_part_numbers(keys: list) -> tuple[np.ndarray, list]:
+    """:func:`part_numbers` for keys most of which are the same objects (a recorder that hands the same tuple on
+    while the part does not change): numbered by identity first (C-level, no hashing of the keys' contents), then
+    by value among the distinct objects only, so equal keys that are distinct objects still share a number. The
+    keys must all be alive (they are ``keys``' items): their ``id`` is then unique."""
+    n = len(keys)
+    ids = np.fromiter(map(id, keys), np.int64, n)
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    seen = np.sort(first).tolist()  # where each distinct object first appears, in order
+    number_of: dict = {}  # key -> where its value first appears
+    at = np.fromiter(map(number_of.setdefault, map(keys.__getitem__, seen), seen), np.int64, len(seen))
+    numbers = np.unique(at, return_inverse=True)[1].ravel()
+    by_id = np.empty(len(first), np.int64)  # distinct object (in id order) -> its value's number
+    by_id[np.argsort(first)] = numbers
+    return by_id[inverse.ravel()], list(number_of)
