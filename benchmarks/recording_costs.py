@@ -91,11 +91,13 @@ def _torch_chain(modules: int = 50):
     import torch
 
     class Pass(torch.nn.Module):
-        """A layer that runs no op (nn.Identity is not a layer: mlms_nb.frameworks.torch.layers), so that a call
-        costs only what calling and tracing it cost."""
+        """A layer that runs no op, so that a call costs only what calling and tracing it cost. Not a plain
+        ``return input``: mlms_nb.frameworks.torch.layers takes a module whose forward is exactly that for a
+        pass-through, not a layer (nn.Identity), and the chain would record nothing."""
 
         def forward(self, input):
-            return input
+            output = input
+            return output
 
     chain = torch.nn.Sequential(*[Pass() for _ in range(modules)])
     return torch, chain, torch.zeros(1, 32, 56, 56)
