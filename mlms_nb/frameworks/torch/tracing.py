@@ -76,7 +76,7 @@ class LayerHooks:
     cost more than the wrapper itself). A layer hands on its previous call's part while the shapes, item sizes and
     aliasing it reads stay equal (one comparison instead of two new shape tuples to keep), so the session's end
     numbers the parts by identity and hashes only the few distinct ones (Lite0, 43 calls at batch 1: 160 parts
-    for 6.5k calls; the session's end 5.5 ms -> 3.8 ms). Appending the values to one flat ``array('q')`` instead
+    for 6.5k calls; the session's end 5.5 ms -> about 3.5 ms). Appending the values to one flat ``array('q')`` instead
     (nothing for the collector at all) cost more per call than the young-generation collections it saved (+2.9%
     against +2.2% per call, Lite0 at batch 1, paired calls). Nothing else happens per call: parents, layer
     indices, names, bytes and memory are worked out when :meth:`remove` flushes the calls into the tracer (once
