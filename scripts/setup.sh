@@ -47,6 +47,10 @@ install --no-deps 'keras-hub>=0.32,<0.33'
 # Left out: what nothing here imports, a third of the 25k files (40 s -> 26 s on 2 cores): packages' own test suites,
 # pip, and transformers' model folders other than those mlms-nb's zoo, its Keras ports and its tests build (a user's
 # other architecture is compiled in memory when imported, as any module without a .pyc).
+# The compiled torch layer call (mlms_nb/frameworks/torch/native.py): about 15 s of one core, built beside compileall
+# into the user cache, once per torch; where it cannot be built, layer calls are timed in Python and set-up goes on.
+.venv/bin/python -m mlms_nb.frameworks.torch.native &
+native_build=$!
 compiled_out='/(tests|test)/|/site-packages/pip/|/transformers/models/(?!(auto|bert|gpt2|gpt_neox|llama|mistral|qwen2|vit)/)[^/]+/'
 .venv/bin/python -m compileall -q -j 0 -x "$compiled_out" .venv/lib/python3*/site-packages >/dev/null 2>&1 || true  # a few packages ship files for other Pythons
 # mlms-nb's own modules too (installed editable, they are imported from here): every process the tests start (CLI
@@ -54,6 +58,7 @@ compiled_out='/(tests|test)/|/site-packages/pip/|/transformers/models/(?!(auto|b
 # edited later is compiled again where the cache cannot be written, never read stale (its .pyc records the source's
 # mtime and size). 2 s here; the suite's worker time 990 -> 935 s on 2 cores.
 .venv/bin/python -m compileall -q -j 0 mlms_nb analyses tests >/dev/null
+wait "$native_build" || true
 # the kernel the example notebooks run on
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 # Debian's chromium: the timeline tests and benchmark render pages in it headless, and PDF reports are printed by it

@@ -185,6 +185,77 @@ def test_each_call_records_its_own_shapes_when_they_change_within_a_session():
     assert relu["bytes"].tolist() == [2 * 4 * np.prod(o) for o in outs]  # in and out, float32
 
 
+class _Mixed(torch.nn.Module):
+    """Layers of every kind the compiled call meets: a parameterised one whose shapes change between calls, an
+    in-place one (output is input), one of two outputs, one called by keyword, one fed a tensor of 9 dimensions
+    (past what the compiled call reads itself) and one fed an integer tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.act, self.halves = torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(inplace=True), _Halves()
+        self.flat, self.fc, self.deep, self.embed = torch.nn.Flatten(), torch.nn.Linear(2, 3), torch.nn.Tanh(), \
+            torch.nn.Embedding(10, 2)
+
+    def forward(self, x):
+        a, b = self.halves(self.act(self.conv(x)))
+        d = self.deep((a + b).reshape(*[1] * 7, a.shape[0] * 2, -1))
+        e = self.embed(torch.arange(d.shape[-1]) % 10)
+        return self.fc(input=e).sum() + self.flat(d).sum()
+
+
+def _layer_spans(compiled: bool, sizes):
+    model = _Mixed().eval()
+    torch.manual_seed(0)
+    tracer = Tracer(L.FRAMEWORK)
+    hooks = LayerHooks(model, tracer, compiled=compiled)
+    if compiled:  # the calls do go through the compiled call
+        from mlms_nb.frameworks.torch import native
+
+        assert all(isinstance(m._compiled_call_impl, native.recorder().LayerCall) for m in (model.conv, model.act))
+    with torch.inference_mode():
+        for size in sizes:
+            model(torch.zeros(size))
+    hooks.remove()
+    assert tracer.metadata["torch.layer_calls"] == "compiled" if compiled else "python (asked for)"
+    spans = tracer.trace().spans
+    return spans[["name", "layer_type", "layer_index", "shape", "bytes", "memory", "attrs"]].reset_index(drop=True)
+
+
+def test_the_compiled_layer_call_records_what_the_python_one_records():
+    """Where the compiled call could be built (scripts/setup.sh builds it), the spans it gives are the Python
+    call's, span for span: names, indices, input and output shapes, bytes and memory, for every kind of layer."""
+    from mlms_nb.frameworks.torch import native
+
+    why = native._unbuildable()
+    if why:
+        pytest.skip(f"the compiled layer call cannot be built here: {why}")
+    assert native.recorder() is not None, native.status()
+    sizes = [(1, 3, 8, 8), (2, 3, 10, 6), (1, 3, 8, 8)]
+    compiled, python = _layer_spans(True, sizes), _layer_spans(False, sizes)
+    assert len(compiled) == 3 * 7 and compiled["shape"].nunique() > 5
+    assert compiled.equals(python)
+
+
+def test_a_failed_build_of_the_compiled_call_is_said_and_not_tried_again(tmp_path, monkeypatch):
+    """A compiler that fails leaves layer calls timed in Python, the reason in the trace's metadata, and a note
+    beside the cache key so that later processes do not spend a build on it again."""
+    from mlms_nb.frameworks.torch import native
+
+    monkeypatch.setenv("MLMS_NATIVE_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")  # a command that exists and fails
+    monkeypatch.setattr(native, "_loaded", {})
+    model = torch.nn.Sequential(torch.nn.ReLU())
+    tracer = Tracer(L.FRAMEWORK)
+    LayerHooks(model, tracer).remove()
+    assert tracer.metadata["torch.layer_calls"].startswith("python (the build failed")
+    assert len(list(tmp_path.glob("*.failed"))) == 1
+    with pytest.raises(RuntimeError, match="earlier build failed"):
+        native.build()
+    monkeypatch.setattr(native, "_loaded", {})
+    monkeypatch.setenv("MLMS_NATIVE", "0")
+    assert native.recorder() is None and native.status() == "python (MLMS_NATIVE=0)"
+
+
 def test_a_layer_called_by_keyword_is_traced_and_answers_as_untraced():
     """The wrapper of a one-argument forward takes that argument by its own name, as the forward does."""
     class Doubler(torch.nn.Module):

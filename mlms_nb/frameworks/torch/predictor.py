@@ -165,7 +165,8 @@ class TorchPredictor(Predictor):
                                    "module forwards that layer spans wrap (ML_LIBRARY ops are still recorded)")
         else:
             levels["FRAMEWORK"] = ("every call of a layer module (no children, or parameters of its own) timed around "
-                                   "its forward, time.perf_counter_ns")
+                                   "its forward, time.perf_counter_ns's clock (by the compiled layer call where it "
+                                   "could be built: mlms_nb.frameworks.torch.native)")
         levels["ML_LIBRARY"] = "torch.profiler CPU ops (record_shapes), nested in their layer by time"
         if device_kind(self.device) == "cuda":
             levels["SYSTEM_LIBRARY"] = "CUDA kernels, copies and runtime calls through CUPTI (the runner's recorder)"
