@@ -44,21 +44,25 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("mlms-nb")) / "native"
 
 
-def _command(output: Path) -> list[str]:
-    """The compiler command that builds the recorder into ``output``."""
+def _flags() -> list[str]:
+    """The compiler and its flags: against the installed torch's headers and libraries, its C++ ABI."""
     root = Path(torch.__file__).parent
     include, lib = root / "include", root / "lib"
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
-    compiler = os.environ.get("CXX") or "g++"
-    return [compiler, "-O2", "-shared", "-fPIC", "-std=c++20", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            f"-I{sysconfig.get_paths()['include']}", f"-I{include}", f"-I{include / 'torch/csrc/api/include'}",
-            str(SOURCE), "-o", str(output), f"-L{lib}", "-ltorch_python", "-lc10", "-ltorch", "-ltorch_cpu",
-            f"-Wl,-rpath,{lib}"]
+    return [os.environ.get("CXX") or "g++", "-O2", "-shared", "-fPIC", "-std=c++20", "-w",
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{sysconfig.get_paths()['include']}", f"-I{include}",
+            f"-I{include / 'torch/csrc/api/include'}", f"-L{lib}", f"-Wl,-rpath,{lib}"]
+
+
+def _command(output: Path) -> list[str]:
+    """The compiler command that builds the recorder into ``output``."""
+    return [*_flags(), str(SOURCE), "-o", str(output), "-ltorch_python", "-lc10", "-ltorch", "-ltorch_cpu"]
 
 
 def _key() -> str:
+    """The source's content, the flags, torch's version and the Python ABI (not where the source lies)."""
     digest = hashlib.sha256(SOURCE.read_bytes())
-    digest.update(" ".join(_command(Path("out"))).encode())
+    digest.update(" ".join(_flags()).encode())
     digest.update(f"{torch.__version__} {sys.version} {sysconfig.get_config_var('EXT_SUFFIX')}".encode())
     return f"torch-{torch.__version__.replace('+', '_')}-{digest.hexdigest()[:16]}"
 
