@@ -118,9 +118,13 @@ int record(LayerCall* self, PyObject* input, PyObject* output, long long t0, lon
     }
     if (readable) {
       if (update_part(self, in, out, output == input) < 0) return -1;
+      // held here: an allocation below may run a collection, and through it another thread calling this layer
+      // may set its own part meanwhile (and drop this one)
+      PyObject* part = Py_NewRef(self->part);
       PyObject* start = PyLong_FromLongLong(t0);
       PyObject* end = start ? PyLong_FromLongLong(t1) : nullptr;
-      PyObject* call = end ? PyTuple_Pack(3, self->part, start, end) : nullptr;
+      PyObject* call = end ? PyTuple_Pack(3, part, start, end) : nullptr;
+      Py_DECREF(part);
       Py_XDECREF(start);
       Py_XDECREF(end);
       if (call == nullptr) return -1;
