@@ -16,7 +16,10 @@ shared machine wall time also counts the time the process waits for a core.
   not available)
 - ``torch layer call: LayerHooks``: what tracing adds to one call of a layer module at FRAMEWORK level
   (:class:`~mlms_nb.frameworks.torch.tracing.LayerHooks` on a chain of pass-through modules fed a 1x32x56x56
-  tensor), the untraced chain's time per module subtracted in the same round; ``--spans // 10`` calls
+  tensor), the untraced chain's time per module subtracted in the same round; ``--spans // 10`` calls. With
+  the compiled layer call (mlms_nb.frameworks.torch.native; ``MLMS_NATIVE=0`` for the Python one) this is
+  negative: the traced call runs a C function where the untraced one runs torch's Python ``Module._call_impl``,
+  and that saves more than the clock reads and the record cost (-270 ns against +430 ns for the Python call)
 - ``torch layer call: global hooks``: the same with torch's global module pre/post hooks doing nothing but
   appending a clock read (the design LayerHooks replaced: every module leaves ``Module.__call__``'s fast path)
 - ``torch layer span: flush``: turning one recorded layer call into its span when tracing stops (not on the hot
