@@ -74,7 +74,9 @@ class LayerHooks:
     ``_recorder.cpp`` instead of :meth:`_direct`'s Python one: the same checks and the same record, the sizes and
     item sizes read from the ATen tensor instead of through ``tensor.shape`` (a new ``torch.Size`` per read, about
     0.6% of a Lite0 forward per read in place). Lite0 at batch 1, paired calls, 9 rounds: the Python call +3.5%, the
-    compiled one +0.6% (what passing the call on alone costs: +0.3%). A call it cannot read (not a plain dense
+    compiled one +0.6% (what passing the call on alone costs: +0.3%); on a module that runs nothing it is cheaper
+    than the untraced call, whose ``Module._call_impl`` is Python (benchmarks/recording_costs.py: -270 ns a
+    call). A call it cannot read (not a plain dense
     tensor of at most 8 dimensions in and out) it hands to the Python record; a call by keyword goes to
     ``_call_impl`` and the wrapped forward. ``tracer.metadata["torch.layer_calls"]`` says which one timed the calls.
 
