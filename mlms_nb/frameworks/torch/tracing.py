@@ -76,9 +76,9 @@ class LayerHooks:
     0.6% of a Lite0 forward per read in place). Lite0 at batch 1, paired calls, 9 rounds: the Python call +3.5%, the
     compiled one +0.6% (what passing the call on alone costs: +0.3%); on a module that runs nothing it is cheaper
     than the untraced call, whose ``Module._call_impl`` is Python (benchmarks/recording_costs.py: -270 ns a
-    call). A call it cannot read (not a plain dense
-    tensor of at most 8 dimensions in and out) it hands to the Python record; a call by keyword goes to
-    ``_call_impl`` and the wrapped forward. ``tracer.metadata["torch.layer_calls"]`` says which one timed the calls.
+    call). A call it cannot read (not a plain dense tensor of at most 8 dimensions in and out) it hands to the
+    Python record; a call by keyword goes to ``_call_impl`` and the wrapped forward.
+    ``tracer.metadata["torch.layer_calls"]`` says which one timed the calls.
 
     **What.** The call reads the clock around ``forward`` and appends ``(part, start_ns, end_ns)``
     (:data:`PART_FIELDS`). The part holds plain values: shapes as tuples of ints and item sizes, never
@@ -137,8 +137,7 @@ class LayerHooks:
             calls = self._calls
 
             def other(number, input, output, t0, t1):  # a call the compiled one cannot read the tensors of
-                args = (input,)
-                calls.append(((number, _in_info(args), _out_info(output, args)), t0, t1))
+                calls.append((_general_part(number, (input,), output), t0, t1))
 
             return self._compiled.LayerCall(forward, number, calls, module.__dict__, traced, call_impl,
                                             tracing_state, other, (bp, b, fp, f, gbp, gb, gfp, gf))
@@ -170,8 +169,7 @@ class LayerHooks:
                     p = part = (number, tuple(now[1]), now[2], tuple(now[3]), now[4], now[5])
                 record((p, t0, t1))
             else:
-                args = (input,)
-                record(((number, _in_info(args), _out_info(output, args)), t0, t1))
+                record((_general_part(number, (input,), output), t0, t1))
             return output
 
         return direct_input if one == "input" else _with_parameter_name(direct_input, one)
@@ -200,7 +198,7 @@ class LayerHooks:
                 sync()
                 t1 = perf()
                 given = (*args, *kwargs.values()) if kwargs else args
-                record(((number, _in_info(given), _out_info(output, given), allocated() - mem0), t0, t1))
+                record(((*_general_part(number, given, output), allocated() - mem0), t0, t1))
                 return output
 
             return traced_forward_cuda
@@ -220,8 +218,7 @@ class LayerHooks:
                     p = part = (number, tuple(now[1]), now[2], tuple(now[3]), now[4], now[5])
                 record((p, t0, t1))
             else:  # tensors given by keyword are inputs too (a layer called as layer(input=x))
-                given = (*args, *kwargs.values()) if kwargs else args
-                record(((number, _in_info(given), _out_info(output, given)), t0, t1))
+                record((_general_part(number, (*args, *kwargs.values()) if kwargs else args, output), t0, t1))
             return output
 
         return traced_forward
@@ -325,6 +322,12 @@ def _with_parameter_name(function, name: str):
     code = code.replace(co_varnames=(name, *code.co_varnames[1:]))
     return type(function)(code, function.__globals__, function.__name__, function.__defaults__,
                           function.__closure__)
+
+
+def _general_part(number: int, args: tuple, output) -> tuple:
+    """The part of a call that is not one tensor in and one out: ``(layer number, inputs, outputs)``
+    (:data:`PART_FIELDS`)."""
+    return number, _in_info(args), _out_info(output, args)
 
 
 def _in_info(args: tuple) -> tuple:
