@@ -43,12 +43,16 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("mlms-nb")) / "native"
 
 
+def _compiler() -> str:
+    return os.environ.get("CXX") or "g++"
+
+
 def _flags() -> list[str]:
     """The compiler and its flags: against the installed torch's headers and libraries, its C++ ABI."""
     root = Path(torch.__file__).parent
     include, lib = root / "include", root / "lib"
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
-    return [os.environ.get("CXX") or "g++", "-O2", "-shared", "-fPIC", "-std=c++20", "-w",
+    return [_compiler(), "-O2", "-shared", "-fPIC", "-std=c++20", "-w",
             f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{sysconfig.get_paths()['include']}", f"-I{include}",
             f"-I{include / 'torch/csrc/api/include'}", f"-L{lib}", f"-Wl,-rpath,{lib}"]
 
@@ -68,7 +72,7 @@ def _key() -> str:
 
 def _unbuildable() -> str | None:
     """Why the recorder cannot be built here, before trying; None if it can be tried."""
-    compiler = os.environ.get("CXX") or "g++"
+    compiler = _compiler()
     if shutil.which(compiler) is None:
         return f"no C++ compiler ({compiler} not found; set CXX)"
     if not (Path(torch.__file__).parent / "include/torch/csrc/autograd/python_variable.h").exists():
