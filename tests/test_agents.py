@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from mlms_nb.fleet.constraints import ConstraintError, evaluation_constraints, parse_where, unmet
-from tests.faults.models import fault_env, manifest, tiny_onnx
+from tests.faults.models import Server, fault_env, manifest, tiny_onnx
 
 QUICK = dict(dataset="synthetic:2", batch_sizes=[1], warmup=1, min_repeats=3, min_time_s=0, progress=False)
 AGENT = {"name": "x", "address": "tcp://127.0.0.1:1", "threads": 2, "labels": {"team": "vision"},
@@ -62,40 +62,6 @@ def test_an_unreadable_constraint_is_one_sentence(where, says):
 
 pytest.importorskip("distributed", reason="agents need Dask distributed: pip install -e '.[distributed]'")
 pytest.importorskip("onnxruntime")
-
-
-class Server:
-    """An ``mlms`` server subprocess (scheduler or agent); its output lines collected as they come."""
-
-    def __init__(self, args: list[str], env: dict[str, str]):
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlms_nb.cli", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env)
-        self.lines: list[str] = []
-        self.stopping = False
-        threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
-
-    def wait_for(self, text: str, timeout_s: float = 90) -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            found = [line for line in self.lines if text in line]
-            if found:
-                return found[0]
-            assert self.proc.poll() is None, f"ended before {text!r}:\n{''.join(self.lines)}"
-            assert time.monotonic() < deadline, f"no {text!r} within {timeout_s} s:\n{''.join(self.lines)}"
-            time.sleep(0.05)
-
-    def stop(self, wait: bool = True) -> None:
-        if self.proc.poll() is None:
-            if not self.stopping:
-                self.proc.send_signal(signal.SIGTERM)
-                self.stopping = True
-            if not wait:
-                return
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def certificates(folder: Path) -> dict[str, str]:

@@ -202,3 +202,36 @@ def test_labels_must_match_the_class_count(tmp_path):
         load_labels(load_manifest(tmp_path / "m.yaml"))
     builtin = load_manifest(builtin_manifest_dir() / "efficientnet_lite0" / "onnxruntime.yaml")
     assert len(load_labels(builtin, classes=1000)) == 1000
+
+
+def test_an_unknown_scheme_is_one_sentence_that_does_not_list_it(tmp_path):
+    with pytest.raises(AssetError) as err:
+        resolve_asset("s3://bucket/model.onnx", base_dir=tmp_path)
+    message = str(err.value)
+    assert "unsupported scheme 's3'" in message and "artifact://" in message and "s3://" not in message.split(";")[1]
+
+
+def test_a_scheme_a_package_declares_resolves_in_a_fresh_process(tmp_path):
+    """A scheme another package declares (entry point ``mlms_nb.asset_schemes``) resolves in a new interpreter that
+    imported nothing of that package, and the sha256 check applies to what it returns."""
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    (site / "vaultscheme-1.0.dist-info").mkdir(parents=True)
+    (site / "vaultscheme-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vaultscheme\nVersion: 1.0\n")
+    (site / "vaultscheme-1.0.dist-info" / "entry_points.txt").write_text(
+        "[mlms_nb.asset_schemes]\nvault = vaultscheme:resolve\n")
+    (site / "vaultscheme.py").write_text(
+        "from pathlib import Path\n"
+        "def resolve(uri):\n"
+        "    return Path(__file__).parent / uri.split('://', 1)[1]\n")
+    (site / "weights.bin").write_bytes(b"weights")
+    good = hashlib.sha256(b"weights").hexdigest()
+    code = ("import sys; from mlms_nb.data.assets import resolve_asset\n"
+            f"print(resolve_asset('vault://weights.bin', {good!r}))\n"
+            "try:\n    resolve_asset('vault://weights.bin', '0' * 64)\nexcept Exception as e:\n"
+            "    print(type(e).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.split() == [str(site / "weights.bin"), "ChecksumMismatchError"]

@@ -4,7 +4,11 @@ Schemes:
 - a plain path (relative to the manifest's folder) or ``file://`` URI;
 - ``pkg://DISTRIBUTION/PATH``: a file inside an installed distribution (found through its RECORD);
 - ``http(s)://``: downloaded once into ``MLMS_HOME/cache/`` under its sha256;
-- ``artifact://MODEL/FRAMEWORK``: a conversion mlms-nb builds itself (``mlms convert``).
+- ``artifact://MODEL/FRAMEWORK``: a conversion mlms-nb builds itself (``mlms convert``);
+- a scheme another package declares under the entry-point group ``mlms_nb.asset_schemes``.
+
+Schemes are declared, not registered by an import's side effect (:data:`DECLARED_SCHEMES`): a worker process resolves
+what the process that made the manifest resolves.
 
 A declared sha256 that does not match refuses the asset; for downloads nothing is cached.
 
@@ -49,13 +53,44 @@ from mlms_nb.paths import builtin_manifest_dir, cache_dir, mlms_home
 ALLOW_PATHS_ENV = "MLMS_ALLOW_PATHS"
 
 _CHUNK = 1 << 20
-_SCHEMES: dict[str, Callable[[str], Path]] = {}  # scheme -> resolver, filled by the layers that own a scheme
+
+#: Schemes whose resolver lives above this layer, declared here by where it lives (``module:function``, imported on
+#: first use): a scheme works in every process that resolves an asset -- an ``--isolate`` worker, an agent -- whatever
+#: it imported before. ``artifact://`` builds mlms-nb's own conversions (:mod:`mlms_nb.frameworks.convert`).
+DECLARED_SCHEMES: dict[str, str] = {"artifact": "mlms_nb.frameworks.convert:resolve_artifact_uri"}
+
+#: The entry-point group through which another package adds a scheme (``name = "package.module:resolver"``, where
+#: ``resolver(uri) -> Path``); the sha256 check still applies to what it returns.
+SCHEME_ENTRY_POINTS = "mlms_nb.asset_schemes"
+
+_LOADED: dict[str, Callable[[str], Path] | None] = {}
 
 
-def register_scheme(scheme: str, resolver: Callable[[str], Path]) -> None:
-    """Let ``resolver(uri) -> Path`` resolve ``scheme://...`` URIs (``artifact://`` is registered by
-    :mod:`mlms_nb.frameworks.convert`, which builds the artifacts); the sha256 check still applies."""
-    _SCHEMES[scheme.lower()] = resolver
+def scheme_resolver(scheme: str) -> Callable[[str], Path] | None:
+    """The resolver of ``scheme`` (declared above, else a package's entry point), loaded once; ``None`` when no one
+    declares it."""
+    scheme = scheme.lower()
+    if scheme not in _LOADED:
+        target = DECLARED_SCHEMES.get(scheme)
+        if target is None:
+            found = importlib.metadata.entry_points(group=SCHEME_ENTRY_POINTS, name=scheme)
+            target = next(iter(found)).value if found else None
+        _LOADED[scheme] = None if target is None else _load(scheme, target)
+    return _LOADED[scheme]
+
+
+def _load(scheme: str, target: str) -> Callable[[str], Path]:
+    module, _, name = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise AssetError(f"assets of scheme {scheme}:// cannot be resolved here: {target} does not load ({err})") from None
+
+
+def known_schemes() -> list[str]:
+    """Every scheme an asset may use here, as the error message lists them."""
+    extra = sorted(DECLARED_SCHEMES.keys() | {ep.name for ep in importlib.metadata.entry_points(group=SCHEME_ENTRY_POINTS)})
+    return ["a path", "file://", "pkg://", "http(s)://", *(f"{s}://" for s in extra)]
 
 
 def verify_sha256(path: Path, expected: str | None, uri: str) -> Path:
@@ -81,12 +116,14 @@ def resolve_asset(uri: str, sha256: str | None = None, base_dir: Path | None = N
         return _download(uri, sha256)
     if scheme == "pkg":
         return verify_sha256(_package_file(uri, parsed), sha256, uri)
-    if scheme in _SCHEMES:
-        return verify_sha256(_SCHEMES[scheme](uri), sha256, uri)
     if scheme == "file":
         path = Path(urllib.request.url2pathname(parsed.path))
     elif scheme and len(scheme) > 1:  # one letter would be a Windows drive
-        raise AssetError(f"asset {uri}: unsupported scheme {scheme!r}; use a path, file://, pkg://, http(s):// or artifact://")
+        resolver = scheme_resolver(scheme)
+        if resolver is None:
+            *rest, last = known_schemes()
+            raise AssetError(f"asset {uri}: unsupported scheme {scheme!r}; use {', '.join(rest)} or {last}")
+        return verify_sha256(resolver(uri), sha256, uri)
     else:
         path = Path(uri).expanduser()
         if not path.is_absolute():

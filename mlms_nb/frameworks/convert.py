@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from mlms_nb._fs import folder_lock, owned, sha256_file
-from mlms_nb.data.assets import register_scheme, resolve_asset
+from mlms_nb.data.assets import resolve_asset
 from mlms_nb.errors import AssetError, PredictorError
 from mlms_nb.manifest import Manifest, canonical_framework, find_manifest
 from mlms_nb.paths import artifacts_dir
@@ -308,5 +308,3 @@ def compare_with_torch(name: str | Manifest, to: str, inputs: np.ndarray) -> flo
         actual = np.asarray(model(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), training=False))
     return float(np.max(np.abs(actual - expected)))
 
-
-register_scheme("artifact", resolve_artifact_uri)

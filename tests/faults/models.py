@@ -1,10 +1,12 @@
 """Small real models and manifests for the fault tests, built with onnx.helper (no download, milliseconds to run):
 a tiny classifier (mean over H, W then a 3x10 MatMul), the same with its batch dimension fixed at 1 (so batch
 size 2 fails in ONNX Runtime for real), and one whose Loop runs 10^12 iterations (a call that never returns).
-Plus `run_mlms`, a real ``mlms`` subprocess whose stderr lines are collected as they come."""
+Plus `run_mlms`, a real ``mlms`` subprocess whose stderr lines are collected as they come, and `Server`, an ``mlms``
+scheduler or agent subprocess."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -132,3 +134,37 @@ class Mlms:
 def run_mlms(args: list[str], env: dict[str, str], timeout_s: float = 180) -> tuple[int, str, str]:
     done = subprocess.run([*MLMS, *args], capture_output=True, text=True, env=env, timeout=timeout_s)
     return done.returncode, done.stdout, done.stderr
+
+
+class Server:
+    """An ``mlms`` server subprocess (scheduler or agent); its output lines collected as they come."""
+
+    def __init__(self, args: list[str], env: dict[str, str]):
+        self.proc = subprocess.Popen([*MLMS, *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[str] = []
+        self.stopping = False
+        threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")), daemon=True).start()
+
+    def wait_for(self, text: str, timeout_s: float = 90) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [line for line in self.lines if text in line]
+            if found:
+                return found[0]
+            assert self.proc.poll() is None, f"ended before {text!r}:\n{''.join(self.lines)}"
+            assert time.monotonic() < deadline, f"no {text!r} within {timeout_s} s:\n{''.join(self.lines)}"
+            time.sleep(0.05)
+
+    def stop(self, wait: bool = True) -> None:
+        if self.proc.poll() is None:
+            if not self.stopping:
+                self.proc.send_signal(signal.SIGTERM)
+                self.stopping = True
+            if not wait:
+                return
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
