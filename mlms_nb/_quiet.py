@@ -38,7 +38,7 @@ VERBOSE_ENV = "MLMS_VERBOSE"
 CHATTER = re.compile(
     r"""(?:
         WARNING:\ All\ log\ messages\ before\ absl::InitializeLog\(\)\ is\ called     # absl's preamble
-      | [IW]\d{4}\ \d\d:\d\d:\d+\.\d+\s+\d+\ [\w.\-]+:\d+\]                           # absl/glog INFO, WARNING
+      | [IW]\d{4}\ \d\d:\d\d:\d+\.\d+\s+\d+\ \S+:\d+\]                                 # absl/glog, torch._logging
       | \d{4}-\d\d-\d\d\ \d\d:\d\d:\d\d\.\d+:\ [IW]\ \S+\.cc:\d+\]                      # TF's own C++ logger
       | USDT:                                                                             # Kineto probes
       | .*oneDNN\ custom\ operations\ are\ on
@@ -183,6 +183,15 @@ class _Keep(logging.Handler):
             self.kept.append(f"{record.levelname} {record.name}: {record.msg}")
 
 
+def _framework_loggers() -> list[str]:
+    """The framework loggers of `_LOGGERS` and those below them that stop their records (``propagate`` off, a
+    handler of their own): each gets our handler, or their records would never reach it."""
+    below = [name for name, logger in list(logging.root.manager.loggerDict.items())
+             if isinstance(logger, logging.Logger) and (logger.handlers or not logger.propagate)
+             and name.split(".", 1)[0] in _LOGGERS and name not in _LOGGERS]
+    return [*_LOGGERS, *below]
+
+
 def _framework_file(filename: str) -> bool:
     parts = Path(filename).parts
     return any(p in ("site-packages", "dist-packages") for p in parts) and any(p in _PACKAGES for p in parts)
@@ -206,17 +215,25 @@ def _python_quiet(kept: list[str]) -> Iterator[None]:
                 shown(message, category, filename, lineno, file, line)
 
         warnings.showwarning = showwarning
-        for name in _LOGGERS:
+        for name in _framework_loggers():
             logger = logging.getLogger(name)
-            saved[name] = logger.propagate
+            # a framework's own console handlers (torch._logging puts one on "torch", "torch.onnx", ...) are set
+            # aside meanwhile; a handler installed inside the block writes to fd 2, where the line filter drops it
+            screens = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)
+                       and not isinstance(h, logging.FileHandler)]
+            saved[name] = (logger.propagate, screens)
             logger.propagate = False
+            for screen in screens:
+                logger.removeHandler(screen)
             logger.addHandler(handler)
         try:
             yield
         finally:
-            for name, propagate in saved.items():
+            for name, (propagate, screens) in saved.items():
                 logger = logging.getLogger(name)
                 logger.removeHandler(handler)
+                for screen in screens:
+                    logger.addHandler(screen)
                 logger.propagate = propagate
 
 

@@ -189,3 +189,23 @@ def test_a_warning_heard_in_an_isolated_worker_reaches_the_evaluation(home, tmp_
     assert ev.complete and ev.warnings.count(sentence) == 1
     assert mlms_nb.load_evaluation(ev.id).warnings.count(sentence) == 1
     assert "invalid value encountered in log" in _log()
+
+
+def test_torchs_own_log_lines_stay_in_the_log(home):
+    """torch's loggers print through handlers of torch's own, in glog's format with a path (the ONNX exporter's
+    "torchvision is not installed" lines), set up when torch is first imported, inside the block or before it:
+    kept back like the C++ lines, not shown."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    say = ("logging.getLogger('torch.onnx._internal.exporter._registration').warning("
+           "'torchvision is not installed. Skipping %s', 'torchvision::{}')")
+    code = ("import logging\nfrom mlms_nb._quiet import quiet\n"
+            "with quiet(label='test'):\n    import torch._logging\n    " + say.format("nms") + "\n"
+            "with quiet(label='test'):\n    " + say.format("roi_align") + "\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "MLMS_HOME": str(home)})
+    assert "torchvision" not in out.stderr + out.stdout
+    assert "Skipping torchvision::nms" in _log() and "Skipping torchvision::roi_align" in _log()
