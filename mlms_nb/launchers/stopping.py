@@ -13,6 +13,11 @@ call) the handler waits for it to return. So within :func:`stop_signals` the sig
 in native code, and the callbacks registered with :func:`when_stuck` are told (the inline launcher cancels an ONNX
 Runtime call in place, or says how to stop a call that cannot be cancelled). A stop such a callback made happen is
 raised by the code that notices it (:func:`deliver`), and Python's handler, when it runs at last, counts it as given.
+
+A handler that raises runs wherever the main thread is, a weakref callback or a finalizer the garbage collector runs
+included, where Python reports the exception as "ignored" and goes on: the stop would be lost (and a traceback
+printed). Within :func:`stop_signals` such a stop is caught on its way to ``sys.unraisablehook`` and signalled again,
+so it is raised where the code runs next.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Callable, Iterator
@@ -48,6 +54,8 @@ class _State:
         self.depth = 0                   # nesting of deferred()
         self.handled_at = 0.0            # when Python's handler last ran (time.monotonic)
         self.early = 0                   # stops delivered before the handler ran (it then only counts them)
+        self.exception: BaseException | None = None  # the stop the handler raised last
+        self.again = 0                   # stops signalled again after a callback swallowed them
 
 
 _state = _State()
@@ -65,6 +73,11 @@ def exception_for(signum: int) -> BaseException:
 def _handler(signum: int, frame) -> None:  # noqa: ANN001
     st = _state
     st.handled_at = time.monotonic()
+    if st.again:  # a stop a callback swallowed, signalled again: raise it here, or where deferred() ends
+        st.again -= 1
+        if st.depth == 0:
+            _raise_stop(st)
+        return
     if st.early:  # this signal's stop was delivered already, where the model call it cancelled returned
         st.early -= 1
         return
@@ -73,13 +86,32 @@ def _handler(signum: int, frame) -> None:  # noqa: ANN001
     if st.signum is None:
         st.signum = signum
         if st.depth == 0:
-            st.raised = True
-            raise exception_for(signum)
+            _raise_stop(st)
         return
     if signum == signal.SIGINT and st.interrupts >= ABANDON_AFTER:
         raise KeyboardInterrupt()
     log.warning("mlms: stopping already, keeping what was measured (press Ctrl-C %d more time(s) to abandon it)",
                 max(ABANDON_AFTER - st.interrupts, 1))
+
+
+def _raise_stop(st: _State) -> None:
+    st.raised = True
+    st.exception = exception_for(st.signum)
+    raise st.exception
+
+
+def _swallowed(hook):
+    """``sys.unraisablehook`` within :func:`stop_signals`: the stop the handler raised inside a callback that cannot
+    raise is signalled again (see the module docstring); anything else goes to ``hook``."""
+    def unraisable(report) -> None:
+        st = _state
+        if st.installed and st.exception is not None and report.exc_value is st.exception:
+            st.exception, st.raised = None, False
+            st.again += 1
+            _Waker.signal_again()  # the waker thread sends it once this hook has returned
+            return
+        hook(report)
+    return unraisable
 
 
 @contextlib.contextmanager
@@ -89,11 +121,13 @@ def stop_signals() -> Iterator[_State]:
     st = _state
     main = threading.current_thread() is threading.main_thread()
     waker = None
+    hook = None
     if main and st.installed == 0:
         st.reset()
         for sig in STOP_SIGNALS:
             st.saved[sig] = signal.signal(sig, _handler)
         waker = _Waker.start()
+        hook, sys.unraisablehook = sys.unraisablehook, _swallowed(sys.unraisablehook)
     st.installed += main
     try:
         yield st
@@ -106,6 +140,8 @@ def stop_signals() -> Iterator[_State]:
                 st.saved.clear()
             if waker is not None:
                 waker.stop()
+            if hook is not None:
+                sys.unraisablehook = hook
 
 
 @contextlib.contextmanager
@@ -120,8 +156,7 @@ def deferred() -> Iterator[None]:
         raise
     st.depth -= 1
     if st.depth == 0 and st.signum is not None and not st.raised and st.installed:
-        st.raised = True
-        raise exception_for(st.signum)
+        _raise_stop(st)
 
 
 def mark_raised() -> None:
@@ -183,7 +218,11 @@ def when_stuck(callback: Callable[[int, int], None]) -> Iterator[None]:
 
 
 class _Waker:
-    """The thread the signal's wakeup fd wakes (see the module docstring)."""
+    """The thread the signal's wakeup fd wakes (see the module docstring). It also sends a swallowed stop again
+    (:data:`AGAIN` on its pipe): a real signal to the main thread, so a sleep or a wait there is woken too."""
+
+    AGAIN = b"\0"  # never a signal's number
+    running: "_Waker | None" = None
 
     def __init__(self, read_fd: int, write_fd: int, previous: int):
         self.read_fd, self.write_fd, self.previous = read_fd, write_fd, previous
@@ -207,9 +246,20 @@ class _Waker:
             os.close(read_fd)
             os.close(write_fd)
             return None
+        cls.running = waker
         return waker
 
+    @classmethod
+    def signal_again(cls) -> None:
+        """Ask the running waker to send the pending stop again (see the class)."""
+        if cls.running is not None:
+            try:
+                os.write(cls.running.write_fd, cls.AGAIN)
+            except OSError:
+                pass
+
     def stop(self) -> None:
+        _Waker.running = None
         try:
             signal.set_wakeup_fd(self.previous)
         except (ValueError, OSError):
@@ -228,6 +278,9 @@ class _Waker:
             if not data:
                 return
             for signum in data:
+                if signum == self.AGAIN[0] and _state.signum is not None:
+                    signal.pthread_kill(threading.main_thread().ident, _state.signum)
+                    continue
                 if signum not in STOP_SIGNALS:
                     continue
                 sent = time.monotonic() - 0.05  # the byte is read within moments of the signal

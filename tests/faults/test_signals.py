@@ -95,3 +95,31 @@ def test_sigkill_keeps_what_was_stored_and_the_next_run_leaves_no_temp_files(tin
     assert not [p.name for p in Path(tmp).iterdir() if p.name.startswith("mlms")]
     home = Path(env["MLMS_HOME"])
     assert not [p for p in home.rglob("*") if "~" in p.name], "a temporary file survived in MLMS_HOME"
+
+
+def test_a_ctrl_c_that_lands_in_a_weakref_callback_still_stops(tmp_path):
+    """The handler's KeyboardInterrupt raised inside a callback Python cannot raise from (a weakref callback the
+    garbage collector runs) is signalled again and stops the work where it runs next: not lost, no traceback."""
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, time, weakref
+from mlms_nb.launchers.stopping import stop_signals
+class Thing: pass
+def callback(ref):
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(100000): pass  # Python runs the handler here, inside the callback
+try:
+    with stop_signals():
+        thing = Thing(); ref = weakref.ref(thing, callback); del thing
+        time.sleep(20)
+    print("lost")
+except KeyboardInterrupt:
+    print("stopped")
+"""
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=fault_env(tmp_path / "home"))
+    assert out.stdout.split() == ["stopped"] and "Exception ignored" not in out.stderr, out.stderr
+    assert time.monotonic() - started < 15
