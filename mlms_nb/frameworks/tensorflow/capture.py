@@ -35,7 +35,8 @@ class KerasCapture(LayerCapture):
             keys = [rekey[k] if k in rekey and rekey[k] not in own else k for k in keys]
         self._keys = keys
         self.keys = set(keys)
-        self._capture = keras.Model(model.inputs, [model.outputs[0], *outputs])
+        inputs = model.inputs[0] if len(model.inputs) == 1 else model.inputs  # called with one array, as declared
+        self._capture = keras.Model(inputs, [model.outputs[0], *outputs])
 
     def run(self, x: np.ndarray, wanted: Collection[Key]) -> tuple[dict[Key, np.ndarray], np.ndarray]:
         wanted = set(wanted)
