@@ -38,13 +38,16 @@ def http_server(tmp_path):
     server.server_close()
 
 
-def test_download_verifies_and_caches(mlms_home, http_server):
+def test_download_verifies_and_caches(mlms_home, http_server, caplog):
     base, root, hits = http_server
     payload = b"weights" * 1000
     (root / "w.bin").write_bytes(payload)
     digest = hashlib.sha256(payload).hexdigest()
-    path = resolve_asset(f"{base}/w.bin", sha256=digest)
+    with caplog.at_level("INFO", logger="mlms_nb.data.assets"):
+        path = resolve_asset(f"{base}/w.bin", sha256=digest)
     assert path.read_bytes() == payload and mlms_home in path.parents
+    said = [r.getMessage() for r in caplog.records]
+    assert [m.split(" ", 1)[0] for m in said] == ["downloading", "downloaded"] and "in" in said[1]  # it says so
     again = resolve_asset(f"{base}/w.bin", sha256=digest)
     assert again == path and hits == ["/w.bin"]  # the second call came from the cache
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -228,17 +229,28 @@ def test_a_manifest_naming_a_hub_id_is_refused_in_one_sentence(tmp_path, mlms_ho
     assert "model.graph_path 'Qwen/Qwen2-0.5B' is not a local folder" in str(err.value)
 
 
-@pytest.mark.slow  # a subprocess importing torch and transformers: ~25 s on 2 busy cores
+@pytest.mark.slow  # a subprocess importing torch and transformers, the ONNX export in a fresh home: ~40 s
 def test_cli_generate_json_carries_the_requests(mlms_home):
+    """Through the CLI from a fresh home: each step says what it does (opened, timing per batch size), the one-time
+    ONNX export is reported apart from the cold start, and the exporter's own lines stay in frameworks.log."""
+    pytest.importorskip("onnxruntime")
     env = {**os.environ, "MLMS_HOME": str(mlms_home)}
-    out = subprocess.run([sys.executable, "-m", "mlms_nb.cli", "eval", "tiny_gpt2", "--framework", "torch",
+    out = subprocess.run([sys.executable, "-m", "mlms_nb.cli", "eval", "tiny_gpt2", "--framework", "torch,onnxruntime",
                           "--scenario", "generate", "--batch-sizes", "1,4", "--max-new-tokens", "4", "--warmup", "1",
                           "--min-repeats", "2", "--min-time", "0", "--threads", "1", "--no-progress", "--json"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)["results"][0]
-    assert len(result["generation"]) == 4
-    assert {"ttft_ms", "tpot_ms", "itl_ms", "output_ids"} <= set(result["generation_requests"][0])
+    run = json.loads(out.stdout)
+    torch_result, ort_result = run["results"]
+    assert len(torch_result["generation"]) == 4
+    assert {"ttft_ms", "tpot_ms", "itl_ms", "output_ids"} <= set(torch_result["generation_requests"][0])
+    for fw in ("torch", "onnxruntime"):
+        assert re.search(rf"^opened tiny_gpt2\S*{fw} \(with KV cache\) in [\d,]+ ms", out.stderr, re.M), out.stderr
+        assert re.search(rf"^timing {fw} at batch size 4 \(generate, without KV cache\)", out.stderr, re.M)
+    assert ort_result["cold_start"]["conversion_ms"] > 0 and torch_result["cold_start"]["conversion_ms"] == 0
+    assert re.search(r"opened \S+onnxruntime \(with KV cache\) in [\d,]+ ms, after a one-time conversion",
+                     out.stderr)
+    assert "torchvision" not in out.stderr and " W1" not in out.stderr
 
 
 def test_language_models_page_names_only_real_flags_and_keywords():

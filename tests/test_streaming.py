@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import threading
 import time
 import wave
@@ -347,3 +348,18 @@ def test_progress_is_one_bar_per_framework_ending_in_a_summary(capsys):
     quiet.on_record(PassProgress("torch", "full pass", 0, 4))
     quiet.finish("torch")
     assert capsys.readouterr().err == ""
+
+
+def test_a_step_without_inputs_shows_its_name_and_time_then_gives_way(capsys):
+    """A step of the work (loading the model, a one-time conversion) shows as its name and the time taken, not as
+    '0 inputs'; the pass after it is a bar again; a framework that ends on a step says it is done."""
+    display = ProgressDisplay("m", enabled=True, live=True)
+    display.on_record(PassProgress("torch", "fetching and converting the model's files (once)", 0, None, step=True))
+    display.on_record(PassProgress("torch", "loading the model", 0, None, step=True))
+    display.on_record(PassProgress("torch", "full pass", 4, 4, finished=True))
+    display.on_record(PassProgress("torch", "greedy decoding", 0, None, step=True))
+    display.finish("torch")
+    err = capsys.readouterr().err
+    assert re.search(r"m torch: loading the model \[\d\d:\d\d\]", err) and "4/4" in err
+    assert not re.search(r"(converting|loading)[^\n\r]*input", err)
+    assert err.rstrip().splitlines()[-1].strip().endswith("m torch: done")

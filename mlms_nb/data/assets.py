@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import logging
 import os
+import time
 import shutil
 import tempfile
 import urllib.error
@@ -51,6 +53,10 @@ from mlms_nb.manifest import manifest_roots
 from mlms_nb.paths import builtin_manifest_dir, cache_dir, mlms_home
 
 ALLOW_PATHS_ENV = "MLMS_ALLOW_PATHS"
+DOWNLOAD_REPORT_S = 5.0
+"""A download says how far it has got every this many seconds (the CLI prints it; a notebook shows the work's step)."""
+
+log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
 
@@ -230,9 +236,18 @@ def _download(uri: str, sha256: str | None) -> Path:
     h = hashlib.sha256()
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(uri, timeout=60) as response:
+            size = int(response.headers.get("Content-Length") or 0)
+            log.info("downloading %s (once%s)", uri, f", {size / 2**20:.1f} MiB" if size else "")
+            started = last = time.monotonic()
+            got = 0
             for chunk in iter(lambda: response.read(_CHUNK), b""):
                 h.update(chunk)
                 out.write(chunk)
+                got += len(chunk)
+                if time.monotonic() - last >= DOWNLOAD_REPORT_S:
+                    last = time.monotonic()
+                    log.info("downloading %s: %.1f%s MiB", uri, got / 2**20, f" of {size / 2**20:.1f}" if size else "")
+            log.info("downloaded %s: %.1f MiB in %.1f s", uri, got / 2**20, time.monotonic() - started)
         if sha256 and h.hexdigest() != sha256.lower():
             raise ChecksumMismatchError(
                 f"asset {uri} failed its checksum: expected sha256 {sha256.lower()}, got {h.hexdigest()}; "

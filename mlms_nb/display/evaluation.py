@@ -41,6 +41,8 @@ def _evaluation_header(ev) -> list[tuple[str, str]]:
             + (f" (batch {fmt_int(r.get('batch_size'))})" if not is_missing(r.get("batch_size")) else "")
             + (f", hidden state: {r['state_check']}" if isinstance(r.get("state_check"), str) and r["state_check"]
                else "")
+            + (f"; before it, a one-time conversion of {fmt_num(r['conversion_ms'] / 1e3)} s (not in the load)"
+               if not is_missing(r.get("conversion_ms")) and r["conversion_ms"] > 0 else "")
             for r in ev.cold_start.to_dict("records"))))
     lines += _energy_lines(ev.latency)
     lines += _outputs_lines(ev) + _agreement_line(ev)

@@ -89,7 +89,7 @@ class Assembler:
         elif isinstance(record, ColdStart):
             self._cold.append({"framework": fw, "batch_size": int(record.batch_size), "load_ms": record.load_ns / 1e6,
                                "first_inference_ms": record.first_inference_ns / 1e6,
-                               "state_check": record.state_check})
+                               "state_check": record.state_check, "conversion_ms": record.conversion_ns / 1e6})
             ev.cold_start = pd.DataFrame(self._cold)
         elif isinstance(record, FullPass):
             self._full.append({name: record.row.get(name) for name in FULL_PASS.names})

@@ -49,10 +49,29 @@ class Reporter:
     def finish(self) -> None:
         self.emit(PassProgress(self.framework, self.name, self.done, self.done, finished=True))
 
+    def step(self, name: str) -> None:
+        """The work moved on to ``name``, a step with no inputs to count (see `PassProgress.step`)."""
+        self.name, self.done, self.total = name, 0, None
+        self.started_ns = self._last = time.perf_counter_ns()
+        self.emit(PassProgress(self.framework, name, 0, None, step=True))
+
     def loop(self, batch_size: int, timing: Timing) -> "LoopProgress":
         """The progress of one timed loop at ``batch_size`` (warm-up, then the timed calls), for
         :func:`mlms_nb.evaluation.scenarios.run_scenario`."""
         return LoopProgress(self, batch_size, timing)
+
+
+class Phases:
+    """Where one framework's work is, said once per phase: to the launcher's call watch (its timeout sentence names
+    the phase) and, with a reporter, to the progress display as a step."""
+
+    def __init__(self, watch, reporter: Reporter | None):
+        self.watch, self.reporter = watch, reporter
+
+    def __call__(self, name: str) -> None:
+        self.watch.phase = name
+        if self.reporter is not None:
+            self.reporter.step(name)
 
 
 class LoopProgress:
@@ -124,14 +143,17 @@ class ProgressDisplay:
         bar = self.bars.get(p.framework)
         if bar is None:
             if in_kernel():
-                bar = self.bars[p.framework] = HtmlBar(total=p.total, desc=self._desc(p))
+                bar = self.bars[p.framework] = HtmlBar(total=p.total, desc=self._desc(p),
+                                                       bar_format=STEP_FORMAT if p.step else None)
             else:
                 from tqdm import tqdm
 
                 bar = self.bars[p.framework] = tqdm(total=p.total, unit="input", leave=True, dynamic_ncols=True,
-                                                   mininterval=0.2, desc=self._desc(p))
+                                                   mininterval=0.2, desc=self._desc(p),
+                                                   bar_format=STEP_FORMAT if p.step else None)
         if bar.desc.rstrip(": ") != self._desc(p) or (p.done < bar.n):  # a new pass: the same bar, reset
             bar.set_description_str(self._desc(p), refresh=False)
+            bar.bar_format = STEP_FORMAT if p.step else None
             bar.reset(total=p.total)
         if p.total != bar.total:  # a loop's estimate moved
             _set_total(bar, p.total)
@@ -153,9 +175,9 @@ class ProgressDisplay:
             if summary:
                 print(summary, file=sys.stderr, flush=True)
             return
-        if summary:
+        if summary or bar.bar_format == STEP_FORMAT:  # a step's name would say it is still at it
             bar.bar_format = "{desc}"
-            bar.set_description_str(summary, refresh=False)
+            bar.set_description_str(summary or f"{self.model} {framework}: done", refresh=False)
         bar.refresh()
         bar.close()
 
@@ -177,6 +199,10 @@ class ProgressDisplay:
     def close(self) -> None:
         for framework in list(self.bars):
             self.finish(framework)
+
+
+STEP_FORMAT = "{desc} [{elapsed}]"
+"""How a step (no inputs to count) shows: its name and the time it has taken (tqdm's bar format)."""
 
 
 def watched() -> bool:
@@ -202,11 +228,11 @@ class HtmlBar:
     ``mininterval_s``; it answers the part of tqdm's interface :class:`ProgressDisplay` uses. With
     ``bar_format = "{desc}"`` it shows only its description (the summary line), which wraps."""
 
-    def __init__(self, total: int | None, desc: str, mininterval_s: float = 0.2):
+    def __init__(self, total: int | None, desc: str, mininterval_s: float = 0.2, bar_format: str | None = None):
         from IPython.display import display
 
         self.total, self.desc, self.n = total, desc, 0
-        self.bar_format: str | None = None
+        self.bar_format = bar_format
         self.mininterval_s = mininterval_s
         self._start = self._last = time.monotonic()
         self.handle = display(self._bundle(), raw=True, display_id=True)
@@ -237,6 +263,8 @@ class HtmlBar:
         if self.bar_format == "{desc}":
             return self.desc
         elapsed = time.monotonic() - self._start
+        if self.bar_format == STEP_FORMAT:
+            return f"{self.desc} [{_clock(elapsed)}]"
         rate = self.n / elapsed if elapsed > 0 else 0.0
         if self.total:
             eta = (self.total - self.n) / rate if rate > 0 else float("nan")
@@ -249,7 +277,7 @@ class HtmlBar:
         import html
 
         text = self.text()
-        bar = "" if self.bar_format == "{desc}" or not self.total else (
+        bar = "" if self.bar_format in ("{desc}", STEP_FORMAT) or not self.total else (
             f'<progress value="{min(self.n, self.total)}" max="{self.total}" '
             'style="width:16em;vertical-align:middle;margin-right:0.6em"></progress>')
         return {"text/plain": text,

@@ -38,6 +38,8 @@ class ColdStart:
     load_ns: int
     first_inference_ns: int
     state_check: str = ""
+    #: one-time conversions built for this run (an ONNX export, a Keras port), timed apart: not part of ``load_ns``
+    conversion_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,12 +79,14 @@ class FullPass:
 class PassProgress:
     """How far one pass has got (not a measurement: the runner shows it as a progress bar). ``name``: full pass,
     warm-up at batch N, timed loop at batch N; ``done`` and ``total`` count inputs (``total`` None or an estimate
-    where the pass stops by a rule); ``finished`` on the last report of a pass."""
+    where the pass stops by a rule); ``finished`` on the last report of a pass. ``step``: a step of the work with no
+    inputs to count (loading the model, a one-time conversion), shown as its name and the time it has taken."""
     framework: str
     name: str
     done: int
     total: int | None
     finished: bool = False
+    step: bool = False
 
 
 @dataclass(frozen=True)

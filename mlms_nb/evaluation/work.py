@@ -28,13 +28,14 @@ from mlms_nb.evaluation.checks import check_hidden_state
 from mlms_nb.data.labels import label_space_problem, model_classes
 from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
 from mlms_nb.evaluation.outputs import OutputRecorder
-from mlms_nb.evaluation.progress import Reporter
+from mlms_nb.evaluation.progress import Phases, Reporter
 from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TargetsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
 from mlms_nb.evaluation.stats import bootstrap_median_ci
 from mlms_nb.evaluation.targets import TargetScores
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
 from mlms_nb.frameworks import PredictorOptions, open_predictor
+from mlms_nb.frameworks.convert import built_ns
 from mlms_nb.generation.loop import GENERATE_SCENARIOS
 from mlms_nb.generation.work import measure_generation
 from mlms_nb.launchers import stop_reason
@@ -65,7 +66,9 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     fw = manifest.framework.name
     if opts.scenario in GENERATE_SCENARIOS or manifest.task == "text-generation":  # a causal LM: its own loop
         return measure_generation(job, emit, watch)
-    watch.phase = "reading the dataset"
+    reporter = Reporter(emit, fw) if opts.progress else None
+    phase = Phases(watch, reporter)
+    phase("reading the dataset")
     dataset = open_dataset(opts.dataset, manifest)
     if dataset.labeled and not manifest.pretrained:
         raise DatasetError(
@@ -82,7 +85,6 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         start_server()
     level = opts.tracing.trace_level
     traced = start_traced_pass(level, job.trace_id, fw) if level > TraceLevel.NONE else None
-    reporter = Reporter(emit, fw) if opts.progress else None
     t_pre = time.perf_counter_ns()
     # inputs of their own sizes (dynamic dimensions) or cut into ordered chunks go one dataset item per call
     one_by_one = preprocess.input.dynamic or preprocess.chunked
@@ -104,8 +106,11 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         traced.tracer.add_span("preprocess sample", TraceLevel.APPLICATION, "application", t_pre,
                                time.perf_counter_ns(), inputs=len(head), dataset=dataset.name)
 
+    phase("fetching and converting the model's files (once)")
+    built = built_ns()
     asset_sha256 = _prepare_assets(manifest)  # one-time downloads and conversions are not part of the load time
-    watch.phase = "loading the model"
+    conversion_ns = built_ns() - built
+    phase("loading the model")
     t0 = time.perf_counter_ns()
     predictor = open_predictor(manifest, device=opts.device, options=PredictorOptions(
         threads=opts.threads, trust=opts.trust, graph_optimization_level=opts.graph_optimization_level))
@@ -117,7 +122,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     predict = watch.guard(predictor.predict)
     try:
         emit(Opened(fw, {**predictor.info().to_dict(), "asset_sha256": asset_sha256}))
-        watch.phase = "the first inference"
+        phase("the first inference")
         first_batch = make_batch(inputs, opts.batch_sizes[0], manifest)
         t0 = time.perf_counter_ns()
         first = predict(first_batch)
@@ -126,17 +131,17 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         reset = watch.guard(predictor.reset) if manifest.model.reset else None
         carries_state, state_check = False, "not checked (explicit state: inputs)"
         if not manifest.state:  # explicit state is fed by the evaluation itself: nothing hidden to look for
-            watch.phase = "the hidden-state check"
+            phase("the hidden-state check")
             check = check_hidden_state(manifest, predict, reset, first_batch, first)
             if check.note:
                 emit(Note(fw, check.note))
             carries_state, state_check = check.carries_state, check.summary
-        emit(ColdStart(fw, opts.batch_sizes[0], load_ns, first_ns, state_check))
+        emit(ColdStart(fw, opts.batch_sizes[0], load_ns, first_ns, state_check, conversion_ns))
 
         untraced_median_ns: dict[int, float] = {}
         untraced_ci_ns: dict[int, tuple[float, float]] = {}  # the 95% CI of each median: the overhead's noise
         for batch_size in opts.batch_sizes:
-            watch.phase = f"timing batch size {batch_size}"
+            phase(f"timing batch size {batch_size}")
             log.info("timing %s at batch size %d (%s)", fw, batch_size, opts.scenario)
             if reset is not None:
                 reset()
@@ -144,7 +149,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
                 fw, batch_size, predict, inputs, opts, emit, reporter, manifest,
                 {"carries_state": True} if carries_state else {})
 
-        watch.phase = "the full pass"
+        phase("the full pass")
         t_full = time.perf_counter_ns()
         recorder = OutputRecorder(manifest, fw, opts.capture_outputs)
         # inputs of their own sizes, or a model reset before each item, run one at a time; ordered chunks run the
@@ -173,7 +178,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
         if traced:
             traced.tracer.add_span("full pass", TraceLevel.APPLICATION, "application", t_full, time.perf_counter_ns(),
                                    inputs=full.row["inputs"], dataset=dataset.name)
-            watch.phase = "the traced pass"
+            phase("the traced pass")
             if reset is not None:
                 reset()
             _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit, untraced_ci_ns)

@@ -36,7 +36,7 @@ from mlms_nb.paths import artifacts_dir
 from mlms_nb.naming import keras_layer_to_torch_name, onnx_node_to_torch_name
 from mlms_nb.zoo.registry import build_keras_model, build_torch_model, get_architecture
 
-__all__ = ["Artifact", "ARTIFACT_FILES", "OPSET", "convert", "build_artifact", "fold_constants", "resolve_artifact_uri", "compare_with_torch",
+__all__ = ["Artifact", "ARTIFACT_FILES", "OPSET", "convert", "build_artifact", "built_ns", "fold_constants", "resolve_artifact_uri", "compare_with_torch",
            "onnx_node_to_torch_name", "keras_layer_to_torch_name"]
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,15 @@ def _cached(folder: Path, target: Path, label: str, **built_from: Any) -> str | 
     return digest
 
 
+_built = [0]  # ns this process spent building artifacts (see built_ns)
+
+
+def built_ns() -> int:
+    """Nanoseconds this process has spent building artifacts so far (cache hits cost nothing): read before and after
+    a step, the difference is its one-time conversions, which a run reports apart from its cold start."""
+    return _built[0]
+
+
 def build_artifact(folder: Path, target: Path, label: str, build: Callable[[Path], dict | None], meta: dict,
                    force: bool = False, **built_from: Any) -> str:
     """The sha256 of ``target``, building it first unless a whole, current copy is cached.
@@ -162,6 +171,7 @@ def build_artifact(folder: Path, target: Path, label: str, build: Callable[[Path
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
+            _built[0] += int((time.perf_counter() - started) * 1e9)
         seconds = time.perf_counter() - started
         _write_json(folder / "artifact.json", {
             **meta, **built_from, **extra, "file": target.name, "sha256": digest,

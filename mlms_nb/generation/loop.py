@@ -149,21 +149,26 @@ class GenerateTiming:
 
 def run_generate(scenario: str, step: StepModel, prompts: Sequence[np.ndarray], batch_size: int, max_new_tokens: int,
                  cfg: Timing, sampling: Sampling = Sampling(), stop_ids: Sequence[int] = (),
-                 on_call: Callable[[], None] | None = None) -> GenerateTiming:
+                 progress=None) -> GenerateTiming:
     """Warm up, then time ``scenario`` at ``batch_size`` (see the module docstring). Cut short (Ctrl-C, a stop, an
-    error), the exception carries ``partial``: the batches measured so far (a `GenerateTiming`)."""
+    error), the exception carries ``partial``: the batches measured so far (a `GenerateTiming`). ``progress``: the
+    loop's phases, as :func:`mlms_nb.evaluation.scenarios.run_scenario` takes them (None: no reports)."""
     if scenario not in GENERATE_SCENARIOS:
         raise MlmsError(f"unknown generate scenario {scenario!r}; expected one of {', '.join(GENERATE_SCENARIOS)}")
-    on_call = on_call or (lambda: None)
     cycle = [prompts[i % len(prompts)] for i in range(batch_size)]
 
     def call(batch: Sequence[np.ndarray]) -> BatchRun:
         return generate_batch(step, batch, max_new_tokens, sampling, stop_ids)
 
-    warm = warm_up(call, cycle, cfg, on_call)
-    if scenario == "generate":
-        return _offline(call, prompts, batch_size, cfg, warm, on_call)
-    return _server(call, prompts, batch_size, cfg, warm, on_call)
+    nothing = lambda: None  # noqa: E731
+    warm = warm_up(call, cycle, cfg, progress.warm_up() if progress else None)
+    try:
+        if scenario == "generate":
+            return _offline(call, prompts, batch_size, cfg, warm, progress.timed("offline") if progress else nothing)
+        return _server(call, prompts, batch_size, cfg, warm, progress.timed("server") if progress else nothing)
+    finally:
+        if progress:
+            progress.done()
 
 
 def _offline(call, prompts, batch_size: int, cfg: Timing, warm: int, on_call) -> GenerateTiming:

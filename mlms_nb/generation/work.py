@@ -14,7 +14,9 @@ from typing import Callable
 
 import numpy as np
 
+from mlms_nb.evaluation.progress import Phases, Reporter
 from mlms_nb.evaluation.records import ColdStart, Note, Opened, TracedPass
+from mlms_nb.frameworks.convert import built_ns
 from mlms_nb.generation.agreement import AGREEMENT_PROMPTS, greedy_tokens
 from mlms_nb.generation.loop import Sampling, generate_batch, loop_partial, run_generate
 from mlms_nb.generation.metrics import generation_row, request_records
@@ -42,47 +44,56 @@ def measure_generation(job, emit: Callable, watch) -> None:
     sampling = Sampling(greedy=gen.sampling == "greedy", temperature=gen.temperature, top_k=gen.top_k,
                         seed=gen.sampling_seed)
     greedy_runs = len(opts.framework) > 1 or len(gen.kv_modes) > 1
+    reporter = Reporter(emit, fw) if opts.progress else None
+    phase = Phases(watch, reporter)
     for index, kv in enumerate(gen.kv_modes):
-        watch.phase = f"loading the model ({'with' if kv else 'without'} KV cache)"
-        t0 = time.perf_counter_ns()
+        cache = "with" if kv else "without"
+        phase(f"loading the model ({cache} KV cache; the first time, its one-time conversion too)")
+        built, t0 = built_ns(), time.perf_counter_ns()
         step = open_step_model(manifest, kv_cache=kv, device=opts.device, threads=opts.threads, trust=opts.trust)
-        load_ns = time.perf_counter_ns() - t0
+        conversion_ns = built_ns() - built  # an export or port built while opening: reported apart from the load
+        load_ns = time.perf_counter_ns() - t0 - conversion_ns
+        log.info("opened %s (%s KV cache) in %.0f ms%s", manifest.key, cache, load_ns / 1e6,
+                 f", after a one-time conversion of {conversion_ns / 1e9:.1f} s" if conversion_ns else "")
         try:
             if index == 0:
                 emit(Opened(fw, {"framework": fw, "device": opts.device, "threads": opts.threads,
                                  "artifact": manifest.model.graph_path or manifest.model.architecture or "",
                                  "details": {"kind": "step model", "vocab_size": int(step.vocab_size)}}))
-                watch.phase = "reading the prompts"
+                phase("reading the prompts")
                 prompts = open_prompts(opts.dataset, manifest, int(step.vocab_size), gen.prompt_length,
                                        gen.prompt_column, opts.limit)
                 first = [prompts.ids[i % len(prompts)] for i in range(opts.batch_sizes[0])]
                 t1 = time.perf_counter_ns()
                 generate_batch(step, first, gen.max_new_tokens, sampling, gen.stop_tokens)
-                emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t1))
+                emit(ColdStart(fw, opts.batch_sizes[0], load_ns, time.perf_counter_ns() - t1,
+                               conversion_ns=conversion_ns))
                 if scenario == "generate-server" and max(opts.batch_sizes) > 1:
                     emit(Note(fw, f"{fw}: in the generate-server scenario a batch size is the most requests batched "
                                   "together; each batch takes the requests that have arrived"))
             for batch_size in opts.batch_sizes:
-                watch.phase = f"generating at batch size {batch_size} ({'with' if kv else 'without'} KV cache)"
-                _time_one(fw, step, prompts.ids, batch_size, scenario, kv, opts, sampling, emit)
+                phase(f"generating at batch size {batch_size} ({cache} KV cache)")
+                log.info("timing %s at batch size %d (%s, %s KV cache)", fw, batch_size, scenario, cache)
+                _time_one(fw, step, prompts.ids, batch_size, scenario, kv, opts, sampling, emit,
+                          reporter.loop(batch_size, opts.timing) if reporter else None)
             level = opts.tracing.trace_level  # a TraceLevel since the options were validated
             if level > TraceLevel.NONE and index == 0:
-                watch.phase = "the traced generate pass"
+                phase("the traced generate pass")
                 trace = trace_generation(step, prompts.ids, opts.batch_sizes, gen.max_new_tokens, level, job.trace_id)
                 emit(TracedPass(fw, trace, job.trace_id, []))
             if greedy_runs:
-                watch.phase = "greedy decoding for the agreement across frameworks"
+                phase("greedy decoding for the agreement across frameworks")
                 emit(greedy_tokens(step, prompts.ids[:AGREEMENT_PROMPTS], gen.max_new_tokens))
         finally:
             step.close()
 
 
 def _time_one(fw: str, step, prompts, batch_size: int, scenario: str, kv: bool, opts, sampling: Sampling,
-              emit: Callable) -> None:
+              emit: Callable, progress=None) -> None:
     gen = opts.generation
     try:
         timing = run_generate(scenario, step, prompts, batch_size, gen.max_new_tokens, opts.timing, sampling,
-                              gen.stop_tokens)
+                              gen.stop_tokens, progress)
     except BaseException as stop:
         partial = loop_partial(stop)
         if partial is not None and partial.batches:

@@ -185,6 +185,9 @@ COLD_START = FrameSchema("cold_start", (
     Column("state_check", "str", "", "hidden state: whether a second call on the first input repeated the first "
            "call's outputs (the model keeps no state between calls), and the extra calls the check cost",
            "evaluations made since the check (issue 20)"),
+    Column("conversion_ms", "float64", "ms", "one-time conversions built for this run (an ONNX export, a Keras "
+           "port), timed apart: not part of load_ms; 0 when the converted copy was cached",
+           "evaluations made since issue 37"),
 ), key=("framework",))
 
 FULL_PASS = FrameSchema("full_pass", (
