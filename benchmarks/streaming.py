@@ -231,7 +231,7 @@ def pass_cost(root: Path, data: Path, session, arrays: np.ndarray, repeats: int 
     from mlms_nb.data.transforms import Preprocessor
     from mlms_nb.evaluation.full_pass import run_full_pass
     from mlms_nb.evaluation.outputs import OutputRecorder
-    from mlms_nb.evaluation.progress import Reporter
+    from mlms_nb.evaluation.reporter import Reporter
     from mlms_nb.manifest import load_manifest
 
     manifest = load_manifest(root / f"{SMALL_MODEL}.yaml")

@@ -145,7 +145,7 @@ def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timin
     """Warm up, then time one scenario at the batch's size; returns the loop as the record a framework's work
     emits (``framework`` filled in as given). ``batch_size``: the inputs in ``batch`` (default: its first axis;
     give it for a batch on another axis). ``progress``: an object with ``warm_up()`` and ``timed(scenario)``, each
-    returning the `OnCall` of that phase and ``done()`` (see :mod:`mlms_nb.evaluation.progress`); None: no
+    returning the `OnCall` of that phase and ``done()`` (see :mod:`mlms_nb.evaluation.reporter`); None: no
     reports. ``energy``: a meter read around the timed loop (not the warm-up); its joules, per input and how they
     were measured (or why not) join the record's ``extra``. Stopped part-way, the exception's ``partial`` is the
     record of what was measured, marked incomplete (its ``reason`` for the caller to fill in)."""

@@ -6,7 +6,7 @@ quick timed loops come before the full pass, which may take minutes: stopped dur
 
 Every measurement is emitted as a record (:mod:`mlms_nb.evaluation.records`) the moment it is made; nothing is
 kept here. The timed loops use a small sample, the dataset's first inputs, preprocessed once before timing, so
-latency is the model's alone. Progress is reported as records too (:mod:`mlms_nb.evaluation.progress`).
+latency is the model's alone. Progress is reported as records too (:mod:`mlms_nb.evaluation.reporter`).
 A timed loop cut short (Ctrl-C, a stop signal, a timeout, an error) is emitted as it stands, marked incomplete,
 before the stop goes on up.
 """
@@ -28,7 +28,7 @@ from mlms_nb.evaluation.checks import check_hidden_state
 from mlms_nb.data.labels import label_space_problem, model_classes
 from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
 from mlms_nb.evaluation.outputs import OutputRecorder
-from mlms_nb.evaluation.progress import Phases, Reporter
+from mlms_nb.evaluation.reporter import Phases, Reporter
 from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TargetsPass, TimedLoop, TracedPass
 from mlms_nb.evaluation.scenarios import run_scenario
 from mlms_nb.evaluation.stats import bootstrap_median_ci

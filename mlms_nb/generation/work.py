@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from mlms_nb.evaluation.progress import Phases, Reporter
+from mlms_nb.evaluation.reporter import Phases, Reporter
 from mlms_nb.evaluation.records import ColdStart, Note, Opened, TracedPass
 from mlms_nb.frameworks.convert import built_ns
 from mlms_nb.generation.agreement import AGREEMENT_PROMPTS, greedy_tokens
