@@ -14,11 +14,12 @@ from mlms_nb.evaluation.records import (
     TracedPass,
 )
 from mlms_nb.evaluation.result import Evaluation
-from mlms_nb.evaluation.stats import latency_stats, stability_warning
+from mlms_nb.evaluation.stats import latency_stats, load_warning, stability_warning
 from mlms_nb.generation.agreement import sequence_agreement
 from mlms_nb.generation.records import GenerateLoop, GreedyTokens
 from mlms_nb.generation.work import loop_label
 from mlms_nb.launchers import Outcome
+from mlms_nb.profilers.load import LOAD_COLUMNS
 from mlms_nb.schema.evaluation import FULL_PASS, GENERATION, GENERATION_AGREEMENT, GENERATION_REQUESTS, LATENCY, SampleKey
 
 STATUSES = ("complete", "partial", "failed", "not run", "running")
@@ -151,12 +152,15 @@ class Assembler:
                     "loop, not between its calls): each call ran from the state the one before left")
         if loop.extra.get("carries_state") and stateful not in self.ev.warnings:
             self.ev.warnings.append(stateful)
-        if loop.complete:
+        busy = load_warning(row)  # a busy machine is named first: its loop's spread says little about the model
+        if busy:
+            self.ev.warnings.append(busy)
+        elif loop.complete:
             # a generate-server request's latency includes its queueing: its spread is the scenario's, not noise
             warning = None if scenario.startswith("generate-server") else stability_warning(row)
             if warning:
                 self.ev.warnings.append(warning)
-        else:
+        if not loop.complete:
             self.ev.warnings.append(
                 f"{fw}, batch size {batch_size}: this loop was cut short ({loop.reason}) after {len(loop.samples_ns)} "
                 f"timed call(s) in {loop.wall_ns / 1e9:.3g} s, before its stopping rule held: its numbers are "
@@ -173,8 +177,9 @@ class Assembler:
         self._requests.append(_schema_frame(GENERATION_REQUESTS, [{**keys, **r} for r in loop.requests]))
         self.ev.generation_requests = pd.concat(self._requests, ignore_index=True)
         if len(loop.latency_ns):
+            load = {k: v for k, v in loop.extra.items() if k in LOAD_COLUMNS or k == "quiet_wait_s"}
             timed = TimedLoop(fw, loop.batch_size, loop_label(loop.scenario, loop.kv_cache), loop.latency_ns,
-                              loop.wall_ns, loop.warmup_calls, {}, loop.complete, loop.reason)
+                              loop.wall_ns, loop.warmup_calls, load, loop.complete, loop.reason)
             self._rows.append(self._latency_row(timed, inputs_per_sample=1))  # a sample is one request
             self.ev.latency = pd.DataFrame(self._rows)
         running = self.ev.outcomes.get(fw)

@@ -28,6 +28,7 @@ from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.scenarios import warm_up
 from mlms_nb.generation.step import StepModel
 from mlms_nb.options import Timing, spell
+from mlms_nb.profilers.load import LoadMeter
 
 GENERATE_SCENARIOS = ("generate", "generate-server")
 
@@ -149,9 +150,11 @@ class GenerateTiming:
 
 def run_generate(scenario: str, step: StepModel, prompts: Sequence[np.ndarray], batch_size: int, max_new_tokens: int,
                  cfg: Timing, sampling: Sampling = Sampling(), stop_ids: Sequence[int] = (),
-                 on_call: Callable[[], None] | None = None) -> GenerateTiming:
+                 on_call: Callable[[], None] | None = None, load: LoadMeter | None = None) -> GenerateTiming:
     """Warm up, then time ``scenario`` at ``batch_size`` (see the module docstring). Cut short (Ctrl-C, a stop, an
-    error), the exception carries ``partial``: the batches measured so far (a `GenerateTiming`)."""
+    error), the exception carries ``partial``: the batches measured so far (a `GenerateTiming`). ``load``: the
+    machine's load read before the warm-up, before the loop and after it (outside the loop); its columns join
+    ``extra``."""
     if scenario not in GENERATE_SCENARIOS:
         raise MlmsError(f"unknown generate scenario {scenario!r}; expected one of {', '.join(GENERATE_SCENARIOS)}")
     on_call = on_call or (lambda: None)
@@ -160,10 +163,16 @@ def run_generate(scenario: str, step: StepModel, prompts: Sequence[np.ndarray], 
     def call(batch: Sequence[np.ndarray]) -> BatchRun:
         return generate_batch(step, batch, max_new_tokens, sampling, stop_ids)
 
+    if load is not None:
+        load.mark()
     warm = warm_up(call, cycle, cfg, on_call)
-    if scenario == "generate":
-        return _offline(call, prompts, batch_size, cfg, warm, on_call)
-    return _server(call, prompts, batch_size, cfg, warm, on_call)
+    if load is not None:
+        load.mark()
+    timed = (_offline if scenario == "generate" else _server)(call, prompts, batch_size, cfg, warm, on_call)
+    if load is not None:
+        load.mark()
+        timed.extra.update(load.columns())
+    return timed
 
 
 def _offline(call, prompts, batch_size: int, cfg: Timing, warm: int, on_call) -> GenerateTiming:
