@@ -130,7 +130,7 @@ class Assembler:
         elif isinstance(record, TracedPass):
             ev.traces[fw] = record.trace
             ev.trace_ids.append(record.trace_id)
-            self._overhead.extend(record.overhead)
+            self._overhead.extend(self._overhead_load(record.overhead))
             ev.trace_overhead = pd.DataFrame(self._overhead)
             for name, reason in record.trace.metadata.get("unavailable", {}).items():
                 ev.warnings.append(f"{fw}: {name} not traced: {reason}")
@@ -166,6 +166,32 @@ class Assembler:
                 f"timed call(s) in {loop.wall_ns / 1e9:.3g} s, before its stopping rule held: its numbers are "
                 "indicative only")
         return row
+
+    def _overhead_load(self, rows: list[dict]) -> list[dict]:
+        """Overhead rows marked ``busy`` when the machine was busy during their traced calls or the untraced loop
+        they are compared with, each such row with a warning: that overhead is the other programs' as much as the
+        tracer's (a busy untraced loop makes tracing look free, a busy traced pass makes it look costly)."""
+        out = []
+        for row in rows:
+            loops = [r for r in self._rows if r["framework"] == row["framework"]
+                     and int(r["batch_size"]) == int(row["batch_size"]) and "busy" in r]
+            if not loops and "busy" not in row:
+                out.append(row)  # the machine could not be read here
+                continue
+            untraced = any(bool(r["busy"]) for r in loops)
+            traced = bool(row.get("busy", False))
+            row = {**row, "other_cpu_cores": float(row.get("other_cpu_cores", np.nan)), "busy": untraced or traced}
+            out.append(row)
+            if row["busy"]:
+                during = " and ".join(what for what, on in (("the untraced loop", untraced), (
+                    f"the traced calls (other processes used {100 * row['other_cpu_cores']:.0f}% CPU)", traced)) if on)
+                size = f"{row['overhead_pct']:+.0f}%, " if np.isfinite(row.get("overhead_pct", np.nan)) else ""
+                self.ev.warnings.append(
+                    f"{row['framework']}, batch size {int(row['batch_size'])}: the tracing overhead ({size}traced "
+                    f"{row['traced_median_ms']:.3g} ms against {row['untraced_median_ms']:.3g} ms untraced) was "
+                    f"measured while the machine was busy during {during}: it is the other programs' as much as the "
+                    "tracer's; measure it again on a quiet machine")
+        return out
 
     def _add_generation(self, loop: GenerateLoop) -> None:
         """A generate loop: its statistics row, its requests, and a ``latency`` row of its request latencies (so

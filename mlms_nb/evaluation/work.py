@@ -178,7 +178,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
             watch.phase = "the traced pass"
             if reset is not None:
                 reset()
-            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit, untraced_ci_ns)
+            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit, untraced_ci_ns, info.threads)
     finally:
         predictor.close()
 
@@ -214,14 +214,14 @@ def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, 
 
 def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
            untraced_median_ns: dict[int, float], emit: Callable,
-           untraced_ci_ns: dict[int, tuple[float, float]] | None = None) -> None:
+           untraced_ci_ns: dict[int, tuple[float, float]] | None = None, threads: int | None = None) -> None:
     """The traced pass after the untraced sweep; its overhead is measured against that sweep's medians."""
     fw = manifest.framework.name
     log.info("tracing %s at level %s", fw, traced.tracer.level.name)
     batches = {b: make_batch(inputs, b, manifest) for b in opts.batch_sizes}
     post = Postprocessor(manifest, trust=opts.trust)
     trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns, untraced_ci_ns=untraced_ci_ns,
-                  repeats=opts.tracing.trace_repeats)
+                  repeats=opts.tracing.trace_repeats, threads=threads)
     emit(TracedPass(fw, traced.tracer.trace(), traced.tracer.trace_id, list(traced.overhead)))
 
 
