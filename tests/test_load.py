@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,8 +17,7 @@ import pytest
 
 from mlms_nb.evaluation.stats import latency_stats, load_warning, machine_note, stability_warning
 from mlms_nb.options import Timing, spelling
-from mlms_nb.profilers.load import (LoadReading, describe, is_busy, reading, snapshot, threads_suggestion,
-                                    wait_for_quiet)
+from mlms_nb.profilers.load import LoadReading, describe, is_busy, reading, snapshot, threads_suggestion
 from tests.helpers import MS
 
 
@@ -25,16 +25,32 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def _spinners(count: int) -> list[subprocess.Popen]:
-    """Busy processes: a Python loop each, no I/O (the artificial load)."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+def _spinners(count: int) -> list[int]:
+    """Busy processes, a Python loop each (the artificial load), started through a shell that exits at once: they
+    are other programs, not this process's children (whose CPU counts as its own, like the reader processes')."""
+    shell = subprocess.run(["sh", "-c", f'for i in $(seq {count}); do "$0" -c "while True: pass" >/dev/null 2>&1 & '
+                                        'echo $!; done', sys.executable], capture_output=True, text=True, check=True)
+    return [int(pid) for pid in shell.stdout.split()]
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        proc.kill()
-    for proc in procs:
-        proc.wait(timeout=30)
+def _stop(pids: list[int]) -> None:
+    import psutil
+
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    psutil.wait_procs([p for p in map(_process, pids) if p is not None], timeout=30)
+
+
+def _process(pid: int):
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
 
 
 def _row(reading: LoadReading, **stats) -> dict:
@@ -67,7 +83,8 @@ def test_a_quiet_machine_raises_no_alarm():
     assert "the machine was quiet (other processes used 6% CPU)" in text and "close other programs" not in text
     # a big machine with cores to spare for both is not busy; nor is one other core's worth beside one thread
     assert not is_busy(LoadReading(64, 1.0, 20.0, 20.0, 8.0, 0.0, threads=8))
-    assert not is_busy(LoadReading(2, 1.0, 2.0, 1.0, 1.0, 0.0, threads=1))
+    assert not is_busy(LoadReading(2, 1.0, 2.0, 1.1, 0.9, 0.0, threads=1))  # exactly shared out, within the slack
+    assert is_busy(LoadReading(2, 1.0, 3.0, 1.4, 0.6, 0.0, threads=1))
     assert not is_busy(None)
 
 
@@ -95,6 +112,7 @@ def test_a_busy_machine_is_named_with_a_thread_count_that_fits():
 
 # ------------------------------------------------------------------------------------------ under a real load
 
+@pytest.mark.slow  # ~5 s: busy processes on every core slow the tiny model's evaluation down, as they should
 def test_the_timed_loop_under_artificial_load_names_the_load_and_wait_for_quiet_gives_up_within_its_bound(mlms_home):
     """Busy processes on every core (two per core), then a tiny model's timed loop: its warning names the load,
     the cores and the others' CPU; --wait-for-quiet 1 gives up after about a second with its sentence."""
@@ -108,14 +126,12 @@ def test_the_timed_loop_under_artificial_load_names_the_load_and_wait_for_quiet_
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     spinners = _spinners(2 * cores)
     try:
-        time.sleep(0.5)
-        started = time.monotonic()
-        waited = wait_for_quiet(0.6, threads=1, sample_s=0.3)
-        assert waited.quiet is False and 0.6 <= waited.seconds < 0.6 + 2.0 and time.monotonic() - started < 3.0
+        time.sleep(0.3)
         notes = []
+        started = time.monotonic()
         with spelling("cli"):
             column = wait_for_quiet_first("torch", 1, Timing(wait_for_quiet_s=0.5), 1, notes.append)
-        assert column["quiet_wait_s"] >= 0.5 and len(notes) == 1
+        assert 0.5 <= column["quiet_wait_s"] < 2.0 and time.monotonic() - started < 2.5 and len(notes) == 1
         assert notes[0].text.startswith("torch, batch size 1: waited ") and "(--wait-for-quiet 0.5), but it stayed " \
             f"busy (load " in notes[0].text and f"on {cores} core" in notes[0].text and notes[0].text.endswith(
             "timed anyway")
@@ -147,7 +163,8 @@ def test_snapshots_read_this_process_apart_from_the_others():
     while time.thread_time() < end:
         pass
     r = reading(before, snapshot(), threads=1)
-    assert r is not None and r.own_cpu_cores > 0.3 and r.cores == _cores()
+    assert r is not None and r.cores == _cores()
+    assert r.own_cpu_cores * r.seconds >= 0.35  # the 0.4 CPU seconds spent here are ours (a tick either side)
 
 
 # ------------------------------------------------------------------------------------------ the conclusions

@@ -19,9 +19,10 @@ the loop's hot path: no thread, no sampling during it):
 **Busy** (:func:`is_busy`) when either holds:
 
 - other processes used at least ``MIN_OTHER_CORES`` (half a core) on average AND that plus the framework's
-  threads is more than the cores: some of its threads had no core of their own. A quiet machine (a shell, a
-  notebook server, a browser: a few percent of a core) never reaches half a core; a big machine with cores to
-  spare for both is not busy either;
+  threads is more than the cores by at least ``SLACK_CORES`` (a quarter core): some of its threads had no core of
+  their own. A quiet machine (a shell, a notebook server, a browser: a few percent of a core) never reaches half a
+  core; a big machine with cores to spare for both is not busy either, nor one whose cores are exactly shared out
+  (two test workers of one thread each on two cores: the slack absorbs the kernel's 10 ms ticks and a shell);
 - steal was at least ``STEAL_BUSY`` (10%) of the cores' time: the virtual machine's CPUs were not all its own.
 
 :func:`threads_suggestion` is the thread count that fits in the cores the others left free, where it is below the
@@ -37,6 +38,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping
 
 MIN_OTHER_CORES = 0.5
+SLACK_CORES = 0.25
 STEAL_BUSY = 0.10
 MIN_WINDOW_S = 0.2
 """A timed loop shorter than this is read together with its warm-up (/proc/stat counts in 10 ms ticks)."""
@@ -151,7 +153,8 @@ def is_busy(r: LoadReading | None) -> bool:
     if r is None or math.isnan(r.other_cpu_cores):
         return False
     threads = r.threads or r.cores
-    oversubscribed = r.other_cpu_cores >= MIN_OTHER_CORES and r.other_cpu_cores + threads > r.cores
+    oversubscribed = (r.other_cpu_cores >= MIN_OTHER_CORES
+                      and r.other_cpu_cores + threads >= r.cores + SLACK_CORES)
     stolen = not math.isnan(r.steal_fraction) and r.steal_fraction >= STEAL_BUSY
     return bool(oversubscribed or stolen)
 
