@@ -60,7 +60,7 @@ def overhead_frame(frame: pd.DataFrame) -> pd.DataFrame:
     says "machine busy" where the machine was (its ``busy`` column: the overhead is then not the tracer's alone)."""
     if frame.empty or "overhead_pct" not in frame:
         return frame
-    out = frame.drop(columns=[c for c in ("overhead_pct", "noise_pct", "busy", "other_cpu_cores") if c in frame])
+    out = frame.drop(columns=[c for c in ("overhead_pct", "noise_pct", "busy") if c in frame])
     noise = frame["noise_pct"] if "noise_pct" in frame else [None] * len(frame)
     busy = frame["busy"] if "busy" in frame else [False] * len(frame)
     out["overhead"] = [fmt_overhead(p, n) + ("; machine busy" if b is True or b == 1 else "")

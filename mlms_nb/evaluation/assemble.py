@@ -180,11 +180,13 @@ class Assembler:
                 continue
             untraced = any(bool(r["busy"]) for r in loops)
             traced = bool(row.get("busy", False))
-            row = {**row, "other_cpu_cores": float(row.get("other_cpu_cores", np.nan)), "busy": untraced or traced}
+            row = dict(row)
+            others = float(row.pop("other_cpu_cores", np.nan))  # named in the warning; the table keeps busy only
+            row["busy"] = untraced or traced
             out.append(row)
             if row["busy"]:
                 during = " and ".join(what for what, on in (("the untraced loop", untraced), (
-                    f"the traced calls (other processes used {100 * row['other_cpu_cores']:.0f}% CPU)", traced)) if on)
+                    f"the traced calls (other processes used {100 * others:.0f}% CPU)", traced)) if on)
                 size = f"{row['overhead_pct']:+.0f}%, " if np.isfinite(row.get("overhead_pct", np.nan)) else ""
                 self.ev.warnings.append(
                     f"{row['framework']}, batch size {int(row['batch_size'])}: the tracing overhead ({size}traced "

@@ -283,8 +283,6 @@ TRACE_OVERHEAD = FrameSchema("trace_overhead", (
     Column("noise_pct", "float64", "%", "the overhead's noise: the 95% CI half-widths of the untraced and traced "
            "medians over each median, summed; an overhead within it is shown as 'within noise (±x%)'",
            when="in runs recorded since issue 20"),
-    Column("other_cpu_cores", "float64", "cores", "other processes' CPU use during the traced calls (1.7: 170% of "
-           "one core)", _SINCE_LOAD),
     Column("busy", "bool", "", "the machine was busy during the traced calls or the untraced loop it is compared "
            "with (mlms_nb.profilers.load): the overhead is the other programs' as much as the tracer's", _SINCE_LOAD),
 ), key=("framework", "batch_size"))
