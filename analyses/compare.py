@@ -72,7 +72,7 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
     ``a``/``b``: Evaluations, or ``(latency frame, samples)`` pairs (samples: ``{(framework, batch_size,
     scenario): int64 ns array}``). ``faster``: the label of the side with the lower median when significant,
     else ``"no significant difference"``; followed by ``" (machine busy)"`` when either side's loop ran on a busy
-    machine (``machine_busy``: the labels of those sides, "" for none; the latency frames' ``busy``,
+    machine (``machine_busy``: that side's label, "both" or "" for neither; the latency frames' ``busy``,
     :mod:`mlms_nb.profilers.load`): such a difference may be the other programs', not A's or B's.
     """
     lat_a, samples_a = _parts(a, labels[0])
@@ -101,7 +101,8 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
         tp_a, tp_b = r.get("throughput_per_s_a", np.nan), r.get("throughput_per_s_b", np.nan)
         p90_a, p90_b = r.get("p90_ms_a", np.nan), r.get("p90_ms_b", np.nan)
         significant = bool(test["p_value"] < alpha) if np.isfinite(test["p_value"]) else False
-        busy = " and ".join(label for label, side in zip(labels, ("_a", "_b")) if r["busy" + side])
+        busy = [label for label, side in zip(labels, ("_a", "_b")) if r["busy" + side]]
+        busy = "both" if len(busy) == 2 else "".join(busy)
         rows.append({
             "framework": fa if by_framework else f"{fa} vs {fb}", "batch_size": int(r["batch_size"]),
             "scenario": r["scenario"], "a_median_ms": med_a, "b_median_ms": med_b,
