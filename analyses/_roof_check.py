@@ -7,7 +7,9 @@ FLOPs or bytes counted, or the time measured, do not describe what ran. Each row
   its own measured spread -- the achieved rate at the slower quartile of its time -- is under the roof raised by
   the ceilings' spread); or ``"above roof"`` (above even so: a measurement problem);
 - ``roof_check_why``: empty below the roof; otherwise one sentence with the likely causes that apply
-  (:func:`causes`).
+  (:func:`causes`). It starts ``"machine busy: "`` instead of ``"measurement problem: "`` when the ceilings were
+  measured on a busy machine (``RoofContext.ceilings_busy``): the roof itself is then too low, which puts points
+  above it whatever else holds.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class RoofContext:
     ceilings_noisy: bool = False
     hints: Mapping[str, str] = field(default_factory=dict)
     run_notes: tuple[str, ...] = ()  # causes true of the whole run (e.g. TF32 math against a float32 roof)
+    ceilings_busy: str = ""  # the machine's load while the ceilings were measured, when it was busy
 
 
 def _mib(n: float) -> str:
@@ -43,8 +46,12 @@ def _mib(n: float) -> str:
 
 
 def causes(row: Mapping, framework: str, ridge: float, ctx: RoofContext) -> list[str]:
-    """The likely causes of one point above its roof, most specific first; never empty."""
+    """The likely causes of one point above its roof, the machine's load first (it lowers every roof), then the most
+    specific; never empty."""
     out = []
+    if ctx.ceilings_busy:
+        out.append(f"the ceilings were measured while the machine was busy ({ctx.ceilings_busy}), so the roof is too "
+                   "low: measure them again on a quiet machine (machine_ceilings(..., refresh=True))")
     hint = ctx.hints.get(str(row.get("layer_name", "")))
     if hint:
         out.append(hint)
@@ -92,7 +99,8 @@ def check(out: pd.DataFrame, peak: float, bw: float, ridge: float, ctx: RoofCont
             whys.append(f"{row['pct_of_attainable']:.0f}% of attainable, within the spread of its measured time "
                         "and of the ceilings")
         else:
-            whys.append(f"measurement problem: {row['pct_of_attainable']:.0f}% of attainable beyond its spread; "
+            what = "machine busy" if ctx.ceilings_busy else "measurement problem"
+            whys.append(f"{what}: {row['pct_of_attainable']:.0f}% of attainable beyond its spread; "
                         "likely: " + "; ".join(causes(row, str(row.get("framework", "")), ridge, ctx)))
     out["roof_check_why"] = whys
 
@@ -102,10 +110,15 @@ def summary(df: pd.DataFrame) -> str:
     if "roof_check" not in df:
         return ""
     above, within = int((df["roof_check"] == ABOVE).sum()), int((df["roof_check"] == WITHIN).sum())
+    busy = int(((df["roof_check"] == ABOVE) & df["roof_check_why"].astype(str).str.startswith("machine busy")).sum()) \
+        if "roof_check_why" in df else 0
     parts = []
-    if above:
-        parts.append(f"{above} point(s) above their roof beyond the measured spread: measurement problems, flagged "
-                     "'above roof' with their likely cause in roof_check_why")
+    if busy:
+        parts.append(f"{busy} point(s) above a roof measured while the machine was busy: the roof is too low, not the "
+                     "measurement wrong (roof_check_why says so; measure the ceilings again on a quiet machine)")
+    if above - busy:
+        parts.append(f"{above - busy} point(s) above their roof beyond the measured spread: measurement problems, "
+                     "flagged 'above roof' with their likely cause in roof_check_why")
     if within:
         parts.append(f"{within} point(s) above 100% of attainable within the measured spread ('{WITHIN}')")
     return "; ".join(parts)

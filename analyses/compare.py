@@ -26,6 +26,7 @@ from mlms_nb.schema.evaluation import LATENCY, SampleKey
 from . import _plot
 from . import layers as _layers
 from ._plot import AnalysisError
+from .normalized import busy_flags
 
 ALPHA = 0.05
 KEY = LATENCY.key
@@ -70,10 +71,14 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
 
     ``a``/``b``: Evaluations, or ``(latency frame, samples)`` pairs (samples: ``{(framework, batch_size,
     scenario): int64 ns array}``). ``faster``: the label of the side with the lower median when significant,
-    else ``"no significant difference"``.
+    else ``"no significant difference"``; followed by ``" (machine busy)"`` when either side's loop ran on a busy
+    machine (``machine_busy``: that side's label, "both" or "" for neither; the latency frames' ``busy``,
+    :mod:`mlms_nb.profilers.load`): such a difference may be the other programs', not A's or B's.
     """
     lat_a, samples_a = _parts(a, labels[0])
     lat_b, samples_b = _parts(b, labels[1])
+    read = "busy" in lat_a or "busy" in lat_b  # the machine's load, read since issue 37
+    lat_a, lat_b = (lat.assign(busy=busy_flags(lat)) for lat in (lat_a, lat_b))
     merged = lat_a.merge(lat_b, on=list(KEY), suffixes=("_a", "_b"))
     by_framework = True
     if merged.empty and lat_a["framework"].nunique() == 1 and lat_b["framework"].nunique() == 1:
@@ -96,6 +101,8 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
         tp_a, tp_b = r.get("throughput_per_s_a", np.nan), r.get("throughput_per_s_b", np.nan)
         p90_a, p90_b = r.get("p90_ms_a", np.nan), r.get("p90_ms_b", np.nan)
         significant = bool(test["p_value"] < alpha) if np.isfinite(test["p_value"]) else False
+        busy = [label for label, side in zip(labels, ("_a", "_b")) if r["busy" + side]]
+        busy = "both" if len(busy) == 2 else "".join(busy)
         rows.append({
             "framework": fa if by_framework else f"{fa} vs {fb}", "batch_size": int(r["batch_size"]),
             "scenario": r["scenario"], "a_median_ms": med_a, "b_median_ms": med_b,
@@ -106,7 +113,9 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
             "delta_throughput_pct": 100.0 * (tp_b - tp_a) / tp_a if tp_a else np.nan,
             "a_samples": len(sa) if sa is not None else 0, "b_samples": len(sb) if sb is not None else 0,
             "p_value": test["p_value"], "significant": significant,
-            "faster": (labels[0] if med_a < med_b else labels[1]) if significant else "no significant difference",
+            "faster": ((labels[0] if med_a < med_b else labels[1]) if significant else "no significant difference")
+            + (" (machine busy)" if busy else ""),
+            **({"machine_busy": busy} if read else {}),
         })
     out = pd.DataFrame(rows)
     missing = int((out["a_samples"].eq(0) | out["b_samples"].eq(0)).sum())
@@ -115,7 +124,10 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
                          f"p_value: {TEST}; significant: p < {alpha}; delta CI: 95% percentile bootstrap of the "
                          f"difference of medians ({RESAMPLES} resamples, seeded); medians, p90 and throughput as "
                          f"each evaluation reported them (untraced timed loops)"
-                         + (f"; {missing} row(s) had no raw samples, so no test" if missing else ""))
+                         + (f"; {missing} row(s) had no raw samples, so no test" if missing else "")
+                         + ("; machine busy: a side timed while other programs took the CPU its threads needed (see "
+                            "its warnings): its difference may be theirs" if "machine_busy" in out
+                            and out["machine_busy"].astype(bool).any() else ""))
     out.attrs["title"] = f"{labels[1]} vs {labels[0]}: latency"
     return out
 

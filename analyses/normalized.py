@@ -13,7 +13,9 @@ Input, one of:
 Rows are matched on ``batch_size`` and ``scenario`` (plus ``framework`` when the groups are not frameworks).
 ``latency_ratio`` = group median / baseline median (< 1: faster than the baseline); ``speedup`` = 1 / ratio.
 Its interval is the conservative combination of the two medians' 95% bootstrap CIs:
-``[ci_low / baseline_ci_high, ci_high / baseline_ci_low]``.
+``[ci_low / baseline_ci_high, ci_high / baseline_ci_low]``. ``machine_busy``: the row's timed loop or its
+baseline's ran on a busy machine (the latency frame's ``busy``, :mod:`mlms_nb.profilers.load`): its ratio then
+says more about the other programs than about the groups compared.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from . import _plot
 from ._plot import AnalysisError
 
 REQUIRED = LATENCY.pick("batch_size", "median_ms")
-OPTIONAL = LATENCY.pick("framework", "scenario", "median_ci_low_ms", "median_ci_high_ms")
+OPTIONAL = LATENCY.pick("framework", "scenario", "median_ci_low_ms", "median_ci_high_ms", "busy")
 """The latency columns read (names from :mod:`mlms_nb.schema.evaluation`); the optional ones may be missing."""
 
 
@@ -66,6 +68,13 @@ def _frames(data, by: str) -> tuple[pd.DataFrame, str]:
                         f"Evaluation}} or a list of Evaluations, got {type(data).__name__}")
 
 
+def busy_flags(latency: pd.DataFrame) -> pd.Series:
+    """Per latency row, whether its timed loop ran on a busy machine (False where the load was not read)."""
+    if "busy" not in latency:
+        return pd.Series(False, index=latency.index)
+    return latency["busy"].map(lambda v: v is True or v == 1).astype(bool)
+
+
 def compute(data, baseline: str | None = None, by: str = "framework") -> pd.DataFrame:
     """Latency normalised to ``baseline`` (a group label; default: the first group).
 
@@ -85,14 +94,16 @@ def compute(data, baseline: str | None = None, by: str = "framework") -> pd.Data
         frame["scenario"] = "single-stream"
     if "framework" not in frame:
         frame["framework"] = ""
+    read = "busy" in frame  # runs made before the machine's load was read have no such column
+    frame["busy"] = busy_flags(frame)
     groups = list(dict.fromkeys(frame["group"]))
     baseline = groups[0] if baseline is None else str(baseline)
     if baseline not in groups:
         raise AnalysisError(f"baseline {baseline!r} is not among the {what}s: {', '.join(groups)}")
     keys = ["batch_size", "scenario"] + (["framework"] if what != "framework" else [])
-    base = (frame[frame["group"] == baseline][keys + ["median_ms", "median_ci_low_ms", "median_ci_high_ms"]]
+    base = (frame[frame["group"] == baseline][keys + ["median_ms", "median_ci_low_ms", "median_ci_high_ms", "busy"]]
             .rename(columns={"median_ms": "baseline_median_ms", "median_ci_low_ms": "_base_lo",
-                             "median_ci_high_ms": "_base_hi"}))
+                             "median_ci_high_ms": "_base_hi", "busy": "_base_busy"}))
     if base.duplicated(keys).any():
         raise AnalysisError(f"the baseline {baseline!r} has several rows per {', '.join(keys)}; "
                             f"give one evaluation per {what}")
@@ -108,6 +119,9 @@ def compute(data, baseline: str | None = None, by: str = "framework") -> pd.Data
         "latency_ratio_high": merged["median_ci_high_ms"] / merged["_base_lo"],
     })
     out["speedup"] = 1.0 / out["latency_ratio"]
+    if read:
+        out["machine_busy"] = (merged["busy"] | merged["_base_busy"]).astype(bool)
+    busy = int(out["machine_busy"].sum()) if read else 0
     order = {g: i for i, g in enumerate(groups)}
     out = out.sort_values([what, "batch_size"], key=lambda s: s.map(order) if s.name == what else s,
                           kind="stable", ignore_index=True)
@@ -117,7 +131,10 @@ def compute(data, baseline: str | None = None, by: str = "framework") -> pd.Data
     out.attrs["note"] = (f"median latency per call of each {what} divided by the baseline {baseline!r}'s median at the "
                          f"same {', '.join(keys)} (< 1: faster); the interval combines both medians' 95% bootstrap "
                          f"CIs conservatively (low / baseline high, high / baseline low)"
-                         + (f"; {dropped} row(s) had no baseline row to match and are left out" if dropped else ""))
+                         + (f"; {dropped} row(s) had no baseline row to match and are left out" if dropped else "")
+                         + (f"; {busy} row(s) timed on a busy machine (machine_busy: that loop or its baseline's, see "
+                            f"each evaluation's warnings): their ratios reflect the other programs, not the {what}s"
+                            if busy else ""))
     out.attrs["title"] = f"Latency normalised to {baseline}"
     return out
 

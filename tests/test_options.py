@@ -18,7 +18,7 @@ def test_evaluate_keeps_its_python_signature():
     assert list(params) == [
         "model", "framework", "batch_sizes", "dataset", "scenario", "device", "threads", "graph_optimization_level",
         "trace_level", "trace_repeats", "warmup", "min_repeats", "min_time_s", "max_time_s", "target_qps",
-        "latency_bound_ms", "max_new_tokens", "sampling", "temperature", "top_k", "sampling_seed", "stop_tokens",
+        "latency_bound_ms", "wait_for_quiet_s", "max_new_tokens", "sampling", "temperature", "top_k", "sampling_seed", "stop_tokens",
         "kv_cache", "prompt_column", "prompt_length", "ttft_limit_ms", "tpot_limit_ms",
         "isolate", "call_timeout_s", "run_timeout_s", "memory_limit_bytes",
         "on", "where", "all_agents", "tls_ca_file", "tls_cert", "tls_key",
@@ -32,7 +32,7 @@ def test_evaluate_keeps_its_python_signature():
         "threads": None, "graph_optimization_level": None, "trace_level": "NONE", "trace_repeats": 5,
         "warmup": "auto", "min_repeats": 20,
         "min_time_s": 1.0, "max_time_s": 120.0, "target_qps": None, "latency_bound_ms": None,
-        "max_new_tokens": 32, "sampling": "greedy", "temperature": 1.0, "top_k": 0, "sampling_seed": 0, "stop_tokens": (),
+        "wait_for_quiet_s": 0.0, "max_new_tokens": 32, "sampling": "greedy", "temperature": 1.0, "top_k": 0, "sampling_seed": 0, "stop_tokens": (),
         "kv_cache": "both", "prompt_column": None, "prompt_length": 16, "ttft_limit_ms": None, "tpot_limit_ms": None,
         "isolate": False,
         "call_timeout_s": None, "run_timeout_s": None, "memory_limit_bytes": None, "on": None, "where": None,

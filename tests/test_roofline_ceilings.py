@@ -26,7 +26,8 @@ def _no_silent_point_above_roof(table: pd.DataFrame) -> None:
     assert (over["roof_check"] != "below roof").all(), over[["layer_name", "pct_of_attainable"]]
     assert over["roof_check_why"].str.len().gt(0).all()
     above = table[table["roof_check"] == "above roof"]
-    assert above["roof_check_why"].str.startswith("measurement problem").all()
+    # "machine busy" where the ceilings were measured on a busy machine (the roof is then too low)
+    assert above["roof_check_why"].str.startswith(("measurement problem", "machine busy")).all()
     assert above["roof_check_why"].str.contains("likely: ").all()
     under = table[table["pct_of_attainable"] <= 100]
     assert (under["roof_check"] == "below roof").all() and (under["roof_check_why"] == "").all()
@@ -130,7 +131,16 @@ def test_onnxruntime_ceilings_use_its_own_gemm_conv_and_copy_and_are_cached_per_
 
     ceilings_module._memo.clear()  # a new process: the history store gives it back, unmeasured
     again = api.machine_ceilings(url=ceilings_url, framework="onnxruntime", threads=1)
-    assert again == first and again.device == "cpu"
+    if first.busy:  # measured while other programs took the CPU: measured again, not kept
+        assert again.measured_at > first.measured_at and "machine was busy" in first.note
+    else:
+        assert again == first and again.device == "cpu"
+    # a stored measurement made on a busy machine (its roof too low) is measured again at the next call
+    busy = {**again.to_dict(), "device": again.cache_key, "busy": "load 9.3 on 2 cores, other processes used 170% CPU",
+            "measured_at": "2999-01-01T00:00:00+00:00"}
+    HistoryStore(ceilings_url).save_ceilings(busy)
+    ceilings_module._memo.clear()
+    assert api.machine_ceilings(url=ceilings_url, framework="onnxruntime", threads=1).measured_at < busy["measured_at"]
     assert set(HistoryStore(ceilings_url).ceilings()["metric"].str.rsplit("/", n=1).str[0]) == {
         "cpu/onnxruntime/1/float32"}
     with pytest.raises(MlmsError, match="dtype 'float16'"):

@@ -169,6 +169,7 @@ def _evaluation_rows(ev) -> pd.DataFrame:
             "p90 (ms)": num("p90_ms"), "p99 (ms)": num("p99_ms"),
             "throughput (/s)": num("throughput_per_s"),
             "IQR/median (%)": "-" if is_missing(ratio) else f"{100 * float(ratio):.1f}" + (
+                " busy" if r.get("busy") is True or r.get("busy") == 1 else  # the machine's, see the warnings
                 " unstable" if r.get("unstable") is True or r.get("unstable") == 1 else ""),
             "calls": fmt_int(r.get("samples")),
         })
@@ -299,7 +300,7 @@ def evaluation_html(ev) -> str:
             cells = []
             for name, value in zip(table.columns, row):
                 style = f"text-align:{'left' if name in left else 'right'}"
-                if str(value).endswith("unstable"):
+                if str(value).endswith(("unstable", " busy")):
                     style += ";color:#b00"
                 cells.append(f'<td style="{style}">{esc(str(value))}</td>')
             parts.append("<tr>" + "".join(cells) + "</tr>")

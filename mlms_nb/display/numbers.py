@@ -56,12 +56,15 @@ def fmt_overhead(pct: Any, noise: Any = None) -> str:
 
 
 def overhead_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """A trace_overhead frame for reading: ``overhead_pct`` and ``noise_pct`` as one text column, "overhead"."""
+    """A trace_overhead frame for reading: ``overhead_pct`` and ``noise_pct`` as one text column, "overhead", which
+    says "machine busy" where the machine was (its ``busy`` column: the overhead is then not the tracer's alone)."""
     if frame.empty or "overhead_pct" not in frame:
         return frame
-    out = frame.drop(columns=[c for c in ("overhead_pct", "noise_pct") if c in frame])
+    out = frame.drop(columns=[c for c in ("overhead_pct", "noise_pct", "busy") if c in frame])
     noise = frame["noise_pct"] if "noise_pct" in frame else [None] * len(frame)
-    out["overhead"] = [fmt_overhead(p, n) for p, n in zip(frame["overhead_pct"], noise)]
+    busy = frame["busy"] if "busy" in frame else [False] * len(frame)
+    out["overhead"] = [fmt_overhead(p, n) + ("; machine busy" if b is True or b == 1 else "")
+                       for p, n, b in zip(frame["overhead_pct"], noise, busy)]
     out.attrs.update(frame.attrs)
     figures = [_noise_figures(n) for n in noise]
     out.attrs["figures"] = {c: figures for c in ("untraced_median_ms", "traced_median_ms") if c in frame}

@@ -14,11 +14,12 @@ from mlms_nb.evaluation.records import (
     TracedPass,
 )
 from mlms_nb.evaluation.result import Evaluation
-from mlms_nb.evaluation.stats import latency_stats, stability_warning
+from mlms_nb.evaluation.stats import latency_stats, load_warning, stability_warning
 from mlms_nb.generation.agreement import sequence_agreement
 from mlms_nb.generation.records import GenerateLoop, GreedyTokens
 from mlms_nb.generation.work import loop_label
 from mlms_nb.launchers import Outcome
+from mlms_nb.profilers.load import LOAD_COLUMNS
 from mlms_nb.schema.evaluation import FULL_PASS, GENERATION, GENERATION_AGREEMENT, GENERATION_REQUESTS, LATENCY, SampleKey
 
 STATUSES = ("complete", "partial", "failed", "not run", "running")
@@ -129,7 +130,7 @@ class Assembler:
         elif isinstance(record, TracedPass):
             ev.traces[fw] = record.trace
             ev.trace_ids.append(record.trace_id)
-            self._overhead.extend(record.overhead)
+            self._overhead.extend(self._overhead_load(record.overhead))
             ev.trace_overhead = pd.DataFrame(self._overhead)
             for name, reason in record.trace.metadata.get("unavailable", {}).items():
                 ev.warnings.append(f"{fw}: {name} not traced: {reason}")
@@ -151,17 +152,48 @@ class Assembler:
                     "loop, not between its calls): each call ran from the state the one before left")
         if loop.extra.get("carries_state") and stateful not in self.ev.warnings:
             self.ev.warnings.append(stateful)
-        if loop.complete:
+        busy = load_warning(row)  # a busy machine is named first: its loop's spread says little about the model
+        if busy:
+            self.ev.warnings.append(busy)
+        elif loop.complete:
             # a generate-server request's latency includes its queueing: its spread is the scenario's, not noise
             warning = None if scenario.startswith("generate-server") else stability_warning(row)
             if warning:
                 self.ev.warnings.append(warning)
-        else:
+        if not loop.complete:
             self.ev.warnings.append(
                 f"{fw}, batch size {batch_size}: this loop was cut short ({loop.reason}) after {len(loop.samples_ns)} "
                 f"timed call(s) in {loop.wall_ns / 1e9:.3g} s, before its stopping rule held: its numbers are "
                 "indicative only")
         return row
+
+    def _overhead_load(self, rows: list[dict]) -> list[dict]:
+        """Overhead rows marked ``busy`` when the machine was busy during their traced calls or the untraced loop
+        they are compared with, each such row with a warning: that overhead is the other programs' as much as the
+        tracer's (a busy untraced loop makes tracing look free, a busy traced pass makes it look costly)."""
+        out = []
+        for row in rows:
+            loops = [r for r in self._rows if r["framework"] == row["framework"]
+                     and int(r["batch_size"]) == int(row["batch_size"]) and "busy" in r]
+            if not loops and "busy" not in row:
+                out.append(row)  # the machine could not be read here
+                continue
+            untraced = any(bool(r["busy"]) for r in loops)
+            traced = bool(row.get("busy", False))
+            row = dict(row)
+            others = float(row.pop("other_cpu_cores", np.nan))  # named in the warning; the table keeps busy only
+            row["busy"] = untraced or traced
+            out.append(row)
+            if row["busy"]:
+                during = " and ".join(what for what, on in (("the untraced loop", untraced), (
+                    f"the traced calls (other processes used {100 * others:.0f}% CPU)", traced)) if on)
+                size = f"{row['overhead_pct']:+.0f}%, " if np.isfinite(row.get("overhead_pct", np.nan)) else ""
+                self.ev.warnings.append(
+                    f"{row['framework']}, batch size {int(row['batch_size'])}: the tracing overhead ({size}traced "
+                    f"{row['traced_median_ms']:.3g} ms against {row['untraced_median_ms']:.3g} ms untraced) was "
+                    f"measured while the machine was busy during {during}: it is the other programs' as much as the "
+                    "tracer's; measure it again on a quiet machine")
+        return out
 
     def _add_generation(self, loop: GenerateLoop) -> None:
         """A generate loop: its statistics row, its requests, and a ``latency`` row of its request latencies (so
@@ -173,8 +205,9 @@ class Assembler:
         self._requests.append(_schema_frame(GENERATION_REQUESTS, [{**keys, **r} for r in loop.requests]))
         self.ev.generation_requests = pd.concat(self._requests, ignore_index=True)
         if len(loop.latency_ns):
+            load = {k: v for k, v in loop.extra.items() if k in LOAD_COLUMNS or k == "quiet_wait_s"}
             timed = TimedLoop(fw, loop.batch_size, loop_label(loop.scenario, loop.kv_cache), loop.latency_ns,
-                              loop.wall_ns, loop.warmup_calls, {}, loop.complete, loop.reason)
+                              loop.wall_ns, loop.warmup_calls, load, loop.complete, loop.reason)
             self._rows.append(self._latency_row(timed, inputs_per_sample=1))  # a sample is one request
             self.ev.latency = pd.DataFrame(self._rows)
         running = self.ev.outcomes.get(fw)

@@ -24,6 +24,7 @@ from mlms_nb._fs import atomic_write_text
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation import codec
 from mlms_nb.evaluation.codec import EvaluationFormatError, plain
+from mlms_nb.evaluation.stats import machine_note
 from mlms_nb.generation.metrics import generation_note
 from mlms_nb.options import Timing, spell
 from mlms_nb.schema.evaluation import FRAMES, SUMMARY, SampleKey
@@ -181,8 +182,9 @@ class Evaluation(ShownByDisplay, FramesForPeople):
         lat = self.latency
         parts = []
         scenario = opts.get("scenario")
+        machine = machine_note(lat)
         if str(scenario).startswith("generate") or not self.generation.empty:
-            return generation_note(opts, self.generation)
+            return "; ".join(filter(None, [generation_note(opts, self.generation), machine]))
         if scenario is None and not lat.empty and "scenario" in lat:
             scenario = ", ".join(map(str, lat["scenario"].unique()))
         if not lat.empty and "samples" in lat:
@@ -215,6 +217,8 @@ class Evaluation(ShownByDisplay, FramesForPeople):
         parts.append("95% CI of the median by bootstrap; unstable when IQR > 10% of the median")
         if opts.get("trace_level") and str(opts["trace_level"]).upper() != "NONE":
             parts.append(f"trace level {opts['trace_level']} (adds overhead)")
+        if machine:
+            parts.append(machine)
         return "; ".join(parts)
 
     # ------------------------------------------------------------------ one framework, and back

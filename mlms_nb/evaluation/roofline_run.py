@@ -6,8 +6,9 @@
   size; calls of different shapes at one batch size are refused, since their layer times are pooled).
 - Ceilings: this machine's, measured with that framework's own kernels at the run's thread count
   (:func:`mlms_nb.theory.ceilings.machine_ceilings`, cached in the store the caller passes).
-- The check (:class:`mlms_nb.analyses.roofline.RoofContext`): the ceilings' spread, the last-level cache, the
-  threads on both sides and, per traced layer, why its span may not hold its work (ONNX Runtime nodes standing
+- The check (:class:`mlms_nb.analyses.roofline.RoofContext`, :meth:`Ceilings.roof_context`): the ceilings' spread,
+  the last-level cache, the threads on both sides, whether the machine was busy while they were measured and, per
+  traced layer, why its span may not hold its work (ONNX Runtime nodes standing
   for several fused original nodes; Keras layers whose work is fused into another's).
 """
 from __future__ import annotations
@@ -21,8 +22,7 @@ from mlms_nb.analyses import roofline as _roofline
 from mlms_nb.errors import MlmsError
 from mlms_nb.frameworks.costs import manifest_costs
 from mlms_nb.manifest import Manifest, parse_manifest
-from mlms_nb.theory.ceilings import (NOISY_SPREAD, Ceilings, CeilingsCache, last_level_cache_bytes,
-                                     machine_ceilings)
+from mlms_nb.theory.ceilings import Ceilings, CeilingsCache, machine_ceilings
 
 
 def _attrs(text) -> dict:
@@ -160,10 +160,6 @@ def has_phases(spans: pd.DataFrame) -> bool:
     return any("phase" in _attrs(a) for a in predicts["attrs"].astype(str).head(4))
 
 
-def _noisy(c: Ceilings) -> bool:
-    return any(k.get("iqr", 0) > NOISY_SPREAD * k.get("median", k.get("best", 0)) for k in c.kernels)
-
-
 def _tensor_math_notes(framework: str, device: str, dtype: str) -> tuple[str, ...]:
     """On CUDA, torch's float32 convolutions (and matmuls, where allowed) may run in TF32 on tensor cores: faster
     than the float32 GEMM ceiling, which is measured with TF32 off. Read from torch's current settings."""
@@ -198,13 +194,8 @@ def framework_roofline(evaluation, framework: str, per: str, device: str,
                  for bs in batch_sizes}
     else:
         costs = {bs: run_costs(evaluation, framework, bs) for bs in batch_sizes}
-    on_cpu = device == "cpu"  # host threads bound a CPU's ceilings, not a GPU's
-    roof = _roofline.RoofContext(
-        peak_iqr=ceilings.peak_flops_iqr, bandwidth_iqr=ceilings.bandwidth_iqr,
-        cache_bytes=last_level_cache_bytes(device), ceiling_threads=ceilings.threads if on_cpu else None,
-        run_threads=threads if on_cpu else None, ceilings_noisy=_noisy(ceilings),
-        run_notes=_tensor_math_notes(framework, device, ceilings.dtype),
-        hints=span_hints(trace.spans) if trace is not None else {})
+    roof = ceilings.roof_context(threads, run_notes=_tensor_math_notes(framework, device, ceilings.dtype),
+                                 hints=span_hints(trace.spans) if trace is not None else {})
     source = f"{framework}'s ceilings: {ceilings.method}"
     peak, bw = ceilings.peak_flops_per_s, ceilings.bandwidth_bytes_per_s
     if per == "model":

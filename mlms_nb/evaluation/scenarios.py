@@ -19,9 +19,10 @@ import numpy as np
 from mlms_nb.data.feeds import count
 
 from mlms_nb.errors import MlmsError
-from mlms_nb.evaluation.records import TimedLoop
+from mlms_nb.evaluation.records import Note, TimedLoop
 from mlms_nb.options import Timing, spell
 from mlms_nb.profilers.energy import EnergyMeter
+from mlms_nb.profilers.load import LoadMeter, describe, wait_for_quiet
 
 SCENARIOS = ("single-stream", "offline", "server")
 
@@ -131,6 +132,27 @@ def time_server(predict: Callable, batch: np.ndarray, cfg: Timing, on_call: OnCa
     return done, wall, extra
 
 
+def wait_for_quiet_first(framework: str, batch_size: int, cfg: Timing, threads: int | None,
+                         emit: Callable) -> dict:
+    """Before a timed loop (and its warm-up): wait up to ``cfg.wait_for_quiet_s`` for a quiet machine
+    (:func:`mlms_nb.profilers.load.wait_for_quiet`); returns the loop's ``quiet_wait_s`` column ({} when not asked).
+    A wait that gave up, or could not read the load, emits a `Note` that says so: the loop is timed anyway."""
+    bound = float(cfg.wait_for_quiet_s or 0)
+    if bound <= 0:
+        return {}
+    waited = wait_for_quiet(bound, threads)
+    asked = spell("wait_for_quiet_s", int(bound) if bound.is_integer() else bound)
+    where = f"{framework}, batch size {batch_size}"
+    if waited.quiet is None:
+        emit(Note(framework, f"{where}: did not wait for a quiet machine ({asked}): the CPU times cannot be read "
+                             "here (psutil.cpu_times)"))
+    elif not waited.quiet:
+        busy = f" ({describe(waited.last)})" if waited.last is not None else ""
+        emit(Note(framework, f"{where}: waited {waited.seconds:.0f} s for a quiet machine ({asked}), but it stayed "
+                             f"busy{busy}; timed anyway"))
+    return {"quiet_wait_s": float(waited.seconds)}
+
+
 def sleep_until(deadline_ns: int, clock: Callable[[], int]) -> None:
     """Sleep most of the way, then spin the last ~200 µs for an accurate arrival time."""
     remaining = deadline_ns - clock()
@@ -141,18 +163,25 @@ def sleep_until(deadline_ns: int, clock: Callable[[], int]) -> None:
 
 
 def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timing, progress=None,
-                 energy: EnergyMeter | None = None, framework: str = "", batch_size: int | None = None) -> TimedLoop:
+                 energy: EnergyMeter | None = None, framework: str = "", batch_size: int | None = None,
+                 load: LoadMeter | None = None) -> TimedLoop:
     """Warm up, then time one scenario at the batch's size; returns the loop as the record a framework's work
     emits (``framework`` filled in as given). ``batch_size``: the inputs in ``batch`` (default: its first axis;
     give it for a batch on another axis). ``progress``: an object with ``warm_up()`` and ``timed(scenario)``, each
     returning the `OnCall` of that phase and ``done()`` (see :mod:`mlms_nb.evaluation.reporter`); None: no
     reports. ``energy``: a meter read around the timed loop (not the warm-up); its joules, per input and how they
-    were measured (or why not) join the record's ``extra``. Stopped part-way, the exception's ``partial`` is the
+    were measured (or why not) join the record's ``extra``. ``load``: the machine's load read before the warm-up,
+    before the timed loop and after it (:mod:`mlms_nb.profilers.load`: snapshots outside the loop, nothing on its
+    hot path); its columns join ``extra``. Stopped part-way, the exception's ``partial`` is the
     record of what was measured, marked incomplete (its ``reason`` for the caller to fill in)."""
     if scenario not in SCENARIOS:
         raise MlmsError(f"unknown scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}")
     size = count(batch) if batch_size is None else int(batch_size)
+    if load is not None:
+        load.mark()
     warm = warm_up(predict, batch, cfg, progress.warm_up() if progress else None)
+    if load is not None:
+        load.mark()
     try:
         if energy is not None:
             energy.start()
@@ -163,6 +192,9 @@ def run_scenario(scenario: str, predict: Callable, batch: np.ndarray, cfg: Timin
             extra = {}
         if energy is not None:
             extra.update(energy.stop().as_columns(len(samples) * size))
+        if load is not None:
+            load.mark()
+            extra.update(load.columns())
     except BaseException as stop:  # what the loop measured, with its warm-up count
         partial = getattr(stop, "partial", None)
         if isinstance(partial, PartialLoop):

@@ -20,7 +20,10 @@ from mlms_nb._bootstrap import RESAMPLES as BOOTSTRAP_RESAMPLES
 from mlms_nb.display import is_missing
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import spell
+from mlms_nb.profilers.load import LoadReading, describe, threads_suggestion
+
 UNSTABLE_IQR_OVER_MEDIAN = 0.1
+QUIET_WAIT_SUGGESTED_S = 60
 
 
 class MeasurementError(MlmsError, ValueError):
@@ -101,19 +104,12 @@ def latency_stats(samples_ns: np.ndarray, batch_size: int, wall_ns: int | None =
     }
 
 
-def stability_warning(row: Mapping[str, Any]) -> str | None:
-    """A sentence for a latency row (a dict or a frame row) whose spread is too wide to trust; else None.
+def _getter(row: Mapping[str, Any]):
+    return row.get if hasattr(row, "get") else (lambda key, default=None: getattr(row, key, default))
 
-    It starts with ``"<framework>, batch size <b>:"`` when the row names them, so warnings can be told
-    apart per framework.
-    """
-    get = row.get if hasattr(row, "get") else (lambda key, default=None: getattr(row, key, default))
-    unstable = get("unstable", None)
-    ratio = get("iqr_over_median", None)
-    if unstable is None and ratio is not None:
-        unstable = float(ratio) > UNSTABLE_IQR_OVER_MEDIAN
-    if not unstable or is_missing(ratio):
-        return None
+
+def _where(get) -> str:
+    """``"<framework>, batch size <b>[, <scenario> scenario]: "`` as far as the row names them."""
     where = []
     if not is_missing(get("framework", None)):
         where.append(str(get("framework")))
@@ -122,7 +118,10 @@ def stability_warning(row: Mapping[str, Any]) -> str | None:
     scenario = get("scenario", None)
     if not is_missing(scenario) and scenario != "single-stream":
         where.append(f"{scenario} scenario")
-    prefix = (", ".join(where) + ": ") if where else ""
+    return (", ".join(where) + ": ") if where else ""
+
+
+def _spread(get, ratio) -> str:
     median = get("median_ms", None)
     samples = get("samples", None)
     detail = f"the interquartile range is {float(ratio):.0%} of the median"
@@ -131,9 +130,78 @@ def stability_warning(row: Mapping[str, Any]) -> str | None:
         detail += f" ({m:,.0f} ms)" if m >= 100 else f" ({m:.3g} ms)"
     if not is_missing(samples):
         detail += f" over {int(samples)} calls"
-    return (f"{prefix}latency is unstable: {detail}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} threshold; "
-            f"close other programs, fix the thread count ({spell('threads')}) or time longer ({spell('min_time_s')}) "
-            "before comparing these numbers")
+    return detail
+
+
+def _is_true(value: Any) -> bool:
+    return value is True or (not is_missing(value) and isinstance(value, (bool, np.bool_, int)) and bool(value))
+
+
+def stability_warning(row: Mapping[str, Any]) -> str | None:
+    """A sentence for a latency row (a dict or a frame row) whose spread is too wide to trust; else None.
+
+    It starts with ``"<framework>, batch size <b>:"`` when the row names them, so warnings can be told
+    apart per framework. A row that read the machine quiet (:mod:`mlms_nb.profilers.load`) says so: the spread is
+    then not other programs'. A row timed on a busy machine gets :func:`load_warning` instead.
+    """
+    get = _getter(row)
+    unstable = get("unstable", None)
+    ratio = get("iqr_over_median", None)
+    if unstable is None and ratio is not None:
+        unstable = float(ratio) > UNSTABLE_IQR_OVER_MEDIAN
+    if not unstable or is_missing(ratio):
+        return None
+    reading = LoadReading.from_row(row)
+    advice = "close other programs, fix the thread count"
+    if reading is not None and not _is_true(get("busy", None)):
+        advice = (f"the machine was quiet (other processes used {100 * reading.other_cpu_cores:.0f}% CPU), so the "
+                  "spread is the framework's own: fix the thread count")
+    return (f"{_where(get)}latency is unstable: {_spread(get, ratio)}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} "
+            f"threshold; {advice} ({spell('threads')}) or time longer ({spell('min_time_s')}) before comparing "
+            "these numbers")
+
+
+def load_warning(row: Mapping[str, Any]) -> str | None:
+    """A sentence for a latency row timed while the machine was busy (its ``busy`` column, decided by
+    :func:`mlms_nb.profilers.load.is_busy`), naming the load: ``torch, batch size 1: the machine was busy: load 9.3
+    on 2 cores, other processes used 170% CPU while torch ran 2 threads and got 0.4 cores; latencies are inflated
+    ...``, with the spread when it is also unstable, and what to do: time on a quiet machine, wait for one
+    (``--wait-for-quiet``), or fewer threads (``--threads N``, N the cores the others left free, where that is
+    fewer than the framework ran). None on a quiet machine or a row without a reading."""
+    get = _getter(row)
+    reading = LoadReading.from_row(row)
+    if reading is None or not _is_true(get("busy", None)):
+        return None
+    framework = get("framework", None)
+    who = "the model" if is_missing(framework) else str(framework)
+    ratio = get("iqr_over_median", None)
+    queueing = str(get("scenario", "")).startswith("generate-server")  # its spread is the scenario's, not noise
+    spread = f" ({_spread(get, ratio)})" if _is_true(get("unstable", None)) and not is_missing(ratio) and not queueing else ""
+    threads = threads_suggestion(reading)
+    fewer = f" or run {spell('threads', threads)} (the cores the others left free)" if threads else ""
+    return (f"{_where(get)}the machine was busy: {describe(reading, who)}; latencies are inflated{spread}; time "
+            f"again on a quiet machine, wait for one ({spell('wait_for_quiet_s', QUIET_WAIT_SUGGESTED_S)}){fewer} "
+            "before comparing or drawing conclusions from these numbers")
+
+
+def machine_note(latency) -> str:
+    """The machine's load over an evaluation's timed loops, as a clause of its "Measured" note: busy during k of n
+    loops, with the worst reading, or quiet during every loop; "" when no loop read it (older runs)."""
+    if latency is None or latency.empty or not {"busy", "other_cpu_cores", "cores"} <= set(latency.columns):
+        return ""
+    read = latency[latency["other_cpu_cores"].notna()]
+    if read.empty:
+        return ""
+    cores = int(read["cores"].max())
+    busy = read[[_is_true(b) for b in read["busy"]]]
+    if busy.empty:
+        return (f"machine quiet during every timed loop (other processes used at most "
+                f"{100 * float(read['other_cpu_cores'].max()):.0f}% CPU of {cores} cores)")
+    worst = busy.loc[busy["other_cpu_cores"].astype(float).idxmax()]
+    load = "" if is_missing(worst.get("load_avg_1m")) else f"load {float(worst['load_avg_1m']):.1f}, "
+    return (f"machine busy during {len(busy)} of {len(read)} timed loops ({load}other processes up to "
+            f"{100 * float(worst['other_cpu_cores']):.0f}% CPU of {cores} cores): those latencies are inflated, see "
+            "the warnings")
 
 
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,

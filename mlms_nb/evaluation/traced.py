@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mlms_nb.evaluation.stats import bootstrap_median_ci
+from mlms_nb.profilers.load import MIN_WINDOW_S, is_busy, reading, snapshot
 
 from mlms_nb.schema.levels import TraceLevel
 from mlms_nb.tracing.tracer import Tracer, use_tracer
@@ -41,10 +42,13 @@ def start_traced_pass(level: TraceLevel, trace_id: str, framework: str) -> Trace
 
 def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int, np.ndarray],
                   untraced_median_ns: dict[int, float], repeats: int = 5,
-                  untraced_ci_ns: dict[int, tuple[float, float]] | None = None) -> None:
+                  untraced_ci_ns: dict[int, tuple[float, float]] | None = None, threads: int | None = None) -> None:
     """Run each batch ``repeats`` times under the tracer; record the overhead against the untraced median, and its
     noise: the half-widths of the two medians' 95% CIs (untraced: ``untraced_ci_ns``; traced: bootstrapped from the
-    traced calls) relative to each median, summed, in % (`noise_pct`; NaN when either is unknown)."""
+    traced calls) relative to each median, summed, in % (`noise_pct`; NaN when either is unknown), and the machine's
+    load over the traced calls (``other_cpu_cores``, ``busy``: :mod:`mlms_nb.profilers.load`, with ``threads``, the
+    framework's intra-op threads): an overhead measured on a busy machine is the other programs' as much as the
+    tracer's."""
     tracer = traced.tracer
     level = tracer.level
     framework = predictor.framework
@@ -67,6 +71,7 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
                     with tracer.span(f"{framework} batch size {batch_size}", TraceLevel.APPLICATION, "application",
                                      batch=batch_size):
                         durations = []
+                        before = snapshot()
                         for _ in range(repeats):
                             if counting:
                                 profilers.read(record=True)
@@ -82,6 +87,7 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
                             if postprocess is not None:  # a tensor output has no postprocessing to time
                                 with tracer.span("postprocess", TraceLevel.MODEL, "model", batch=batch_size):
                                     postprocess(out)
+                    load = reading(before, snapshot(), threads)
                     traced_ns = float(np.median(durations))
                     base = untraced_median_ns.get(batch_size)
                     traced.overhead.append({
@@ -90,6 +96,8 @@ def trace_batches(traced: TracedPass, predictor, postprocess, batches: dict[int,
                         "traced_median_ms": traced_ns / 1e6, "traced_calls": repeats,
                         "overhead_pct": 100.0 * (traced_ns / base - 1.0) if base else float("nan"),
                         "noise_pct": _noise_pct(base, (untraced_ci_ns or {}).get(batch_size), traced_ns, durations),
+                        **({} if load is None or load.seconds < MIN_WINDOW_S else  # too short to read: the loop's
+                           {"other_cpu_cores": load.other_cpu_cores, "busy": is_busy(load)}),
                     })
             finally:
                 if kernels is not None:

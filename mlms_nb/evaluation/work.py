@@ -30,7 +30,7 @@ from mlms_nb.evaluation.full_pass import head_sample, make_batch, run_full_pass
 from mlms_nb.evaluation.outputs import OutputRecorder
 from mlms_nb.evaluation.reporter import Phases, Reporter
 from mlms_nb.evaluation.records import ColdStart, Note, Opened, OutputsPass, TargetsPass, TimedLoop, TracedPass
-from mlms_nb.evaluation.scenarios import run_scenario
+from mlms_nb.evaluation.scenarios import run_scenario, wait_for_quiet_first
 from mlms_nb.evaluation.stats import bootstrap_median_ci
 from mlms_nb.evaluation.targets import TargetScores
 from mlms_nb.evaluation.traced import start_traced_pass, trace_batches
@@ -42,6 +42,7 @@ from mlms_nb.launchers import stop_reason
 from mlms_nb.manifest import Manifest
 from mlms_nb.options import EvaluateOptions
 from mlms_nb.profilers.energy import energy_meter
+from mlms_nb.profilers.load import LoadMeter
 from mlms_nb.schema.levels import TraceLevel
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,8 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
     watch.on_timeout(predictor.cancel if getattr(predictor, "cancellable", False) else None)
     predict = watch.guard(predictor.predict)
     try:
-        emit(Opened(fw, {**predictor.info().to_dict(), "asset_sha256": asset_sha256}))
+        info = predictor.info()
+        emit(Opened(fw, {**info.to_dict(), "asset_sha256": asset_sha256}))
         phase("the first inference")
         first_batch = make_batch(inputs, opts.batch_sizes[0], manifest)
         t0 = time.perf_counter_ns()
@@ -147,7 +149,7 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
                 reset()
             untraced_median_ns[batch_size], untraced_ci_ns[batch_size] = _time_one(
                 fw, batch_size, predict, inputs, opts, emit, reporter, manifest,
-                {"carries_state": True} if carries_state else {})
+                {"carries_state": True} if carries_state else {}, threads=info.threads)
 
         phase("the full pass")
         t_full = time.perf_counter_ns()
@@ -181,21 +183,25 @@ def measure_framework(job: FrameworkJob, emit: Callable, watch) -> None:
             phase("the traced pass")
             if reset is not None:
                 reset()
-            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit, untraced_ci_ns)
+            _trace(traced, predictor, manifest, inputs, opts, untraced_median_ns, emit, untraced_ci_ns, info.threads)
     finally:
         predictor.close()
 
 
 def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, emit: Callable, reporter=None,
-              manifest: Manifest | None = None, extra: dict | None = None) -> tuple[float, tuple[float, float]]:
+              manifest: Manifest | None = None, extra: dict | None = None,
+              threads: int | None = None) -> tuple[float, tuple[float, float]]:
     """One timed loop, emitted; returns its median (ns) and the median's 95% bootstrap CI (ns). Cut short, what it
     measured is emitted (marked incomplete, with why) before the stop goes on. ``manifest``: inputs get their batch
-    on their own batch axis; ``extra``: columns of the loop's latency row (``carries_state``)."""
+    on their own batch axis; ``extra``: columns of the loop's latency row (``carries_state``); ``threads``: the
+    framework's intra-op threads, read against the machine's load (None: its default)."""
     try:
         batch = make_batch(inputs, batch_size, manifest)
+        extra = {**(extra or {}), **wait_for_quiet_first(fw, batch_size, opts.timing, threads, emit)}
         result = run_scenario(opts.scenario, predict, batch, opts.timing,
                               reporter.loop(batch_size, opts.timing) if reporter else None,
-                              energy=energy_meter(opts.device), framework=fw, batch_size=batch_size)
+                              energy=energy_meter(opts.device), framework=fw, batch_size=batch_size,
+                              load=LoadMeter(threads))
     except BaseException as stop:
         partial = getattr(stop, "partial", None)
         if isinstance(partial, TimedLoop) and len(partial.samples_ns):
@@ -213,14 +219,14 @@ def _time_one(fw: str, batch_size: int, predict, inputs, opts: EvaluateOptions, 
 
 def _trace(traced, predictor, manifest: Manifest, inputs, opts: EvaluateOptions,
            untraced_median_ns: dict[int, float], emit: Callable,
-           untraced_ci_ns: dict[int, tuple[float, float]] | None = None) -> None:
+           untraced_ci_ns: dict[int, tuple[float, float]] | None = None, threads: int | None = None) -> None:
     """The traced pass after the untraced sweep; its overhead is measured against that sweep's medians."""
     fw = manifest.framework.name
     log.info("tracing %s at level %s", fw, traced.tracer.level.name)
     batches = {b: make_batch(inputs, b, manifest) for b in opts.batch_sizes}
     post = Postprocessor(manifest, trust=opts.trust)
     trace_batches(traced, predictor, post if post.active else None, batches, untraced_median_ns, untraced_ci_ns=untraced_ci_ns,
-                  repeats=opts.tracing.trace_repeats)
+                  repeats=opts.tracing.trace_repeats, threads=threads)
     emit(TracedPass(fw, traced.tracer.trace(), traced.tracer.trace_id, list(traced.overhead)))
 
 

@@ -28,6 +28,7 @@ from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.scenarios import warm_up
 from mlms_nb.generation.step import StepModel
 from mlms_nb.options import Timing, spell
+from mlms_nb.profilers.load import LoadMeter
 
 GENERATE_SCENARIOS = ("generate", "generate-server")
 
@@ -149,10 +150,12 @@ class GenerateTiming:
 
 def run_generate(scenario: str, step: StepModel, prompts: Sequence[np.ndarray], batch_size: int, max_new_tokens: int,
                  cfg: Timing, sampling: Sampling = Sampling(), stop_ids: Sequence[int] = (),
-                 progress=None) -> GenerateTiming:
+                 progress=None, load: LoadMeter | None = None) -> GenerateTiming:
     """Warm up, then time ``scenario`` at ``batch_size`` (see the module docstring). Cut short (Ctrl-C, a stop, an
     error), the exception carries ``partial``: the batches measured so far (a `GenerateTiming`). ``progress``: the
-    loop's phases, as :func:`mlms_nb.evaluation.scenarios.run_scenario` takes them (None: no reports)."""
+    loop's phases, as :func:`mlms_nb.evaluation.scenarios.run_scenario` takes them (None: no reports). ``load``:
+    the machine's load read before the warm-up, before the loop and after it (outside the loop); its columns join
+    ``extra``."""
     if scenario not in GENERATE_SCENARIOS:
         raise MlmsError(f"unknown generate scenario {scenario!r}; expected one of {', '.join(GENERATE_SCENARIOS)}")
     cycle = [prompts[i % len(prompts)] for i in range(batch_size)]
@@ -161,14 +164,22 @@ def run_generate(scenario: str, step: StepModel, prompts: Sequence[np.ndarray], 
         return generate_batch(step, batch, max_new_tokens, sampling, stop_ids)
 
     nothing = lambda: None  # noqa: E731
+    if load is not None:
+        load.mark()
     warm = warm_up(call, cycle, cfg, progress.warm_up() if progress else None)
+    if load is not None:
+        load.mark()
     try:
-        if scenario == "generate":
-            return _offline(call, prompts, batch_size, cfg, warm, progress.timed("offline") if progress else nothing)
-        return _server(call, prompts, batch_size, cfg, warm, progress.timed("server") if progress else nothing)
+        timed = (_offline if scenario == "generate" else _server)(
+            call, prompts, batch_size, cfg, warm,
+            progress.timed("offline" if scenario == "generate" else "server") if progress else nothing)
     finally:
         if progress:
             progress.done()
+    if load is not None:
+        load.mark()
+        timed.extra.update(load.columns())
+    return timed
 
 
 def _offline(call, prompts, batch_size: int, cfg: Timing, warm: int, on_call) -> GenerateTiming:

@@ -16,6 +16,7 @@ import numpy as np
 
 from mlms_nb.evaluation.reporter import Phases, Reporter
 from mlms_nb.evaluation.records import ColdStart, Note, Opened, TracedPass
+from mlms_nb.evaluation.scenarios import wait_for_quiet_first
 from mlms_nb.frameworks.convert import built_ns
 from mlms_nb.generation.agreement import AGREEMENT_PROMPTS, greedy_tokens
 from mlms_nb.generation.loop import Sampling, generate_batch, loop_partial, run_generate
@@ -25,6 +26,7 @@ from mlms_nb.generation.records import GenerateLoop
 from mlms_nb.generation.step import open_step_model
 from mlms_nb.generation.traced import trace_generation
 from mlms_nb.launchers import stop_reason
+from mlms_nb.profilers.load import LoadMeter
 from mlms_nb.schema.levels import TraceLevel
 
 log = logging.getLogger(__name__)
@@ -92,8 +94,10 @@ def _time_one(fw: str, step, prompts, batch_size: int, scenario: str, kv: bool, 
               emit: Callable, progress=None) -> None:
     gen = opts.generation
     try:
+        waited = wait_for_quiet_first(fw, batch_size, opts.timing, opts.threads, emit)
         timing = run_generate(scenario, step, prompts, batch_size, gen.max_new_tokens, opts.timing, sampling,
-                              gen.stop_tokens, progress)
+                              gen.stop_tokens, progress, load=LoadMeter(opts.threads))
+        timing.extra.update(waited)
     except BaseException as stop:
         partial = loop_partial(stop)
         if partial is not None and partial.batches:

@@ -29,6 +29,9 @@ class Timing(Options):
     max_time_s: float = option(120.0, "seconds of timed calls per batch size, at most", "--max-time", "s", gt=0)
     target_qps: float | None = option(None, "server scenario: target queries per second", "--qps", "queries/s", gt=0)
     latency_bound_ms: float | None = option(None, "server scenario: p99 bound", "--latency-bound", "ms", gt=0)
+    wait_for_quiet_s: float = option(0.0, "before each timed loop, wait up to this long for a quiet machine (other "
+                                   "programs leaving the model's threads a core each; mlms_nb.profilers.load), then "
+                                   "time anyway with a warning; 0: do not wait", "--wait-for-quiet", "s", ge=0)
     max_warmup: int = option(50, "auto warm-up: at most this many calls", unit="calls", ge=1,
                            extra={"internal": True})
     warmup_tolerance: float = option(0.05, "auto warm-up: relative change of the median that counts as settled",

@@ -159,6 +159,30 @@ LATENCY_STATISTICS: tuple[str, ...] = tuple(c.name for c in _STATISTICS)
 """The statistic columns of one timed loop, in the order :func:`~mlms_nb.evaluation.stats.latency_stats` gives."""
 
 _SERVER_ONLY = "server scenario only"
+_SINCE_LOAD = "evaluations made since issue 37, where psutil reads the CPU times"
+_LOAD = (  # mlms_nb.profilers.load reads them; its LOAD_COLUMNS names them in this order
+    Column("load_avg_1m_before", "float64", "", "the machine's 1-minute load average before the warm-up",
+           _SINCE_LOAD),
+    Column("load_avg_1m", "float64", "", "the 1-minute load average at the end of the timed loop (lags a minute; "
+           "counts this process's own threads)", _SINCE_LOAD),
+    Column("cores", "int64", "cores", "the CPUs this process may run on", _SINCE_LOAD),
+    Column("threads", "float64", "threads", "the framework's intra-op threads (NaN: its default, one per core)",
+           _SINCE_LOAD),
+    Column("other_cpu_cores_before", "float64", "cores", "other processes' CPU use during the warm-up (1.7: 170% of "
+           "one core)", _SINCE_LOAD),
+    Column("other_cpu_cores", "float64", "cores", "other processes' CPU use during the timed loop (with its warm-up "
+           "when the loop lasted under 0.2 s): busy CPU time of this process's cores minus its own and its "
+           "children's", _SINCE_LOAD),
+    Column("own_cpu_cores", "float64", "cores", "this process's (and its children's) CPU use during the timed loop",
+           _SINCE_LOAD),
+    Column("steal_fraction", "float64", "fraction", "CPU time a hypervisor gave to other guests during the loop",
+           _SINCE_LOAD),
+    Column("busy", "bool", "", "the machine was busy: other processes used at least half a core and more than the "
+           "cores the framework's threads left, or steal was at least 10% (mlms_nb.profilers.load); latencies are "
+           "inflated", _SINCE_LOAD),
+    Column("quiet_wait_s", "float64", "s", "seconds waited for a quiet machine before the warm-up",
+           "runs with wait_for_quiet_s (--wait-for-quiet)"),
+)
 LATENCY = FrameSchema("latency", (
     _FRAMEWORK, _BATCH, _SCENARIO, *_STATISTICS,
     Column("warmup_calls", "int64", "calls", "untimed calls before the timed loop"),
@@ -176,6 +200,7 @@ LATENCY = FrameSchema("latency", (
            "evaluations made since issue 26"),
     Column("energy_method", "str", "", "how the energy was measured, or 'unavailable: <why>'",
            "evaluations made since issue 26"),
+    *_LOAD,
 ), key=("framework", "batch_size", "scenario"))
 
 COLD_START = FrameSchema("cold_start", (
@@ -261,6 +286,8 @@ TRACE_OVERHEAD = FrameSchema("trace_overhead", (
     Column("noise_pct", "float64", "%", "the overhead's noise: the 95% CI half-widths of the untraced and traced "
            "medians over each median, summed; an overhead within it is shown as 'within noise (±x%)'",
            when="in runs recorded since issue 20"),
+    Column("busy", "bool", "", "the machine was busy during the traced calls or the untraced loop it is compared "
+           "with (mlms_nb.profilers.load): the overhead is the other programs' as much as the tracer's", _SINCE_LOAD),
 ), key=("framework", "batch_size"))
 
 OUTPUTS = FrameSchema("outputs", (

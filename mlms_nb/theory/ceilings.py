@@ -28,8 +28,10 @@ from typing import Any, Protocol
 import pandas as pd
 
 from mlms_nb._clock import now_utc
+from mlms_nb.analyses.roofline import RoofContext
 from mlms_nb.display import is_missing
 from mlms_nb.errors import MlmsError
+from mlms_nb.profilers.load import describe, is_busy, reading, snapshot
 from mlms_nb.stack import detect_stack, stack_hash
 from mlms_nb.theory.kernels import kernel_timings
 from mlms_nb.theory._devices import (  # noqa: F401  (gpu_theoretical, DeviceUnavailableError: this module's API)
@@ -69,6 +71,20 @@ class Ceilings:
     framework: str = "torch"
     dtype: str = "float32"
     kernels: tuple = ()
+    busy: str = ""  # the machine's load while a CPU's kernels ran, when it was busy (mlms_nb.profilers.load)
+
+    def roof_context(self, run_threads: int | None = None, **more) -> RoofContext:
+        """What the roofline's honesty check needs from these ceilings (:class:`RoofContext`): their spread, the
+        last-level cache, the threads they and the run (``run_threads``) used, whether their repetitions spread
+        widely and whether the machine was busy while they were measured; ``more``: the run's own fields
+        (``hints``, ``run_notes``)."""
+        on_cpu = self.device == "cpu"  # host threads bound a CPU's ceilings, not a GPU's
+        noisy = any(k.get("iqr", 0) > NOISY_SPREAD * k.get("median", k.get("best", 0)) for k in self.kernels)
+        return RoofContext(peak_iqr=self.peak_flops_iqr, bandwidth_iqr=self.bandwidth_iqr,
+                           cache_bytes=last_level_cache_bytes(self.device),
+                           ceiling_threads=self.threads if on_cpu else None,
+                           run_threads=run_threads if on_cpu else None, ceilings_noisy=noisy,
+                           ceilings_busy=self.busy, **more)
 
     @property
     def cache_key(self) -> str:
@@ -257,10 +273,13 @@ def measure_ceilings(device: str = "cpu", framework: str = "torch", threads: int
             torch.set_num_threads(int(threads))
         try:
             used = torch.get_num_threads() if torch is not None else threads
+            before = snapshot()
             best, copy, kernels, method = _cpu_figures(framework, used)
+            load = reading(before, snapshot(), used)
         finally:
             if torch is not None:
                 torch.set_num_threads(previous)
+        busy = describe(load, f"{framework}'s kernels") if is_busy(load) else ""
         name = detect_stack()["hardware"].get("cpu_model", "CPU")
         peak, peak_iqr, bandwidth, bandwidth_iqr = best["best"], best["iqr"], copy["best"], copy["iqr"]
         noisy = [r["kernel"] for r in kernels if r["iqr"] > NOISY_SPREAD * r["median"]]
@@ -273,8 +292,12 @@ def measure_ceilings(device: str = "cpu", framework: str = "torch", threads: int
             _gpu_figures(device)
         noisy = [what for what, iqr, median in (("GEMM", peak_iqr, peak), ("triad", bandwidth_iqr, bandwidth))
                  if iqr > NOISY_SPREAD * median]
-        threads = None
-    if noisy:
+        threads, busy = None, ""
+    if busy:
+        note = " ".join(filter(None, [note, (
+            f"The machine was busy while they were measured ({busy}): the roof is too low; measure again on a quiet "
+            "machine (refresh=True; a busy measurement is measured again at the next call).")]))
+    elif noisy:
         note = " ".join(filter(None, [note, (
             f"The {' and '.join(noisy)} rates spread by more than {NOISY_SPREAD:.0%} of their median: other work was "
             "probably running; measure again on a quiet machine (refresh=True).")]))
@@ -283,7 +306,7 @@ def measure_ceilings(device: str = "cpu", framework: str = "torch", threads: int
                     measured_at=now_utc(), stack_hash=_stack_hash(framework), device_name=str(name), threads=threads,
                     theoretical_peak_flops_per_s=theoretical_flops,
                     theoretical_bandwidth_bytes_per_s=theoretical_bw, note=note, framework=framework, dtype=dtype,
-                    kernels=tuple(kernels))
+                    kernels=tuple(kernels), busy=busy)
 
 
 def _gpu_figures(device: str):
@@ -356,8 +379,8 @@ def machine_ceilings(device: str = "cpu", refresh: bool = False, cache: Ceilings
                      framework: str = "torch", threads: int | None = None, dtype: str = "float32") -> Ceilings:
     """This machine's ceilings for ``framework`` on ``device`` with ``threads`` intra-op threads (None: the
     framework's default) in ``dtype``: from this process's memo, else ``cache`` (the facade passes the history
-    store), else measured now (about a second per framework on a CPU) and saved to ``cache``. ``refresh=True``
-    always measures anew."""
+    store) unless the machine was busy when they were measured, else measured now (about a second per framework on
+    a CPU) and saved to ``cache``. ``refresh=True`` always measures anew."""
     device = parse_device(device)
     dtype = _check_dtype(dtype)
     check_available(device)
@@ -368,7 +391,7 @@ def machine_ceilings(device: str = "cpu", refresh: bool = False, cache: Ceilings
         if memo_key in _memo:
             return _memo[memo_key]
         record = cache.load_ceilings(memo_key[1], key) if cache is not None else None
-        if record is not None:
+        if record is not None and not record.get("busy"):  # one measured on a busy machine is measured again
             _memo[memo_key] = Ceilings.from_dict({**record, "device": device})
             return _memo[memo_key]
     ceilings = measure_ceilings(device, framework=framework, threads=threads, dtype=dtype)
