@@ -38,6 +38,7 @@ from mlms_nb.tracing.otel import parent_from_otel
 from mlms_nb.tracing.trace import Trace
 from mlms_nb.tracing.trace import load_trace as _load_trace
 from mlms_nb.tracing.tracer import Tracer, use_tracer
+from mlms_nb.zoo.registry import ARCHITECTURES
 
 log = logging.getLogger(__name__)
 
@@ -48,30 +49,47 @@ __all__ = ["TraceSession", "convert", "diverge", "evaluate", "history", "history
 # ---------------------------------------------------------------------------------------------- models, evaluate
 
 def models(framework: str | None = None) -> pd.DataFrame:
-    """Every manifest mlms-nb can see, one row per model and framework; ``origin`` says whether it is built in
-    or from ``MLMS_MANIFEST_PATH`` ("user, not the default" when a built-in of that name and framework wins)."""
+    """Every manifest mlms-nb can see, one row per model and framework: its ``task``
+    (:attr:`~mlms_nb.manifest.Manifest.effective_task`), its ``input`` as the task reads it (an image's
+    dimensions in its ``layout``; a text model's token sequence and its longest length), ``origin``: whether it is
+    built in or from ``MLMS_MANIFEST_PATH`` ("user, not the default" when a built-in of that name and framework
+    wins)."""
     catalog = ManifestCatalog()
     shadowed = {id(user): builtin for user, builtin in catalog.shadowed()}
     rows = []
     for m in catalog.select(framework):
         origin = "built-in" if catalog.is_builtin(m) else ("user, not the default" if id(m) in shadowed else "user")
+        text_input = m.effective_task.startswith("text-")
         rows.append({
-            "model": m.name, "version": m.version, "framework": m.framework.name,
+            "model": m.name, "version": m.version, "task": m.effective_task, "framework": m.framework.name,
             "framework_version": m.framework.version,
-            "input": "x".join("?" if d is None else str(d) for d in m.fed_input.dimensions or ())
+            "input": (_tokens(m) if text_input else "x".join("?" if d is None else str(d)
+                                                             for d in m.fed_input.dimensions or ()))
                      + (f" (+{len(m.inputs) - 1} more)" if len(m.inputs) > 1 else ""),
-            "layout": m.fed_input.layout, "weights": m.model.weights,
-            "top1": m.attributes.get("top1"), "origin": origin, "description": m.description, "source": m.source,
+            "layout": None if text_input or len(m.fed_input.dimensions or ()) != 3 else m.fed_input.layout,
+            "weights": m.model.weights, "top1": m.attributes.get("top1"), "origin": origin,
+            "description": m.description, "source": m.source,
         })
     frame = pd.DataFrame(rows).sort_values(["model", "framework"], ignore_index=True) if rows else pd.DataFrame()
     frame.attrs["errors"] = catalog.errors
-    notes = ["top1: the published ImageNet top-1 accuracy (%), from the manifest"]
+    notes = ["input: an image's dimensions in its layout; tokens[n]: n token ids, tokens[≤n]: up to n; "
+             "top1: the published ImageNet top-1 accuracy (%), from the manifest"]
     notes += [f"{user.name} {user.version} ({user.framework.name}) from {user.source} has the name of a built-in "
               f"manifest ({builtin.version}), which is used by default: eval it by its path or as "
               f"{user.name}@{user.version}" for user, builtin in catalog.shadowed()
               if framework is None or user.framework.name == canonical_framework(framework)]
     frame.attrs["note"] = "\n".join(notes)
     return for_people(frame)
+
+
+def _tokens(manifest) -> str:
+    """A text model's input: ``tokens[128]`` (fixed), ``tokens[≤256]`` (dynamic, up to a built-in architecture's
+    context), ``tokens[any]`` (dynamic, no known limit)."""
+    length = (manifest.fed_input.dimensions or [None])[-1]
+    if isinstance(length, int):
+        return f"tokens[{length}]"
+    architecture = ARCHITECTURES.get(manifest.model.architecture or "")
+    return f"tokens[≤{architecture.max_tokens}]" if architecture and architecture.max_tokens else "tokens[any]"
 
 
 @quieted("evaluate")
