@@ -370,3 +370,12 @@ def test_the_task_is_declared_or_read_from_the_inputs_and_outputs():
     assert "task: image-classification reads classes from the first output, which is of type tensor" in error_of(
         bad(task="image-classification", outputs=[{"type": "tensor"}]))
     assert {m.effective_task for m in ManifestCatalog().select(None) if m.name == "tiny_gpt2"} == {"text-generation"}
+
+
+def test_steps_read_as_a_table_of_their_arguments():
+    """A manifest's steps as people read them: one row per argument, in the order they run (not a grid of NaN)."""
+    table = find_manifest("efficientnet_lite0", framework="torch").steps_table("preprocess")
+    assert list(table.columns) == ["step", "op", "argument", "value"] and not table.isna().any().any()
+    assert table[table["op"] == "resize"][["argument", "value"]].values.tolist() == [["size", "256"],
+                                                                                     ["interpolation", "bilinear"]]
+    assert str(parse_manifest(GOOD).preprocess[0]) == "resize(size=36, interpolation=bilinear)"

@@ -216,6 +216,17 @@ class Manifest(Strict):
     def pretrained(self) -> bool:
         return self.model.weights == "pretrained"
 
+    def steps_table(self, which: Literal["preprocess", "postprocess"] = "preprocess"):
+        """The ``preprocess`` (or ``postprocess``) steps as a table in the order they run, one row per argument:
+        ``step`` (its number), ``op``, ``argument``, ``value`` (as text); a frame with a column per argument of
+        every step would be mostly empty."""
+        import pandas as pd
+
+        rows = [{"step": number, "op": step.op, "argument": key, "value": str(value)}
+                for number, step in enumerate(getattr(self, which), 1)
+                for key, value in (step.args.model_dump(mode="json", exclude_none=True) or {"": ""}).items()]
+        return pd.DataFrame(rows, columns=["step", "op", "argument", "value"])
+
     def to_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude_none=True)
         for spec, entry in zip(self.inputs, data["inputs"]):
