@@ -26,7 +26,7 @@ from mlms_nb.evaluation.manifests import manifests_for
 from mlms_nb.evaluation.runner import EvaluationRunner, record_failures
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
-from mlms_nb.frameworks.live import check_trust
+from mlms_nb.frameworks.live import check_trust, example_batch_size
 from mlms_nb.frameworks.modelfiles import file_kind
 from mlms_nb.generation.manifests import causal_lm_manifest, causal_lm_source
 from mlms_nb.manifest import ManifestCatalog, canonical_framework
@@ -101,6 +101,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     ``inputs`` (an example batch, N first, or an `InputSpec` / dict), ``outputs``, ``preprocess`` and
     ``postprocess`` describe it as a manifest would (:func:`mlms_nb.frameworks.live.manifest_for`).
 
+    Batch sizes: ``batch_sizes`` when given; else an example batch's own size (``inputs=x`` with ``x.shape[0] ==
+    4`` times batches of 4; the inputs are synthetic ones of its shape and dtype, or ``dataset``); else 1.
+
     A PyTorch manifest (or live module) asked for with ``framework="torch,onnxruntime,tensorflow"`` runs the copies
     the kept converters make of it (cached by sha256; docs/byom.md).
 
@@ -140,6 +143,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     frameworks = ran + [fw for fw in failed if fw not in ran]
     if options.framework != frameworks:  # the options record what was run (a manifest file names its framework)
         options = options.model_copy(update={"framework": frameworks})
+    passed = example_batch_size(inputs)
+    if passed is not None and "batch_sizes" not in options.model_fields_set:  # the batch passed is the batch timed
+        options = options.model_copy(update={"batch_sizes": [passed]})
     if any(m.task == "text-generation" for m in manifests) and not options.scenario.startswith("generate"):
         # a causal LM generates: the single-stream and offline scenarios become generate, server generate-server
         options = options.model_copy(update={"scenario": "generate-server" if options.scenario == "server"
