@@ -18,7 +18,9 @@ Naming rules (so a layer or node in any framework maps back to one PyTorch modul
   (``/Reshape``) maps to ``""``; a node without a scope (``Constant_7``) maps to ``None``. Passing the
   model's module names makes it exact; without them a trailing ``_<digits>`` of a scope is always read
   as a call count. The exporter folds each eval-mode BatchNorm into the preceding Conv, so BatchNorm
-  modules have no node of their own.
+  modules have no node of their own. A layer span of a node (:func:`onnx_layer_name`) takes its module's
+  name; a node under the root, which only the whole model owns (``/Add``, ``/Flatten``), or one without a
+  scope takes its own ONNX name without the ``/`` (``Add``): never a blank name.
 """
 from __future__ import annotations
 
@@ -67,3 +69,11 @@ def onnx_node_to_torch_name(node_name: str, module_names: Collection[str] | None
                 parts = extended
                 break
     return ".".join(parts)
+
+
+def onnx_layer_name(node_name: str, op_type: str = "", module_names: Collection[str] | None = None) -> str:
+    """The name a layer (span) of ONNX node ``node_name`` goes by: the PyTorch module it was exported from
+    (:func:`onnx_node_to_torch_name`); for a node directly under the root (``/Add`` -> ``Add``) or without a scope
+    (``Constant_7``), its own name without the leading ``/``; for an unnamed node, its ``op_type``."""
+    module = onnx_node_to_torch_name(node_name, module_names)
+    return module or node_name.lstrip("/") or op_type

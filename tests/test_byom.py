@@ -123,6 +123,10 @@ def test_live_object_with_an_example_batch_and_magic(tiny):
     ev = mlms_nb.evaluate(model, inputs=torch.zeros(2, 3, 64, 64), **{**RUN, "keep_probabilities": False})
     assert ev.complete and ev.manifests["torch"]["inputs"][0]["dimensions"] == [3, 64, 64]
     assert not ev.latency.empty and ev.accuracy.empty  # synthetic tensors: latency only
+    assert ev.latency["batch_size"].tolist() == [1]  # batch_sizes given: it wins over the example's 2
+    unsized = {k: v for k, v in RUN.items() if k != "batch_sizes"}
+    ev = mlms_nb.evaluate(model, inputs=torch.zeros(3, 3, 64, 64), **{**unsized, "keep_probabilities": False})
+    assert ev.latency["batch_size"].tolist() == [3] and ev.options["batch_sizes"] == [3]  # the batch passed is timed
     with pytest.raises(ManifestError, match="inputs="):
         mlms_nb.evaluate(model, **RUN)
 
@@ -131,10 +135,10 @@ def test_live_object_with_an_example_batch_and_magic(tiny):
     shell = InteractiveShell.instance()
     try:
         shell.run_line_magic("load_ext", "mlms_nb")
-        shell.user_ns.update(my_cnn=model, example=torch.zeros(1, 3, 64, 64))
+        shell.user_ns.update(my_cnn=model, example=torch.zeros(2, 3, 64, 64))
         out = shell.run_line_magic("mlms", "eval my_cnn --inputs example --dataset synthetic:2 --min-time 0.01 "
                                            "--no-history -o")
-        assert out.complete and out.model == "tinycnn"
+        assert out.complete and out.model == "tinycnn" and out.latency["batch_size"].tolist() == [2]
     finally:
         InteractiveShell.clear_instance()
 

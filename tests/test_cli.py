@@ -31,6 +31,13 @@ def test_models_json(shared_home):
     keys = {(m["model"], m["framework"]) for m in data["models"]}
     assert ("efficientnet_lite0", "tensorflow") in keys and ("resnet50", "torch") in keys
     assert data["errors"] == {}
+    rows = {(m["model"], m["framework"]): m for m in data["models"]}
+    # every row says what the model does, and its input as that task reads it: images in their layout, text as tokens
+    assert all(m["task"] for m in data["models"])
+    gpt2, bert, lite0 = rows["tiny_gpt2", "torch"], rows["bert_tiny", "torch"], rows["efficientnet_lite0", "tensorflow"]
+    assert (gpt2["task"], gpt2["input"], gpt2["layout"]) == ("text-generation", "tokens[≤256]", None)
+    assert (bert["task"], bert["input"], bert["layout"]) == ("text-classification", "tokens[128]", None)
+    assert (lite0["task"], lite0["input"], lite0["layout"]) == ("image-classification", "224x224x3", "NHWC")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -33,6 +33,7 @@ def lite0(models_home):
 def test_reference_accuracy(lite0):
     _, pred, labels, info = lite0["torch"]
     assert info.framework == "torch" and info.framework_version.startswith("2.13")
+    assert str(info).startswith(f"torch {info.framework_version} on cpu, ") and "PredictorInfo(" not in str(info)
     top1 = np.mean(pred.top_k_indices[:, 0] == labels)
     assert len(labels) == 20 and top1 >= 0.85
 

@@ -86,7 +86,7 @@ def test_save_query_load_round_trip(store):
     row = frame[frame.framework == "onnxruntime"].iloc[0]
     assert row["model"] == "resnet50" and row["model_version"] == "1.0.0" and bool(row["complete"])
     assert row["batch_sizes"] == [1, 4] and row["dataset"] == "synthetic"
-    assert row["top1"] == pytest.approx(0.6) and row["top5"] == pytest.approx(0.9)
+    assert row["top1"] == pytest.approx(0.6) and row["top5"] == pytest.approx(0.9) and row["n"] == 10
     lat = ev.latency
     expected = lat[(lat.framework == "onnxruntime") & (lat.batch_size == 1)]["median_ms"].iloc[0]
     assert row["median_ms"] == pytest.approx(expected)  # at the smallest batch size
@@ -99,6 +99,21 @@ def test_save_query_load_round_trip(store):
     part = store.load(ids[1])
     assert part == ev.for_framework("onnxruntime") and part.history_ids == [ids[1]]
     assert store.load(ev.id[:8]).frameworks == ["torch", "onnxruntime"]
+
+
+def test_the_listing_reads_batch_sizes_as_sizes_and_counts_the_inputs_scored(sqlite_store):
+    """The history as a table shows batch sizes ``1, 4`` (not the shape ``1×4``), the inputs each accuracy was
+    measured on beside it, and a note that agrees with its % columns."""
+    from mlms_nb.display import format_frame, render_text
+
+    sqlite_store.save(small_evaluation())
+    frame = sqlite_store.query()
+    shown = format_frame(frame)
+    assert shown["batch sizes"].tolist() == ["1, 4"] and shown["n"].tolist() == ["10"]
+    assert shown["top-1 (%)"].tolist() == ["50.0"]
+    text = render_text(frame)
+    assert "top1/top5: fractions" not in text and "×" not in text
+    assert "top-1 and top-5 (%): of the n labelled inputs scored" in text
 
 
 def test_query_filters_and_order(store):

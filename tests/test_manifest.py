@@ -355,3 +355,27 @@ def test_a_user_manifest_with_a_builtin_name_does_not_shadow_it(tmp_path, monkey
     assert origins["1.0.0 efficientnet_lite0"] == "built-in"
     assert "has the name of a built-in manifest (1.0.0), which is used by default: eval it by its path or as " \
            "efficientnet_lite0@9.0.0" in frame.attrs["note"]
+
+
+def test_the_task_is_declared_or_read_from_the_inputs_and_outputs():
+    """`effective_task` says what a model does (the models listing's task column): what the manifest declares, else
+    what its fed input and first output imply; a declared classification task needs a classification output."""
+    assert parse_manifest(GOOD).effective_task == "image-classification"
+    tokens = {"type": "tensor", "element_type": "int64", "dimensions": [None]}
+    assert parse_manifest(bad(inputs=[tokens], preprocess=[])).effective_task == "text-classification"
+    floats = {"type": "tensor", "dimensions": [10]}
+    assert parse_manifest(bad(inputs=[floats], preprocess=[])).effective_task == "classification"
+    assert parse_manifest(bad(inputs=[floats], preprocess=[], outputs=[{"type": "tensor"}])).effective_task == "tensor"
+    assert parse_manifest(bad(task="text-classification")).effective_task == "text-classification"  # declared wins
+    assert "task: image-classification reads classes from the first output, which is of type tensor" in error_of(
+        bad(task="image-classification", outputs=[{"type": "tensor"}]))
+    assert {m.effective_task for m in ManifestCatalog().select(None) if m.name == "tiny_gpt2"} == {"text-generation"}
+
+
+def test_steps_read_as_a_table_of_their_arguments():
+    """A manifest's steps as people read them: one row per argument, in the order they run (not a grid of NaN)."""
+    table = find_manifest("efficientnet_lite0", framework="torch").steps_table("preprocess")
+    assert list(table.columns) == ["step", "op", "argument", "value"] and not table.isna().any().any()
+    assert table[table["op"] == "resize"][["argument", "value"]].values.tolist() == [["size", "256"],
+                                                                                     ["interpolation", "bilinear"]]
+    assert str(parse_manifest(GOOD).preprocess[0]) == "resize(size=36, interpolation=bilinear)"

@@ -144,25 +144,31 @@ def empty_url(request, tmp_path) -> str:
 
 
 def test_a_store_of_the_previous_schema_opens_after_migration(empty_url, real_evaluation):
-    """The revision before the newest (0003: no ``agent`` column), on SQLite and on a real PostgreSQL server; a
-    row it holds reads back and the migrated store records which agent measured a new row."""
+    """A store of schema 0003 (no ``agent``, no ``n`` column), on SQLite and on a real PostgreSQL server: a row it
+    holds reads back, with ``n`` filled in from its payload's accuracy, and the migrated store records which agent
+    measured a new row."""
     store_at(empty_url, "0003")
+    scored = Evaluation.from_json(real_evaluation.to_json())
+    scored.accuracy = pd.DataFrame([{"n": 2, "top1": 0.5, "top5": 1.0, "framework": "torch", "dataset": "mine",
+                                     "skipped": 0, "reason": ""}])
     engine = sa.create_engine(empty_url)
     with engine.begin() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0003"
-        assert "agent" not in {c["name"] for c in sa.inspect(conn).get_columns("evaluations")}
-        row = HistoryStore._row(real_evaluation, "torch")
-        row.pop("agent")
+        assert not {"agent", "n"} & {c["name"] for c in sa.inspect(conn).get_columns("evaluations")}
+        row = HistoryStore._row(scored, "torch")
+        assert row.pop("n") == 2 and row.pop("agent") is None
         conn.execute(sa.table("evaluations", *(sa.column(k) for k in row)).insert().values(**row))
     engine.dispose()
     store = HistoryStore(empty_url)
     with store.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == head() != "0003"
-    old = store.load(real_evaluation.id)
+    old = store.load(scored.id)
     assert old.latency.equals(real_evaluation.latency) and store.query()["agent"].isna().all()
+    assert store.query()["n"].tolist() == [2]  # filled in from the payload
     remote = Evaluation.from_json(real_evaluation.to_json())
     remote.id = "a" * 32
     remote.stack["agent"] = {"name": "b2", "address": "tcp://10.0.0.2:40000"}
     store.keep(remote, "torch")
     rows = store.query().set_index("evaluation_id")
-    assert rows.loc[remote.id, "agent"] == "b2 at tcp://10.0.0.2:40000" and pd.isna(rows.loc[real_evaluation.id, "agent"])
+    assert rows.loc[remote.id, "agent"] == "b2 at tcp://10.0.0.2:40000" and pd.isna(rows.loc[scored.id, "agent"])
+    assert pd.isna(rows.loc[remote.id, "n"])  # synthetic inputs: no accuracy, no n

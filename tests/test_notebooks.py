@@ -162,10 +162,18 @@ def test_06_timeline(fresh_home):
 def test_07_bring_your_own_model(fresh_home):
     nb = run_notebook("07_bring_your_own_model.ipynb")
     assert stray_stderr(nb) == []
-    assert "refused: " in text_of(cell(nb, "refused")) and "it was not run: trust it with" in text_of(cell(nb, "refused"))
+    fitted = re.search(r"top-1 (\d+)% on the 20 photos", text_of(cell(nb, "fit")))
+    assert fitted and int(fitted.group(1)) >= 90  # fitted to its own labelled photos in a few seconds
+    evaluated = text_of(cell(nb, "refused"))
+    assert "refused: " in evaluated and "it was not run: trust it with" in evaluated
+    # accuracy measured on the photos' own 10 classes in every framework: no n/a, no label-space warning
+    assert evaluated.count("cifar10 (20 inputs)") >= 3 and "n/a" not in evaluated and "(0 inputs)" not in evaluated
     assert "same top-1 everywhere: True" in text_of(cell(nb, "top1"))
+    layers = text_of(cell(nb, "layer-spans"))
     for fw in ("torch", "onnxruntime", "tensorflow"):
-        assert int(text_of(cell(nb, "layer-spans")).split(f"{fw}: ")[1].split()[0]) >= 5  # layer spans of a FRAMEWORK trace
+        assert int(layers.split(f"{fw}: ")[1].split()[0]) >= 5  # layer spans of a FRAMEWORK trace
+    # ONNX Runtime's nodes by the model's names: the fused conv is dw (not act), the node it inserted says so
+    assert re.search(r"\bdw\s+Conv\+Clip\b", layers) and "ReorderOutput (inserted by onnxruntime)" in layers
     assert "'torch~onnxruntime': None, 'torch~tensorflow': None, 'onnxruntime~tensorflow': None" in text_of(cell(nb, "divergence"))
 
 

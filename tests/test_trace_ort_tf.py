@@ -104,7 +104,10 @@ def test_ort_layer_spans_are_the_optimized_graph_nodes_in_their_calls(ort_run):
     for predict, layers in per_call:
         assert set(layers["level"]) == {"FRAMEWORK"}
         assert [attrs_dict(a)["onnx_node"] for a in layers["attrs"]] == [name for name, _ in nodes]
-        assert list(layers["layer_type"]) == [op for _, op in nodes]
+        fused = [attrs_dict(a).get("fused_ops") for a in layers["attrs"]]  # a fused node's type lists its ops
+        assert list(layers["layer_type"]) == [op if not ops else "+".join(ops) if len(ops) <= 3 else
+                                              f"{op} ({len(ops)} ops fused)" for (_, op), ops in zip(nodes, fused)]
+        assert "Conv+Clip" in set(layers["layer_type"])  # Lite0's convolutions fused with their ReLU6
         assert_nested(layers, predict.start_ns, predict.end_ns)
     # traced and untraced sessions compute the same logits
     for out in ort_run["outputs"]:
@@ -113,8 +116,11 @@ def test_ort_layer_spans_are_the_optimized_graph_nodes_in_their_calls(ort_run):
 
 def test_ort_layer_names_map_to_pytorch_modules(ort_run, torch_modules):
     layers = ort_run["trace"].spans.query("kind == 'layer'")
-    scoped = layers[[attrs_dict(a)["onnx_node"].startswith("/") for a in layers["attrs"]]]
-    assert set(scoped["name"]) <= torch_modules
+    nodes = [attrs_dict(a)["onnx_node"] for a in layers["attrs"]]
+    scoped = layers[[n.startswith("/") for n in nodes]]
+    originals = {o for a in map(attrs_dict, layers["attrs"]) for o in a.get("original_nodes", [a["onnx_node"]])}
+    root_level = {n[1:] for n in originals | set(nodes) if n.count("/") == 1}  # /Shape: only the whole model owns it
+    assert set(scoped["name"]) <= torch_modules - {""} | root_level and "" not in set(layers["name"])
     assert {f"_blocks.{i}._project_conv" for i in range(16)} | {"_fc", "_avg_pooling"} <= set(scoped["name"])
 
 
@@ -289,6 +295,23 @@ def test_keras_scope_of_a_tf_op():
     assert scope_layer("m/_swish_3/Relu6", layers, "m") == ("_swish", "m/_swish_3")
     assert scope_layer("other_1/_swish_3/Relu6", layers, "m") is None
     assert scope_layer("m_1/Identity", layers, "m") is None
+
+
+def test_ort_nodes_are_named_for_the_model_layers_they_stand_for():
+    """A fused node takes the name of the first node it fused and lists the fused ops as its type; a node under the
+    root is named by its own name, never blank; a node ONNX Runtime inserted says so."""
+    from mlms_nb.frameworks.onnxruntime.profile import node_layer
+
+    covers = {"/act/Clip_output_0_nchwc": ["/dw/Conv", "/act/Clip"], "/Add": ["/Add"], "ReorderOutput": [],
+              "/ln/LayerNorm": [f"/ln/Op_{i}" for i in range(5)]}
+    op_types = {"/dw/Conv": "Conv", "/act/Clip": "Clip", "/Add": "Add", **{f"/ln/Op_{i}": "Mul" for i in range(5)}}
+    assert node_layer("/act/Clip_output_0_nchwc", "Conv", covers, op_types) == (
+        "dw", "Conv+Clip", {"fused_ops": ["Conv", "Clip"]})
+    assert node_layer("/Add", "Add", covers, op_types) == ("Add", "Add", {})
+    assert node_layer("ReorderOutput", "ReorderOutput", covers, op_types) == (
+        "ReorderOutput (inserted by onnxruntime)", "ReorderOutput", {"inserted": True})
+    assert node_layer("/ln/LayerNorm", "LayerNormalization", covers, op_types)[1] == "LayerNormalization (5 ops fused)"
+    assert node_layer("/Flatten", "Flatten") == ("Flatten", "Flatten", {})  # no graph map: still never blank
 
 
 def test_ort_profile_nodes_become_layer_spans_of_their_call(tmp_path):

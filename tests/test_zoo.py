@@ -38,7 +38,7 @@ def test_models_lists_the_new_architectures_with_their_weights():
     assert {("vit_tiny", "onnxruntime"), ("bert_tiny", "onnxruntime")} <= set(rows.index)
     assert rows.loc[("efficientnet_lite2", "torch"), "weights"] == "pretrained"
     assert rows.loc[("vit_tiny", "torch"), "weights"] == rows.loc[("bert_tiny", "torch"), "weights"] == "random"
-    assert rows.loc[("bert_tiny", "torch"), "input"] == "128"  # token ids, not an image
+    assert rows.loc[("bert_tiny", "torch"), "input"] == "tokens[128]"  # token ids, not an image
     assert not frame.attrs["errors"]
 
 

@@ -26,7 +26,7 @@ from mlms_nb.evaluation.manifests import manifests_for
 from mlms_nb.evaluation.runner import EvaluationRunner, record_failures
 from mlms_nb.frameworks.base import stop_auto_traced
 from mlms_nb.frameworks.convert import convert as _convert
-from mlms_nb.frameworks.live import check_trust
+from mlms_nb.frameworks.live import check_trust, example_batch_size
 from mlms_nb.frameworks.modelfiles import file_kind
 from mlms_nb.generation.manifests import causal_lm_manifest, causal_lm_source
 from mlms_nb.manifest import ManifestCatalog, canonical_framework
@@ -38,6 +38,7 @@ from mlms_nb.tracing.otel import parent_from_otel
 from mlms_nb.tracing.trace import Trace
 from mlms_nb.tracing.trace import load_trace as _load_trace
 from mlms_nb.tracing.tracer import Tracer, use_tracer
+from mlms_nb.zoo.registry import ARCHITECTURES
 
 log = logging.getLogger(__name__)
 
@@ -48,30 +49,47 @@ __all__ = ["TraceSession", "convert", "diverge", "evaluate", "history", "history
 # ---------------------------------------------------------------------------------------------- models, evaluate
 
 def models(framework: str | None = None) -> pd.DataFrame:
-    """Every manifest mlms-nb can see, one row per model and framework; ``origin`` says whether it is built in
-    or from ``MLMS_MANIFEST_PATH`` ("user, not the default" when a built-in of that name and framework wins)."""
+    """Every manifest mlms-nb can see, one row per model and framework: its ``task``
+    (:attr:`~mlms_nb.manifest.Manifest.effective_task`), its ``input`` as the task reads it (an image's
+    dimensions in its ``layout``; a text model's token sequence and its longest length), ``origin``: whether it is
+    built in or from ``MLMS_MANIFEST_PATH`` ("user, not the default" when a built-in of that name and framework
+    wins)."""
     catalog = ManifestCatalog()
     shadowed = {id(user): builtin for user, builtin in catalog.shadowed()}
     rows = []
     for m in catalog.select(framework):
         origin = "built-in" if catalog.is_builtin(m) else ("user, not the default" if id(m) in shadowed else "user")
+        text_input = m.effective_task.startswith("text-")
         rows.append({
-            "model": m.name, "version": m.version, "framework": m.framework.name,
+            "model": m.name, "version": m.version, "task": m.effective_task, "framework": m.framework.name,
             "framework_version": m.framework.version,
-            "input": "x".join("?" if d is None else str(d) for d in m.fed_input.dimensions or ())
+            "input": (_tokens(m) if text_input else "x".join("?" if d is None else str(d)
+                                                             for d in m.fed_input.dimensions or ()))
                      + (f" (+{len(m.inputs) - 1} more)" if len(m.inputs) > 1 else ""),
-            "layout": m.fed_input.layout, "weights": m.model.weights,
-            "top1": m.attributes.get("top1"), "origin": origin, "description": m.description, "source": m.source,
+            "layout": None if text_input or len(m.fed_input.dimensions or ()) != 3 else m.fed_input.layout,
+            "weights": m.model.weights, "top1": m.attributes.get("top1"), "origin": origin,
+            "description": m.description, "source": m.source,
         })
     frame = pd.DataFrame(rows).sort_values(["model", "framework"], ignore_index=True) if rows else pd.DataFrame()
     frame.attrs["errors"] = catalog.errors
-    notes = ["top1: the published ImageNet top-1 accuracy (%), from the manifest"]
+    notes = ["input: an image's dimensions in its layout; tokens[n]: n token ids, tokens[≤n]: up to n; "
+             "top1: the published ImageNet top-1 accuracy (%), from the manifest"]
     notes += [f"{user.name} {user.version} ({user.framework.name}) from {user.source} has the name of a built-in "
               f"manifest ({builtin.version}), which is used by default: eval it by its path or as "
               f"{user.name}@{user.version}" for user, builtin in catalog.shadowed()
               if framework is None or user.framework.name == canonical_framework(framework)]
     frame.attrs["note"] = "\n".join(notes)
     return for_people(frame)
+
+
+def _tokens(manifest) -> str:
+    """A text model's input: ``tokens[128]`` (fixed), ``tokens[≤256]`` (dynamic, up to a built-in architecture's
+    context), ``tokens[any]`` (dynamic, no known limit)."""
+    length = (manifest.fed_input.dimensions or [None])[-1]
+    if isinstance(length, int):
+        return f"tokens[{length}]"
+    architecture = ARCHITECTURES.get(manifest.model.architecture or "")
+    return f"tokens[≤{architecture.max_tokens}]" if architecture and architecture.max_tokens else "tokens[any]"
 
 
 @quieted("evaluate")
@@ -82,6 +100,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     :func:`models`), a manifest path or `Manifest`, or a live ``torch.nn.Module`` / ``keras.Model`` whose
     ``inputs`` (an example batch, N first, or an `InputSpec` / dict), ``outputs``, ``preprocess`` and
     ``postprocess`` describe it as a manifest would (:func:`mlms_nb.frameworks.live.manifest_for`).
+
+    Batch sizes: ``batch_sizes`` when given; else an example batch's own size (``inputs=x`` with ``x.shape[0] ==
+    4`` times batches of 4; the inputs are synthetic ones of its shape and dtype, or ``dataset``); else 1.
 
     A PyTorch manifest (or live module) asked for with ``framework="torch,onnxruntime,tensorflow"`` runs the copies
     the kept converters make of it (cached by sha256; docs/byom.md).
@@ -122,6 +143,9 @@ def evaluate(model: Any, options: EvaluateOptions, *, inputs: Any = None, output
     frameworks = ran + [fw for fw in failed if fw not in ran]
     if options.framework != frameworks:  # the options record what was run (a manifest file names its framework)
         options = options.model_copy(update={"framework": frameworks})
+    passed = example_batch_size(inputs)
+    if passed is not None and "batch_sizes" not in options.model_fields_set:  # the batch passed is the batch timed
+        options = options.model_copy(update={"batch_sizes": [passed]})
     if any(m.task == "text-generation" for m in manifests) and not options.scenario.startswith("generate"):
         # a causal LM generates: the single-stream and offline scenarios become generate, server generate-server
         options = options.model_copy(update={"scenario": "generate-server" if options.scenario == "server"

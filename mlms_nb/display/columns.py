@@ -239,7 +239,7 @@ def _text(value, max_text: int) -> str:
         return stamp.strftime("%Y-%m-%d %H:%M:%S") + ("Z" if stamp.tzinfo is not None else "")
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
-    if isinstance(value, (list, tuple, np.ndarray)):
+    if isinstance(value, (list, tuple, np.ndarray)) and type(value).__str__ in _PLAIN_STR:  # else it says how it reads
         value = "×".join(map(str, value)) if all(isinstance(v, (int, np.integer)) for v in value) else str(list(value))
     text = str(value)
     if _ISO_TIME.match(text):  # a stored timestamp: to the second, in UTC
@@ -249,5 +249,8 @@ def _text(value, max_text: int) -> str:
     return text[: max_text - 1] + "…"
 
 
+_PLAIN_STR = (list.__str__, tuple.__str__, np.ndarray.__str__)
+"""A sequence whose type has one of these ``__str__`` is a plain one (a list of ints reads as a shape, 3×224×224);
+a type of its own (the history's batch sizes) reads as its ``str``."""
 _ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?$")
 

@@ -76,6 +76,17 @@ class PredictorInfo:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def __str__(self) -> str:
+        """One line people read: ``torch 2.13.0+cpu on cpu, 2 threads; artifact …; providers: …``."""
+        threads = "threads: the framework's default" if self.threads is None else \
+            f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        parts = [f"{self.framework} {self.framework_version} on {self.device}, {threads}"]
+        if self.artifact:
+            parts.append(f"artifact {self.artifact}")
+        parts += [f"{key.replace('_', ' ')}: {', '.join(map(str, value)) if isinstance(value, (list, tuple)) else value}"
+                  for key, value in self.details.items()]
+        return "; ".join(parts)
+
 
 class Predictor(ABC):
     """One model, opened in one framework (the contract: see the module docstring).

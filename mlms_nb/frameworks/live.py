@@ -51,6 +51,14 @@ def _input(inputs: Any) -> dict[str, Any]:
     return {"type": "tensor", "dimensions": dims, "element_type": dtype if dtype in _ELEMENT_TYPES else "float32"}
 
 
+def example_batch_size(inputs: Any) -> int | None:
+    """The batch size of ``inputs`` when it is an example batch (a tensor or array, N first): the batch a user
+    passes is the batch timed unless ``batch_sizes`` says otherwise; None for an `InputSpec`, a dict or a list of
+    them (they describe one input, not a batch)."""
+    shape = None if isinstance(inputs, (InputSpec, dict, list, tuple)) else getattr(inputs, "shape", None)
+    return int(shape[0]) if shape is not None and len(tuple(shape)) >= 2 and int(shape[0]) > 0 else None
+
+
 def _name(obj: Any) -> str:
     name = re.sub(r"[^a-z0-9_.-]+", "_", type(obj).__name__.lower()).strip("_.-") or "model"
     return name[:120]

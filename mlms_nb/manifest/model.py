@@ -30,6 +30,11 @@ from mlms_nb.manifest.yaml_reader import read_manifest_yaml
 
 # ---------------------------------------------------------------- the manifest
 
+#: tasks whose accuracy is read from the first output's classes
+CLASSIFYING_TASKS = ("image-classification", "text-classification")
+#: element types of an input that carries token ids (a tensor input of these is text to `Manifest.effective_task`)
+TOKEN_ID_TYPES = ("int32", "int64")
+
 class Manifest(Strict):
     """One model in one framework (one YAML file)."""
     name: str = Field(pattern=NAME_PATTERN.pattern, max_length=MAX_NAME, examples=["my_cnn"],
@@ -57,11 +62,13 @@ class Manifest(Strict):
     postprocess: list[Step] = Field(default_factory=list, examples=[["softmax", {"top_k": {"k": 5}}]],
                                     description="steps from the output to class probabilities (softmax, top_k, code)")
     model: ModelSpec = Field(description="where the model comes from (see ModelSpec)")
-    task: Literal["text-generation"] | None = Field(
+    task: Literal["image-classification", "text-classification", "text-generation"] | None = Field(
         None, description="text-generation: a causal language model (a Hugging Face transformers model: a local "
                           "save_pretrained folder as model.graph_path, model.architecture or model.entrypoint), "
                           "measured by mlms-nb's generate loop (TTFT, TPOT, tokens/s; docs/language-models.md); "
-                          "absent: one call per batch of inputs")
+                          "image-classification, text-classification: classes out of an image or of token ids, "
+                          "one call per batch of inputs, as when absent (then the inputs and outputs say which: "
+                          "`effective_task`)")
     tokenizer: str | None = Field(None, description="text-generation: the tokenizer (asset URI) that turns text prompts "
                                                     "into token ids: a tokenizer.json, or a GPT-2 style vocabulary "
                                                     "(vocab.json or encoder.json, with merges.txt or vocab.bpe beside "
@@ -116,6 +123,9 @@ class Manifest(Strict):
         else:
             problems += checks.pipeline_problems(self.inputs[fed], list(self.preprocess), f"inputs[{fed}]")
             problems += self._unfed_problems(fed)
+        if self.task in CLASSIFYING_TASKS and self.outputs[0].type != "classification":
+            problems.append(("task", f"{self.task} reads classes from the first output, which is of type "
+                                     f"{self.outputs[0].type}; make outputs[0] a classification output or drop task"))
         if self.model.reset and self.framework.name != "torch":
             problems.append(("model.reset", f"{self.framework.name} models have no method mlms-nb can call to clear "
                                             "their state (torch only): describe the state as explicit state: inputs "
@@ -175,6 +185,23 @@ class Manifest(Strict):
         """The input the dataset feeds (see `fed_index`)."""
         return self.inputs[self.fed_index or 0]
 
+    @property
+    def effective_task(self) -> str:
+        """What the model does, for listings and for which options apply: the declared ``task``, else what the fed
+        input and the first output say -- a classification output of an image is image-classification, of text or
+        integer token ids text-classification, of audio audio-classification, of another tensor classification;
+        tensor outputs (compared across frameworks, no accuracy) are ``tensor``."""
+        if self.task:
+            return self.task
+        if self.outputs[0].type != "classification":
+            return "tensor"
+        fed = self.fed_input
+        if fed.type == "image":
+            return "image-classification"
+        if fed.type == "text" or (fed.type == "tensor" and fed.element_type in TOKEN_ID_TYPES):
+            return "text-classification"
+        return "audio-classification" if fed.type == "audio" else "classification"
+
     # ------------------------------------------------------------------ conveniences
     @property
     def key(self) -> str:
@@ -188,6 +215,17 @@ class Manifest(Strict):
     @property
     def pretrained(self) -> bool:
         return self.model.weights == "pretrained"
+
+    def steps_table(self, which: Literal["preprocess", "postprocess"] = "preprocess"):
+        """The ``preprocess`` (or ``postprocess``) steps as a table in the order they run, one row per argument:
+        ``step`` (its number), ``op``, ``argument``, ``value`` (as text); a frame with a column per argument of
+        every step would be mostly empty."""
+        import pandas as pd
+
+        rows = [{"step": number, "op": step.op, "argument": key, "value": str(value)}
+                for number, step in enumerate(getattr(self, which), 1)
+                for key, value in (step.args.model_dump(mode="json", exclude_none=True) or {"": ""}).items()]
+        return pd.DataFrame(rows, columns=["step", "op", "argument", "value"])
 
     def to_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude_none=True)

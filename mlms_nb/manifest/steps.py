@@ -203,3 +203,12 @@ class Step(BaseModel):
 
     def __repr__(self) -> str:
         return f"Step({self.op}, {self.args!r})"
+
+    @property
+    def arguments(self) -> str:
+        """The step's arguments as people read them: ``size=256, interpolation=bilinear`` (defaults included, unset
+        optional ones left out)."""
+        return ", ".join(f"{key}={value}" for key, value in self.args.model_dump(mode="json", exclude_none=True).items())
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.arguments})"

@@ -54,8 +54,9 @@ from mlms_nb.errors import MlmsError
 
 @dataclass(frozen=True)
 class Column:
-    """One column: its ``name``, the pandas ``dtype`` the runner gives it, its ``unit`` ("" when it has none)
-    and what it means; ``when`` says when the column is present, if not always."""
+    """One column: its ``name``, the pandas ``dtype`` the runner gives it (``Int64``: integers that may be
+    missing), its ``unit`` ("" when it has none) and what it means; ``when`` says when the column is present, if not
+    always."""
     name: str
     dtype: str
     unit: str
@@ -97,7 +98,7 @@ class FrameSchema:
 
         frame = pd.DataFrame(rows, columns=list(self.names))
         for column in self.columns:
-            if column.dtype in ("int64", "float64", "bool"):
+            if column.dtype in ("int64", "Int64", "float64", "bool"):
                 frame[column.name] = frame[column.name].astype(column.dtype)
         return frame
 
@@ -122,8 +123,8 @@ class FrameSchema:
         return out
 
 
-_DTYPES = {"str": ("str", "object", "string"), "object": ("object",), "int64": ("int64",), "float64": ("float64",),
-           "bool": ("bool",)}
+_DTYPES = {"str": ("str", "object", "string"), "object": ("object",), "int64": ("int64",), "Int64": ("Int64",),
+           "float64": ("float64",), "bool": ("bool",)}
 """The pandas dtypes each schema dtype accepts (text columns are ``str`` in pandas 3, ``object`` before)."""
 
 
@@ -436,9 +437,10 @@ HISTORY = FrameSchema("history", (
     Column("status", "str", "", "complete, partial (some measured, then stopped), failed (nothing measured), running"),
     Column("reason", "str", "", "why not complete: error, interrupt, signal, timeout or crash; missing when complete"),
     Column("dataset", "str", "", "the dataset's name"),
-    Column("batch_sizes", "object", "inputs", "list of the batch sizes measured"),
-    Column("top1", "float64", "fraction", "top-1 accuracy (0..1)"),
-    Column("top5", "float64", "fraction", "top-5 accuracy (0..1)"),
+    Column("batch_sizes", "object", "inputs", "the batch sizes measured (a list that reads as 1, 8)"),
+    Column("n", "Int64", "inputs", "labelled inputs top1/top5 were measured on; missing when there was no accuracy"),
+    Column("top1", "float64", "fraction", "top-1 accuracy (0..1) of the n inputs"),
+    Column("top5", "float64", "fraction", "top-5 accuracy (0..1) of the n inputs"),
     Column("median_ms", "float64", "ms", "median latency at the smallest batch size"),
     Column("agent", "str", "", "the mlms agent that measured it (name at address); missing when measured by the caller"),
 ), key=("id",))

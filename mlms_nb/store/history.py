@@ -34,6 +34,14 @@ class NotInHistoryError(HistoryError, LookupError):
     """No stored evaluation matches the given row id or evaluation id."""
 
 
+class BatchSizes(list):
+    """The batch sizes of one history row: a list of ints (``row["batch_sizes"] == [1, 8]``) that reads as what it
+    is, ``1, 8`` -- not as a shape (``1×8``), which is how a table shows a plain list of ints."""
+
+    def __str__(self) -> str:
+        return ", ".join(str(size) for size in self)
+
+
 def default_url() -> str:
     """``$MLMS_HISTORY_URL``, else the SQLite file ``$MLMS_HOME/history.sqlite``."""
     env = os.environ.get("MLMS_HISTORY_URL", "").strip()
@@ -186,9 +194,10 @@ class HistoryStore:
         software = (evaluation.stack or {}).get("software") or {}
         options = evaluation.options or {}
         acc = part.accuracy
-        top1 = top5 = None
+        top1 = top5 = scored = None
         if not acc.empty and "top1" in acc:
             top1, top5 = _float(acc["top1"].iloc[0]), _float(acc["top5"].iloc[0]) if "top5" in acc else None
+            scored = int(acc["n"].iloc[0]) if "n" in acc and top1 is not None else None
         median = None
         lat = part.latency
         if not lat.empty and {"batch_size", "median_ms"} <= set(lat.columns):
@@ -221,6 +230,7 @@ class HistoryStore:
             "reason": reason,
             "dataset": None if dataset is None else str(dataset)[:500],
             "batch_sizes": json.dumps([int(b) for b in batch_sizes]) if batch_sizes is not None else None,
+            "n": scored,
             "top1": top1,
             "top5": top5,
             "median_ms": median,
@@ -280,11 +290,12 @@ class HistoryStore:
 
         rows = self._transaction(work, False, "query")
         frame = pd.DataFrame(rows, columns=list(QUERY_COLUMNS))
-        frame = frame.astype({c.name: c.dtype for c in HISTORY.columns if c.dtype in ("int64", "float64", "bool")})
-        frame["batch_sizes"] = [json.loads(b) if b else [] for b in frame["batch_sizes"]]
-        frame.attrs["note"] = ("one row per evaluation and framework, newest first; top1/top5: fractions of the "
-                               "dataset's inputs; median_ms: median latency at the smallest batch size; "
-                               f"store: {self.display_url}")
+        frame = frame.astype({c.name: c.dtype for c in HISTORY.columns
+                              if c.dtype in ("int64", "Int64", "float64", "bool")})
+        frame["batch_sizes"] = [BatchSizes(json.loads(b) if b else []) for b in frame["batch_sizes"]]
+        frame.attrs["note"] = ("one row per evaluation and framework, newest first; top-1 and top-5 (%): of the n "
+                               "labelled inputs scored (the frame holds them as fractions 0..1); median (ms): at the "
+                               f"smallest batch size; store: {self.display_url}")
         return frame
 
     def _resolve(self, ref: int | str) -> list[int]:

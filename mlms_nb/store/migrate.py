@@ -43,6 +43,8 @@ def recognise(conn: sa.Connection) -> str | None:
         return "0002"
     if "agent" not in columns:
         return "0003"
+    if "n" not in columns:
+        return "0004"
     return head()
 
 

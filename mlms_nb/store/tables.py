@@ -33,6 +33,7 @@ evaluations = Table(
     Column("reason", String(16)),  # error | interrupt | signal | timeout | crash, when not complete
     Column("dataset", String(500)),
     Column("batch_sizes", Text),  # JSON list
+    Column("n", Integer),  # labelled inputs top1/top5 were measured on (NULL: no accuracy)
     Column("top1", Float),
     Column("top5", Float),
     Column("median_ms", Float),  # at the smallest batch size

@@ -12,18 +12,21 @@ from typing import Any, Callable
 
 from mlms_nb._optional import require
 from mlms_nb.errors import PredictorError
+from mlms_nb.zoo.decoders import CONFIGS as DECODER_CONFIGS  # plain dicts: importing it loads no framework
 
 
 @dataclass(frozen=True)
 class Architecture:
     """One architecture: its name, square input size in px (0 for a non-image model), its builders, and its input
-    (shape without the batch, element type; default: an NCHW RGB image of ``input_size`` px, float32)."""
+    (shape without the batch, element type; default: an NCHW RGB image of ``input_size`` px, float32);
+    ``max_tokens``: a language model's context (positions), the longest token sequence it takes (0: not one)."""
     name: str
     input_size: int
     build_torch: Callable[[str | None], Any]
     build_keras: Callable[[dict | None], Any] | None = None
     input_shape: tuple[int, ...] = ()
     input_dtype: str = "float32"
+    max_tokens: int = 0
 
     @property
     def example_shape(self) -> tuple[int, ...]:
@@ -57,7 +60,8 @@ ARCHITECTURES: dict[str, Architecture] = {
                               input_shape=(128,), input_dtype="int64"),
     # causal language models (task: text-generation), driven by mlms-nb's generate loop
     "tiny_gpt2": Architecture("tiny_gpt2", 0, _lazy("decoders", "build_torch", "tiny_gpt2"),
-                              input_shape=(16,), input_dtype="int64"),
+                              input_shape=(16,), input_dtype="int64",
+                              max_tokens=DECODER_CONFIGS["tiny_gpt2"][2]["n_positions"]),
 }
 
 

@@ -9,7 +9,8 @@ of the *optimised* graph. :func:`map_optimized_graph` says which original nodes 
 - a tensor keeps its name through a rewrite wherever it is still materialised, so an optimised node stands for
   the original tensors it outputs (a ``FusedConv`` outputs its ``Clip``'s tensor); a node whose outputs are all
   new (``reorder_token_7`` of an NCHWc ``Conv``) is matched by name: the NCHWc transformer names its node
-  ``<original output tensor>_nchwc``;
+  ``<original output tensor>_nchwc``, and a node it only moved into the NCHWc layout (an ``Add`` between two
+  NCHWc convolutions) keeps the name and op type of its original node;
 - the original nodes it covers are those met walking the original graph back from those tensors until the
   original tensors its inputs stand for (the graph inputs and initializers stop the walk too; a tensor the
   optimiser folded into a constant does not: the nodes that computed it are covered by the node that reads it);
@@ -107,12 +108,21 @@ def map_optimized_graph(original, optimized, level: str) -> GraphMap:
     opt_producer = {out: node for node in pg.node for out in node.output if out}
     folded = {t.name for t in pg.initializer} & set(producer)  # computed in the original graph, constant now
     stands: dict[str, set[str]] = {}  # optimised node -> the original tensors its outputs stand for
+    originals = {n.name: n for n in og.node if n.name}
+
+    def own_tensors(node) -> set[str]:
+        """The original tensors ``node`` computes: its outputs of original names, else by its name (see above)."""
+        own = {o for o in node.output if o in known}
+        if not own and node.name.endswith(_NCHWC_SUFFIX) and node.name[:-len(_NCHWC_SUFFIX)] in known:
+            own = {node.name[:-len(_NCHWC_SUFFIX)]}
+        same = originals.get(node.name)
+        if not own and same is not None and same.op_type == node.op_type:  # moved into the NCHWc layout as it is
+            own = {o for o in same.output if o}
+        return own
 
     def outputs_of(node) -> set[str]:
         if node.name not in stands:
-            own = {o for o in node.output if o in known}
-            if not own and node.name.endswith(_NCHWC_SUFFIX) and node.name[:-len(_NCHWC_SUFFIX)] in known:
-                own = {node.name[:-len(_NCHWC_SUFFIX)]}
+            own = own_tensors(node)
             stands[node.name] = own
             if not own:  # a pass-through (layout) node stands for what it reads
                 stands[node.name] = set().union(*(tensor(i) for i in node.input if i)) if node.input else set()
@@ -127,9 +137,7 @@ def map_optimized_graph(original, optimized, level: str) -> GraphMap:
     candidates: dict[int, list[tuple[int, str]]] = {}
     covers_idx: dict[str, set[int]] = {}
     for node in pg.node:
-        own = {o for o in node.output if o in known}
-        if not own and node.name.endswith(_NCHWC_SUFFIX) and node.name[:-len(_NCHWC_SUFFIX)] in known:
-            own = {node.name[:-len(_NCHWC_SUFFIX)]}
+        own = own_tensors(node)
         stop = set().union(*(tensor(i) for i in node.input if i and i not in folded)) if node.input else set()
         seen: set[int] = set()
         todo = [producer[t] for t in own - stop if t in producer]

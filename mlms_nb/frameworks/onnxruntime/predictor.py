@@ -205,7 +205,9 @@ class OnnxRuntimePredictor(Predictor):
         levels = super().tracing_levels()
         levels["FRAMEWORK"] = ("one span per ONNX node execution from ONNX Runtime's session profiler "
                                "(SessionOptions.enable_profiling; the session is re-created while tracing), "
-                               "named after the PyTorch module the node came from; nodes of the graph optimised at "
+                               "named after the PyTorch module the node came from (a fused node after the first "
+                               "node it fused, its layer type listing the fused ops; a node ONNX Runtime inserted, "
+                               "such as ReorderOutput, marked as inserted); nodes of the graph optimised at "
                                f"level {self.graph_optimization_level!r}, each mapped to the original nodes it "
                                "stands for")
         cuda = device_kind(self.device) == "cuda"
@@ -268,7 +270,8 @@ class OnnxRuntimePredictor(Predictor):
             graph_map, self._graph_map = self._graph_map, None
             return add_ort_profile(tracer, path, start_ns, profile.wall_offset_ns,
                                    [w[:3] for w in profile.windows.values()],
-                                   covers=graph_map.covers if graph_map and graph_map.covers else None)
+                                   covers=graph_map.covers if graph_map and graph_map.covers else None,
+                                   op_types=graph_map.op_types if graph_map else None)
 
         profile.finish(tracer, "onnxruntime.profiler", read)
 

@@ -4,13 +4,20 @@ The profile (``SessionOptions.enable_profiling``) is read with the ONNX Runtime 
 :func:`mlms_nb.tracing.chrome.read_chrome`: ``Session`` events (``model_run`` per ``InferenceSession.run``) and
 ``Node`` events (``<node>_kernel_time`` per node execution). Each node becomes one span:
 
-- ``name``: the PyTorch module the node was exported from (:func:`~mlms_nb.naming.onnx_node_to_torch_name`),
-  else the node's own name (nodes with no scope, such as ``ReorderOutput``, added by the optimizer);
-- ``layer_type``: the ONNX op type; ``layer_index``: the node's position within its run (execution order);
+- ``name``: the PyTorch module the node was exported from (:func:`~mlms_nb.naming.onnx_layer_name`; a node under
+  the root, ``/Add``, by its own name, ``Add``). With the graph map (``covers``: which original nodes each node of
+  the optimised graph stands for), a fused node is named for the first original node it fused (a ``Conv`` + ``Clip``
+  fused into one NCHWc ``Conv`` is the convolution's module, not the activation's) and a node ONNX Runtime inserted
+  (``ReorderInput`` / ``ReorderOutput`` of its NCHWc layout: it stands for no node of the model) is named
+  ``<op> (inserted by onnxruntime)`` and marked ``attrs["inserted"]``;
+- ``layer_type``: the ONNX op type; a fused node's lists the ops it fused (``Conv+Clip``; past three, ``<op> (N ops
+  fused)``), ``attrs["fused_ops"]`` all of them; ``layer_index``: the node's position within its run (execution
+  order);
 - ``shape``: the input shapes; ``bytes``: ``activation_size + parameter_size + output_size`` (the bytes the
   node reads and writes at least); ``memory``: ``output_size`` (bytes of the outputs it allocated);
 - ``attrs``: ``onnx_node`` (the optimized graph's node name), ``node_index`` (in that graph), ``provider``,
-  ``thread`` (ONNX Runtime's thread id), ``param_bytes``, ``output_bytes``, ``out_shape``.
+  ``thread`` (ONNX Runtime's thread id), ``param_bytes``, ``output_bytes``, ``out_shape``, ``original_nodes`` (with
+  the graph map), ``fused_ops``, ``inserted``.
 
 Clock: ``ts`` is µs since the session's profiling start, and ``InferenceSession.get_profiling_start_time_ns()``
 is that start on the **Unix clock** (``std::chrono::system_clock``; measured: it falls between ``time.time_ns()``
@@ -27,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from mlms_nb.naming import onnx_node_to_torch_name
+from mlms_nb.naming import onnx_layer_name
 from mlms_nb.tracing.align import match_windows, run_shifts
 from mlms_nb.schema.levels import TraceLevel
 
@@ -112,15 +119,40 @@ def read_ort_profile(path) -> list[OrtRun]:
     return runs
 
 
+#: how a node ONNX Runtime inserted (it stands for no node of the model) is named: ``ReorderOutput (inserted by ...)``
+INSERTED = "{op} (inserted by onnxruntime)"
+#: a fused node's layer type lists the ops it fused up to this many (``Conv+Clip``), then counts them
+MAX_LISTED_OPS = 3
+
+
+def node_layer(node: str, op_type: str, covers=None, op_types=None, module_names=None) -> tuple[str, str, dict]:
+    """The layer name, layer type and extra attrs of the span of optimised node ``node`` (see the module docstring);
+    ``covers``/``op_types``: the graph map's optimised node -> original nodes, and original node -> op type."""
+    if covers is None:
+        return onnx_layer_name(node, op_type, module_names), op_type, {}
+    op_types = op_types or {}
+    originals = [o for o in covers.get(node, []) if op_types.get(o) != "Constant"]
+    if not originals and not node.startswith("/"):  # no scope, and no node of the model behind it
+        return INSERTED.format(op=op_type), op_type, {"inserted": True}
+    name = onnx_layer_name(originals[0] if originals else node, op_type, module_names)
+    if len(originals) < 2:
+        return name, op_type, {}
+    fused = [op_types.get(o, "?") for o in originals]
+    listed = "+".join(fused) if len(fused) <= MAX_LISTED_OPS else f"{op_type} ({len(fused)} ops fused)"
+    return name, listed, {"fused_ops": fused}
+
+
 def add_ort_profile(tracer, path, profile_start_ns: int, wall_offset_ns: int,
                     windows: list[tuple[int, int, int]], module_names=None, remove: bool = True,
-                    covers=None) -> dict:
+                    covers=None, op_types=None) -> dict:
     """Add the node executions of the profile at ``path`` to ``tracer`` as FRAMEWORK ``layer`` spans.
 
     ``profile_start_ns``: ``session.get_profiling_start_time_ns()`` (Unix ns); ``wall_offset_ns``:
     ``time.time_ns() - time.perf_counter_ns()``; ``windows``: ``(start_ns, end_ns, predict_span_id)`` per traced
     ``predict`` call (``perf_counter_ns`` around ``session.run``); ``module_names``: the PyTorch model's module
-    names, when known (exact name mapping). ``remove``: delete the file after reading. Returns a summary:
+    names, when known (exact name mapping). ``covers`` / ``op_types``: the graph map's optimised node -> original
+    nodes and original node -> op type (fused and inserted nodes named as the module docstring says). ``remove``:
+    delete the file after reading. Returns a summary:
     runs, runs matched to a predict call, spans added, the largest clock shift applied (ns).
     """
     try:
@@ -143,18 +175,18 @@ def add_ort_profile(tracer, path, profile_start_ns: int, wall_offset_ns: int,
     which = match_windows(r0, r1, w[:, 0], w[:, 1])
     matched = np.flatnonzero(which >= 0)
     shifts = run_shifts(r0[matched], r1[matched], w[which[matched], 0], w[which[matched], 1])
-    names: dict[str, str] = {}
+    layers: dict[str, tuple[str, str, dict]] = {}
     add = tracer.add_span
     for k, shift in zip(matched, shifts):
         lo, hi, parent = (int(v) for v in w[which[k]])
         offset = base + int(shift)
         for index, n in enumerate(runs[k].nodes):
-            name = names.get(n.node)
-            if name is None:
-                torch_name = onnx_node_to_torch_name(n.node, module_names)
-                name = names[n.node] = n.node if torch_name is None else torch_name
+            layer = layers.get(n.node)
+            if layer is None:
+                layer = layers[n.node] = node_layer(n.node, n.op_type, covers, op_types, module_names)
+            name, layer_type, marks = layer
             sizes = (n.activation_bytes, n.param_bytes, n.output_bytes)
-            fields = {}
+            fields = dict(marks)
             if any(s is not None for s in sizes):
                 fields["bytes"] = float(sum(s or 0 for s in sizes))
             if n.output_bytes is not None:
@@ -167,7 +199,7 @@ def add_ort_profile(tracer, path, profile_start_ns: int, wall_offset_ns: int,
                 start = min(max(start, lo), hi)
                 end = min(max(end, start), hi)
             add(name, _FRAMEWORK, "layer", start, end, parent, thread=n.thread, layer_index=index,
-                layer_type=n.op_type, shape=n.shapes, onnx_node=n.node, node_index=n.node_index,
+                layer_type=layer_type, shape=n.shapes, onnx_node=n.node, node_index=n.node_index,
                 provider=n.provider, param_bytes=n.param_bytes, output_bytes=n.output_bytes,
                 out_shape=n.out_shapes, **fields)
         summary["layer_spans"] += len(runs[k].nodes)

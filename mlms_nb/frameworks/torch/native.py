@@ -1,12 +1,12 @@
-"""The compiled layer call (``_recorder.cpp``): built once per torch and Python, found again, or said why not.
+"""The compiled layer call (``_recorder.cpp``): built once per torch installation, found again, or said why not.
 
 :class:`~mlms_nb.frameworks.torch.tracing.LayerHooks` times a layer call either in Python or, where this module
 can give it one, with the compiled ``LayerCall``: the same record, the sizes read from the ATen tensor instead of
 through torch's Python getters (Lite0 at batch 1: FRAMEWORK tracing +3.5% -> +0.6% per call, see the source's
 header). Built with the C++ compiler (``$CXX``, else ``g++``) against the headers and libraries the installed torch
 wheel ships, into ``$MLMS_NATIVE_CACHE`` (default: the user cache folder, ``mlms-nb/native``), under a key of the
-source, torch's version and the Python ABI, so another torch or a changed source builds anew and nothing stale is
-loaded. About 15 s on 2 cores, once; ``scripts/setup.sh`` builds it ahead (``python -m
+source, the flags (the paths of the torch it links to: each virtualenv builds its own), torch's version and the
+Python ABI, so another torch or a changed source builds anew and nothing stale is loaded. About 15 s on 2 cores, once; ``scripts/setup.sh`` builds it ahead (``python -m
 mlms_nb.frameworks.torch.native``). Where it cannot be built (no compiler, no headers, a failed build: remembered
 beside the key, so later processes do not try again) or ``MLMS_NATIVE=0``, layer calls are timed in Python and
 :func:`status` says why; the spans are the same either way (tests/test_trace_torch.py compares them).
