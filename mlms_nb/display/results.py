@@ -11,11 +11,12 @@ from mlms_nb.schema.divergence import column, pair_label
 def analysis_parts(a) -> list:
     extras = [Table(frame, name.replace("_", " ").capitalize(), empty=f"no {name.replace('_', ' ')}")
               for name, frame in a.extra.items()]
-    return [Table(a.table, a.title, note=a.note), *extras]
+    warnings = [Notes("Warnings", a.warnings)] if getattr(a, "warnings", None) else []
+    return [Table(a.table, a.title, note=a.note), *warnings, *extras]
 
 
 def analysis_json(a) -> dict:
-    return {"title": a.title, "note": a.note, "rows": records(a.table),
+    return {"title": a.title, "note": a.note, "warnings": list(getattr(a, "warnings", [])), "rows": records(a.table),
             **{name: records(frame) for name, frame in a.extra.items()}}
 
 
