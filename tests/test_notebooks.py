@@ -124,7 +124,8 @@ def test_03_tracing(fresh_home):
     nb = run_notebook("03_tracing.ipynb")
     assert stray_stderr(nb) == []
     overhead = text_of(cell(nb, "evaluate"))
-    assert "torch" in overhead and "onnxruntime" in overhead and "overhead (%)" in overhead
+    assert "torch" in overhead and "onnxruntime" in overhead and "overhead (%)" not in overhead  # read against noise
+    assert any(reading in overhead for reading in ("within noise (±", "% (±", "none: traced"))
     levels = text_of(cell(nb, "levels"))
     for needle in ("APPLICATION", "MODEL", "FRAMEWORK", "ML_LIBRARY", "layer", "op"):
         assert needle in levels
