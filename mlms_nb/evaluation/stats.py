@@ -101,11 +101,12 @@ def latency_stats(samples_ns: np.ndarray, batch_size: int, wall_ns: int | None =
     }
 
 
-def stability_warning(row: Mapping[str, Any]) -> str | None:
+def stability_warning(row: Mapping[str, Any], what: str = "latency", over: str = "calls") -> str | None:
     """A sentence for a latency row (a dict or a frame row) whose spread is too wide to trust; else None.
 
     It starts with ``"<framework>, batch size <b>:"`` when the row names them, so warnings can be told
-    apart per framework.
+    apart per framework. ``what``: the statistic the row's ``iqr_over_median`` and ``median_ms`` are of (a
+    generate loop's ``TPOT``); ``over``: what its ``samples`` count (``requests``).
     """
     get = row.get if hasattr(row, "get") else (lambda key, default=None: getattr(row, key, default))
     unstable = get("unstable", None)
@@ -130,8 +131,8 @@ def stability_warning(row: Mapping[str, Any]) -> str | None:
         m = float(median)
         detail += f" ({m:,.0f} ms)" if m >= 100 else f" ({m:.3g} ms)"
     if not is_missing(samples):
-        detail += f" over {int(samples)} calls"
-    return (f"{prefix}latency is unstable: {detail}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} threshold; "
+        detail += f" over {int(samples)} {over}"
+    return (f"{prefix}{what} is unstable: {detail}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} threshold; "
             f"close other programs, fix the thread count ({spell('threads')}) or time longer ({spell('min_time_s')}) "
             "before comparing these numbers")
 
