@@ -3,15 +3,22 @@
 **Test**: the two-sided Mann-Whitney U test (SciPy, ``method="auto"``: exact for small samples without ties,
 else the normal approximation) on the raw per-call latency samples of A and B: it asks whether one side's
 calls tend to take longer than the other's, without assuming any distribution. ``significant``: ``p_value <
-alpha`` (default 0.05). The median delta's 95% interval is a seeded percentile bootstrap (2000 resamples of
-each side's median, drawn as order statistics: :mod:`mlms_nb._bootstrap`, the same bootstrap as the
-evaluation's CI of the median).
+alpha`` (default 0.05).
+
+**Interval**: the 95% interval of the median's change is a seeded percentile bootstrap of the *ratio* of the
+medians, B's over A's (2000 resamples of each side's median, drawn as order statistics: :mod:`mlms_nb._bootstrap`,
+the same bootstrap as the evaluation's CI of the median): ``latency_ratio_low`` .. ``latency_ratio_high`` around
+``latency_ratio`` (the names :mod:`.normalized` gives the same ratio across agents). A latency is positive, so
+the ratio is, and the change it stands for can never fall below -100% (a bootstrap of the *difference* of
+medians, divided by A's median, gave -126% where A's calls were spread wide); the percentile interval of a
+ratio is that of its logarithm, so a halving and a doubling are treated alike.
 
 Deltas are B - A (positive: B is slower / has more), percentages relative to A.
 
 - :func:`compute` -- per framework, batch size and scenario present in both: medians, p90s, throughputs,
   deltas, p-value. When the two share no framework and each has one (torch vs onnxruntime), rows are
-  matched on batch size and scenario.
+  matched on batch size and scenario. What cannot hold silently is said in ``attrs["warnings"]``: two
+  different models compared, and frameworks or batch sizes in one side only (left out by name).
 - :func:`layers` -- per layer name: median per-predict-call time (self time, summed over the calls of that
   name) in A and B, delta, Mann-Whitney p-value over the traced repetitions.
 """
@@ -52,21 +59,65 @@ def _parts(ev, side: str) -> tuple[pd.DataFrame, dict]:
     return latency, dict(samples or {})
 
 
+def ratio_ci(a, b, seed: int = 0, resamples: int = RESAMPLES) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of median(b) / median(a) (positive samples, any one unit): each
+    side's median resampled on its own, the ratio of each pair of resampled medians, its 2.5% and 97.5%
+    quantiles. Always within (0, inf) for positive samples."""
+    rng = np.random.default_rng(seed)
+    ratio = bootstrap_medians(b, resamples, rng) / bootstrap_medians(a, resamples, rng)
+    lo, hi = np.quantile(ratio, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
 def _test(a_ns: np.ndarray | None, b_ns: np.ndarray | None, seed: int) -> dict:
     if a_ns is None or b_ns is None or len(a_ns) == 0 or len(b_ns) == 0:
-        return dict(p_value=np.nan, delta_ci_low_ms=np.nan, delta_ci_high_ms=np.nan)
+        return dict(p_value=np.nan, latency_ratio_low=np.nan, latency_ratio_high=np.nan)
     stats = _plot.scipy_stats()
     a, b = np.asarray(a_ns, dtype=float) / 1e6, np.asarray(b_ns, dtype=float) / 1e6
     p = float(stats.mannwhitneyu(b, a, alternative="two-sided").pvalue)
-    rng = np.random.default_rng(seed)
-    diff = bootstrap_medians(b, RESAMPLES, rng) - bootstrap_medians(a, RESAMPLES, rng)
-    lo, hi = np.quantile(diff, [0.025, 0.975])
-    return dict(p_value=p, delta_ci_low_ms=float(lo), delta_ci_high_ms=float(hi))
+    lo, hi = ratio_ci(a, b, seed)
+    return dict(p_value=p, latency_ratio_low=lo, latency_ratio_high=hi)
+
+
+def _sides(lat: pd.DataFrame) -> dict[str, set[int]]:
+    """framework -> the batch sizes a latency frame measured."""
+    return {str(fw): set(int(b) for b in part["batch_size"]) for fw, part in lat.groupby("framework", sort=False)}
+
+
+def _left_out(lat_a: pd.DataFrame, lat_b: pd.DataFrame, labels: tuple[str, str], by_framework: bool) -> list[str]:
+    """What one side measured and the other did not, by name (never dropped in silence)."""
+    sides = _sides(lat_a), _sides(lat_b)
+    out = []
+    if by_framework:
+        for (mine, other), label in ((sides, labels[0]), (sides[::-1], labels[1])):
+            alone = [fw for fw in mine if fw not in other]
+            if alone:
+                out.append(f"left out: {', '.join(alone)} measured in {label} only")
+            for fw in (f for f in mine if f in other):
+                extra = sorted(mine[fw] - other[fw])
+                if extra:
+                    out.append(f"left out: {fw} at batch size(s) {', '.join(map(str, extra))}, measured in {label} "
+                               "only")
+    else:
+        for (mine, other), label in ((sides, labels[0]), (sides[::-1], labels[1])):
+            extra = sorted(set().union(*mine.values()) - set().union(*other.values()))
+            if extra:
+                out.append(f"left out: batch size(s) {', '.join(map(str, extra))}, measured in {label} only")
+    return out
+
+
+def _models(a, b, labels: tuple[str, str]) -> list[str]:
+    """A sentence when the two sides are evaluations of different models (named), else none."""
+    ma, mb = getattr(a, "model", None), getattr(b, "model", None)
+    if ma is None or mb is None or ma == mb:
+        return []
+    return [f"{labels[0]} is {ma} and {labels[1]} is {mb}: two different models, so the deltas compare the models "
+            "(and whatever else differs), not one model on two stacks"]
 
 
 def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, seed: int = 0) -> pd.DataFrame:
     """Per matched (framework, batch size, scenario): ``a_median_ms, b_median_ms, delta_median_ms,
-    delta_median_pct, delta_ci_low_ms, delta_ci_high_ms, a_p90_ms, b_p90_ms, delta_p90_ms, a_throughput_per_s,
+    delta_median_pct, latency_ratio, latency_ratio_low, latency_ratio_high, a_p90_ms, b_p90_ms, delta_p90_ms, a_throughput_per_s,
     b_throughput_per_s, delta_throughput_pct, a_samples, b_samples, p_value, significant, faster``.
 
     ``a``/``b``: Evaluations, or ``(latency frame, samples)`` pairs (samples: ``{(framework, batch_size,
@@ -74,6 +125,7 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
     else ``"no significant difference"``; followed by ``" (machine busy)"`` when either side's loop ran on a busy
     machine (``machine_busy``: that side's label, "both" or "" for neither; the latency frames' ``busy``,
     :mod:`mlms_nb.profilers.load`): such a difference may be the other programs', not A's or B's.
+    ``attrs["warnings"]``: different models, rows of one side only.
     """
     lat_a, samples_a = _parts(a, labels[0])
     lat_b, samples_b = _parts(b, labels[1])
@@ -107,7 +159,8 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
             "framework": fa if by_framework else f"{fa} vs {fb}", "batch_size": int(r["batch_size"]),
             "scenario": r["scenario"], "a_median_ms": med_a, "b_median_ms": med_b,
             "delta_median_ms": med_b - med_a, "delta_median_pct": 100.0 * (med_b - med_a) / med_a,
-            "delta_ci_low_ms": test["delta_ci_low_ms"], "delta_ci_high_ms": test["delta_ci_high_ms"],
+            "latency_ratio": med_b / med_a, "latency_ratio_low": test["latency_ratio_low"],
+            "latency_ratio_high": test["latency_ratio_high"],
             "a_p90_ms": p90_a, "b_p90_ms": p90_b, "delta_p90_ms": p90_b - p90_a,
             "a_throughput_per_s": tp_a, "b_throughput_per_s": tp_b,
             "delta_throughput_pct": 100.0 * (tp_b - tp_a) / tp_a if tp_a else np.nan,
@@ -121,14 +174,18 @@ def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, se
     missing = int((out["a_samples"].eq(0) | out["b_samples"].eq(0)).sum())
     out.attrs.update(analysis="compare", labels=tuple(labels), alpha=alpha, test=TEST)
     out.attrs["note"] = (f"deltas are {labels[1]} - {labels[0]} (positive: {labels[1]} slower), % of {labels[0]}; "
-                         f"p_value: {TEST}; significant: p < {alpha}; delta CI: 95% percentile bootstrap of the "
-                         f"difference of medians ({RESAMPLES} resamples, seeded); medians, p90 and throughput as "
-                         f"each evaluation reported them (untraced timed loops)"
+                         f"p_value: {TEST}; significant: p < {alpha}; latency ratio: {labels[1]}'s median over "
+                         f"{labels[0]}'s, its low..high the 95% percentile bootstrap interval of that ratio "
+                         f"({RESAMPLES} resamples of each side, seeded): above 0, a change above -100%; medians, p90 "
+                         "and throughput as each evaluation reported them (untraced timed loops)"
                          + (f"; {missing} row(s) had no raw samples, so no test" if missing else "")
                          + ("; machine busy: a side timed while other programs took the CPU its threads needed (see "
                             "its warnings): its difference may be theirs" if "machine_busy" in out
                             and out["machine_busy"].astype(bool).any() else ""))
-    out.attrs["title"] = f"{labels[1]} vs {labels[0]}: latency"
+    models = _models(a, b, labels)
+    out.attrs["warnings"] = models + _left_out(lat_a, lat_b, labels, by_framework)
+    out.attrs["title"] = f"{labels[1]} vs {labels[0]}: latency" + (
+        f" of two different models ({b.model} vs {a.model})" if models else "")
     return out
 
 
@@ -210,8 +267,8 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, batch_size: int | None = N
             sel = df["significant"].to_numpy() == sig
             if sel.any():
                 panel.hbars(np.array(labels)[sel], df.loc[sel, "delta_median_pct"], color=color)
-        scale = 100.0 / df["a_median_ms"]
-        panel.whiskers(labels, df["delta_ci_low_ms"] * scale, df["delta_ci_high_ms"] * scale, horizontal=True)
+        panel.whiskers(labels, 100.0 * (df["latency_ratio_low"] - 1.0), 100.0 * (df["latency_ratio_high"] - 1.0),
+                       horizontal=True)
         panel.text(df["delta_median_pct"], labels, [f"p={p:.2g}" for p in df["p_value"]])
         return _plot.combine([panel])
     bs = batch_size if batch_size is not None else int(df["batch_size"].min())

@@ -5,14 +5,21 @@ Definitions (``a`` is the reference tensor of a pair, ``b`` the other one, over 
 
 - ``max_abs_error`` = max |b - a|, in the tensor's own units;
 - ``max_rel_error`` = max |b - a| / max |a|: the largest error relative to the layer's range of values
-  (an element-wise |b - a| / |a| explodes on the zeros a ReLU makes, so it is not used);
+  (an element-wise |b - a| / |a| explodes on the zeros a ReLU makes, so it is not used). A worst case over
+  every element of every input: one element far off (an INT8 activation rounded to the other side of a ReLU6's
+  clip) makes it large while the layer as a whole agrees;
+- ``rms_rel_error`` = sqrt(sum (b - a)^2 / sum a^2): the typical error relative to the layer's typical value
+  (the root mean square of the error over that of the reference), what the layer as a whole is off by;
 - ``cosine_similarity`` = <a, b> / (|a| |b|) over the flattened outputs of all inputs (1 = same direction);
 - output divergences of softmax(logits): ``KL(p_a || p_b)`` and Jensen-Shannon ``JS(p_a, p_b)`` in nats,
   mean and max over inputs; ``top1_agreement`` = share of inputs whose top-1 classes are equal.
 
 The layer table (:func:`layer_table`) has one row per aligned layer in execution order and, per pair
-``a~b``, the columns ``max_abs_error[a~b]``, ``max_rel_error[a~b]``, ``cosine_similarity[a~b]`` (NaN where one
-of the two frameworks has no such tensor), then per framework ``latency_ms[f]`` and ``latency_iqr_ms[f]``.
+``a~b``, the columns ``max_abs_error[a~b]``, ``max_rel_error[a~b]``, ``rms_rel_error[a~b]``,
+``cosine_similarity[a~b]`` (NaN where one of the two frameworks has no such tensor), then per framework
+``latency_ms[f]`` and ``latency_iqr_ms[f]``. :func:`implausible_layers` says, in sentences, where a layer's error
+contradicts the agreement of the outputs (what must hold: a model whose outputs agree has no layer that is wholly
+off).
 """
 from __future__ import annotations
 
@@ -33,12 +40,12 @@ ANALYSIS = "divergence.layers"
 class ErrorStats:
     """Running error statistics of one tensor pair, fed batch by batch (float64 sums)."""
 
-    __slots__ = ("max_abs_error", "max_abs_reference", "dot", "norm_a", "norm_b", "count")
+    __slots__ = ("max_abs_error", "max_abs_reference", "dot", "norm_a", "norm_b", "squared_error", "count")
 
     def __init__(self) -> None:
         self.max_abs_error = 0.0
         self.max_abs_reference = 0.0
-        self.dot = self.norm_a = self.norm_b = 0.0
+        self.dot = self.norm_a = self.norm_b = self.squared_error = 0.0
         self.count = 0
 
     def update(self, a: np.ndarray, b: np.ndarray) -> "ErrorStats":
@@ -50,7 +57,9 @@ class ErrorStats:
         a64 = a.astype(np.float64, copy=False).ravel()
         b64 = b.astype(np.float64, copy=False).ravel()
         if a64.size:
-            self.max_abs_error = max(self.max_abs_error, float(np.max(np.abs(b64 - a64))))
+            diff = b64 - a64
+            self.max_abs_error = max(self.max_abs_error, float(np.max(np.abs(diff))))
+            self.squared_error += float(diff @ diff)  # summed directly: norms' differences cancel badly near 0
             self.max_abs_reference = max(self.max_abs_reference, float(np.max(np.abs(a64))))
             self.dot += float(a64 @ b64)
             self.norm_a += float(a64 @ a64)
@@ -59,14 +68,17 @@ class ErrorStats:
         return self
 
     def result(self) -> dict[str, float]:
-        """``max_abs_error``, ``max_rel_error``, ``cosine_similarity`` (NaN when undefined)."""
+        """``max_abs_error``, ``max_rel_error``, ``rms_rel_error``, ``cosine_similarity`` (NaN when undefined)."""
         rel = self.max_abs_error / self.max_abs_reference if self.max_abs_reference > 0 else (
             0.0 if self.max_abs_error == 0 else np.inf)
+        rms = np.sqrt(self.squared_error / self.norm_a) if self.norm_a > 0 else (
+            0.0 if self.squared_error == 0 else np.inf)
         denominator = np.sqrt(self.norm_a) * np.sqrt(self.norm_b)
         cosine = self.dot / denominator if denominator > 0 else (1.0 if self.norm_a == self.norm_b == 0 else np.nan)
         if not self.count:
-            return dict(max_abs_error=np.nan, max_rel_error=np.nan, cosine_similarity=np.nan)
-        return dict(max_abs_error=self.max_abs_error, max_rel_error=float(rel), cosine_similarity=float(cosine))
+            return dict(max_abs_error=np.nan, max_rel_error=np.nan, rms_rel_error=np.nan, cosine_similarity=np.nan)
+        return dict(max_abs_error=self.max_abs_error, max_rel_error=float(rel), rms_rel_error=float(rms),
+                    cosine_similarity=float(cosine))
 
 
 def tensor_errors(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
@@ -196,19 +208,87 @@ def first_divergent(table: pd.DataFrame, pair: str, tolerance: float, metric: st
     return int(over[0]) if over.size else None
 
 
+IMPLAUSIBLE_MAX_REL = 0.5
+"""A layer whose worst element is off by more than half the layer's range is checked against the outputs."""
+OUTPUTS_AGREE = 0.99
+"""Top-1 agreement from which a pair's outputs count as agreeing (every input, up to rounding)."""
+WHOLE_LAYER_AGREES = (0.3, 0.95)
+"""rms_rel_error at most 30% and cosine similarity at least 0.95: the layer as a whole agrees. An INT8 copy of
+EfficientNet-Lite0 stays within 18% and 0.98 at every layer; another layer's tensor compared (ReLU6 outputs
+of two layers) has a cosine similarity well below 0.95, a uint8 tensor not dequantized an rms_rel_error in the
+tens (1 / its scale)."""
+
+
+def _named(rows: pd.DataFrame, col: str, most: int = 3) -> str:
+    """``_swish#1 (84%), _blocks.3._swish (67%) and 4 more``: the worst rows first."""
+    rows = rows.sort_values(col, ascending=False)
+    named = ", ".join(f"{layer} ({value:.0%})" for layer, value in zip(rows["layer"].head(most), rows[col].head(most)))
+    return named + (f" and {len(rows) - most} more" if len(rows) > most else "")
+
+
+def implausible_layers(table: pd.DataFrame, outputs: pd.DataFrame) -> dict[str, list[str]]:
+    """Per pair with the reference (the first framework), the sentences a reader needs where a layer's
+    ``max_rel_error`` is above :data:`IMPLAUSIBLE_MAX_REL` while the pair's outputs agree on top-1
+    (:data:`OUTPUTS_AGREE`): what must hold is that outputs which agree come from layers that agree.
+
+    - the layer as a whole agrees (``rms_rel_error`` and cosine similarity within :data:`WHOLE_LAYER_AGREES`):
+      the maximum is a few elements far off, said once per pair with the worst layers named;
+    - it does not: the error contradicts the outputs' agreement, the worst layers named: the likely causes are a
+      misaligned tensor (another layer's output compared) or a quantized tensor compared without dequantizing.
+    """
+    out: dict[str, list[str]] = {}
+    agreement = outputs.set_index("pair")["top1_agreement"] if len(outputs) else pd.Series(dtype=float)
+    rms_most, cosine_least = WHOLE_LAYER_AGREES
+    reference = (table.attrs.get("frameworks") or [None])[0]
+    for pair in table.attrs.get("pairs", []):
+        if not pair.startswith(f"{reference}~"):  # a layer off between two others is off against the reference too
+            continue
+        agree = float(agreement.get(pair, np.nan))
+        if not agree >= OUTPUTS_AGREE:
+            continue
+        mx, rms, cos = (column(m, pair) for m in ("max_rel_error", "rms_rel_error", "cosine_similarity"))
+        high = table[table[mx].to_numpy(dtype=float) > IMPLAUSIBLE_MAX_REL]
+        if high.empty:
+            continue
+        whole = (high[rms].to_numpy(dtype=float) <= rms_most) & (high[cos].to_numpy(dtype=float) >= cosine_least)
+        said = []
+        outliers, wrong = high[whole], high[~whole]
+        if len(outliers):
+            said.append(
+                f"{pair}: {len(outliers)} layer(s) have a max_rel_error above {IMPLAUSIBLE_MAX_REL:.0%} of the layer's "
+                f"largest value ({_named(outliers, mx)}) while top-1 agrees on {agree:.0%} of the inputs; not a "
+                f"misalignment: as a whole these layers agree (rms_rel_error at most {outliers[rms].max():.1%}, "
+                f"cosine similarity at least {outliers[cos].min():.3f}), so the maximum is a few elements far off "
+                "(in an INT8 copy: activations rounded across a clipping edge); rms_rel_error is the layer's typical "
+                "error")
+        if len(wrong):
+            worst = wrong.sort_values(mx, ascending=False).to_dict("records")
+            named = "; ".join(f"{r['layer']} (max_rel_error {r[mx]:.0%}, rms_rel_error {r[rms]:.0%}, cosine "
+                              f"similarity {r[cos]:.3f})" for r in worst[:3])
+            whose = (f"layer {named}: its error contradicts" if len(worst) == 1 else
+                     f"layers {named}" + (f" and {len(worst) - 3} more" if len(worst) > 3 else "")
+                     + ": their errors contradict")
+            said.append(
+                f"{pair}: {whose} the outputs' agreement (top-1 agrees on {agree:.0%} of the inputs): likely "
+                "misaligned (another tensor compared) or a quantized tensor compared without dequantizing")
+        out[pair] = said
+    return out
+
+
 def plot(table: pd.DataFrame, backend: str = "bokeh", metric: str = "max_rel_error", title: str | None = None):
     """Error per layer in execution order (log y, tolerance line) beside each framework's latency per layer.
 
     Left panel: ``metric`` per pair; right panel: latency (median ms) per framework, same x axis.
     """
     _plot.require_analysis(table, ANALYSIS)
-    if metric not in METRICS[:2]:
-        raise _plot.AnalysisError(f"metric {metric!r}: expected one of max_abs_error, max_rel_error")
+    if metric not in METRICS[:3]:
+        raise _plot.AnalysisError(f"metric {metric!r}: expected one of {', '.join(METRICS[:3])}")
     pairs, frameworks = table.attrs["pairs"], table.attrs["frameworks"]
     tolerance = float(table.attrs["tolerance"])
     x = np.arange(len(table), dtype=float)
     names = [str(v) for v in table.get("layer", table.index)]
-    unit = "(error / max |reference|)" if metric == "max_rel_error" else "(tensor units)"
+    unit = {"max_rel_error": "(max |error| / max |reference|)",
+            "rms_rel_error": "(RMS error / RMS reference)"}.get(metric, "(tensor units)")
     panels = _plot.charts(backend, [
         dict(title=f"{metric} per layer, over all inputs (log scale; dashed: tolerance {tolerance:g})",
              x_label="layer (execution order, index)", y_label=f"{metric} {unit}", y_log=True),

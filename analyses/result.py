@@ -26,6 +26,12 @@ class Analysis(ShownByDisplay, FramesForPeople):
     def note(self) -> str:
         return str(self.table.attrs.get("note", ""))
 
+    @property
+    def warnings(self) -> list[str]:
+        """What must be read before the table is trusted (``table.attrs["warnings"]``: two different models
+        compared, rows one side alone measured), one sentence each; empty when there is nothing to say."""
+        return [str(w) for w in self.table.attrs.get("warnings", [])]
+
     def plot(self, backend: str = "bokeh", **kwargs):
         """The figure: a Bokeh layout (``backend="bokeh"``) or a matplotlib Figure (``"matplotlib"``)."""
         if self.draw is None:

@@ -7,7 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from mlms_nb._bootstrap import RESAMPLES, bootstrap_medians
 from mlms_nb.analyses import batch_scaling, compare, figure_page, kernels, layers, normalized, roofline
 from mlms_nb.analyses._plot import AnalysisError
 from mlms_nb.errors import MlmsError
@@ -313,9 +316,11 @@ def test_compare_p_value_small_for_different_samples_and_large_for_identical_dis
     same = cmp[cmp["batch_size"] == 8].iloc[0]
     assert slower["p_value"] < 1e-10 and slower["significant"] and slower["faster"] == "before"
     assert slower["delta_median_pct"] == pytest.approx(20.0, abs=3.0)
-    assert slower["delta_ci_low_ms"] < slower["delta_median_ms"] < slower["delta_ci_high_ms"]
+    assert slower["latency_ratio_low"] < slower["latency_ratio"] < slower["latency_ratio_high"]
+    assert slower["latency_ratio"] == pytest.approx(1 + slower["delta_median_pct"] / 100)
     assert same["p_value"] > 0.2 and not same["significant"] and same["faster"] == "no significant difference"
-    assert same["delta_ci_low_ms"] < 0 < same["delta_ci_high_ms"]
+    assert same["latency_ratio_low"] < 1 < same["latency_ratio_high"]
+    assert cmp.attrs["warnings"] == []  # the same frameworks and batch sizes on both sides
     assert "Mann-Whitney U" in cmp.attrs["note"] and cmp["a_samples"].eq(200).all()
     # two frameworks, one each: matched on batch size
     c = evaluation_parts({("onnxruntime", 1): 6e6}, seed=3)
@@ -323,6 +328,45 @@ def test_compare_p_value_small_for_different_samples_and_large_for_identical_dis
     assert cross["framework"].tolist() == ["torch vs onnxruntime"] and cross["significant"].all()
     for backend in BACKENDS:
         check_plot(compare.plot(cmp, backend), "(%)")
+
+
+def test_a_latency_change_interval_never_falls_below_minus_100_percent():
+    """The case a user met: A's calls spread wide (a busy machine), B a model 1000x faster. A bootstrap of the
+    difference of medians over A's median reaches below -100% (B's latency negative); the ratio's cannot."""
+    a_ms = np.array([900.0, 1100.0, 1720.0, 3800.0, 3900.0])
+    b_ms = np.array([0.55, 0.6, 0.62, 0.58, 0.61])
+    rng = np.random.default_rng(0)
+    difference = bootstrap_medians(b_ms, RESAMPLES, rng) - bootstrap_medians(a_ms, RESAMPLES, rng)
+    assert 100 * np.quantile(difference, 0.025) / np.median(a_ms) < -100  # what the old interval showed
+    def side(ms):
+        latency = pd.DataFrame([{"framework": "torch", "batch_size": 1, "median_ms": float(np.median(ms))}])
+        return latency, {("torch", 1, "single-stream"): (ms * 1e6).astype(np.int64)}
+
+    cmp = compare.compute(side(a_ms), side(b_ms))
+    row = cmp.iloc[0]
+    assert 0 < row["latency_ratio_low"] <= row["latency_ratio"] <= row["latency_ratio_high"] < 1
+    assert "a change above -100%" in cmp.attrs["note"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(1e-3, 1e4), min_size=1, max_size=40), st.lists(st.floats(1e-3, 1e4), min_size=1, max_size=40),
+       st.integers(0, 2**16))
+def test_the_ratio_interval_is_a_latency_change_that_can_happen(a, b, seed):
+    """Any positive samples: the interval of B's median over A's lies in (0, inf) and is ordered; as a change,
+    within (-100%, inf)."""
+    low, high = compare.ratio_ci(np.array(a), np.array(b), seed, resamples=200)
+    assert 0 < low <= high < np.inf
+    assert low <= max(b) / min(a) and high >= min(b) / max(a)
+
+
+def test_compare_names_what_one_side_alone_measured():
+    a = evaluation_parts({("torch", 1): 10e6, ("torch", 8): 40e6, ("tensorflow", 1): 9e6}, seed=0)
+    b = evaluation_parts({("torch", 1): 11e6, ("onnxruntime", 1): 6e6}, seed=1)
+    cmp = compare.compute(a, b)
+    assert cmp["framework"].tolist() == ["torch"]
+    assert cmp.attrs["warnings"] == ["left out: tensorflow measured in A only",
+                                     "left out: torch at batch size(s) 8, measured in A only",
+                                     "left out: onnxruntime measured in B only"]
 
 
 def test_compare_and_scaling_take_real_evaluations(evaluation):

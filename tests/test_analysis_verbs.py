@@ -75,6 +75,9 @@ def test_cli_compare_two_runs(runs, shared_home, capsys):
     traced, plain = runs
     data = cli_json(capsys, "compare", traced.id, plain.id, "--plot", "none")
     assert {r["batch_size"] for r in data["rows"]} == {1, 2}
+    # the id names the whole traced run (PyTorch and ONNX Runtime): compared on ONNX Runtime, PyTorch named as left out
+    assert {r["framework"] for r in data["rows"]} == {"onnxruntime"}
+    assert data["warnings"] == ["left out: torch measured in A only"]
     assert all(0 <= r["p_value"] <= 1 for r in data["rows"])
 
 
@@ -121,6 +124,7 @@ def test_compare_by_evaluation_id_of_two_multi_framework_traced_runs(two_framewo
     a, b = two_framework_runs
     data = cli_json(capsys, "compare", a.id, b.id, "--plot", "none")
     assert {r["framework"] for r in data["rows"]} == {"torch", "onnxruntime"}
+    assert data["warnings"] == [f"left out: {fw} at batch size(s) 2, measured in A only" for fw in a.frameworks]
     layers = data["layers"]
     assert {r["framework"] for r in layers} == {"torch", "onnxruntime"}
     assert all(0 <= r["p_value"] <= 1 for r in layers)

@@ -118,6 +118,19 @@ def test_manifest_built_in_python_saves_and_reloads(tiny, monkeypatch):
     np.testing.assert_array_equal(first.probabilities["torch"], second.probabilities["torch"])
 
 
+def test_comparing_a_users_model_with_a_built_in_one_says_they_differ(tiny, real_evaluation):
+    """EfficientNet-Lite0 against the user's own CNN: the comparison runs (a user may mean it) but says, in its title
+    and a warning, that two different models are compared; and the latency change's interval stays a change a
+    latency can make (above -100%), however far apart the two are."""
+    _, model = tiny
+    mine = mlms_nb.evaluate(model, inputs=torch.zeros(1, 3, 64, 64), **{**RUN, "keep_probabilities": False})
+    ab = mlms_nb.compare(real_evaluation, mine)
+    [warning] = ab.warnings
+    assert "two different models" in warning and "efficientnet_lite0" in warning and mine.model in warning
+    assert "two different models" in ab.title and warning in ab.to_text() and warning in ab._repr_html_()
+    assert (ab.table["latency_ratio_low"] > 0).all()
+
+
 def test_live_object_with_an_example_batch_and_magic(tiny):
     _, model = tiny
     ev = mlms_nb.evaluate(model, inputs=torch.zeros(2, 3, 64, 64), **{**RUN, "keep_probabilities": False})

@@ -106,3 +106,24 @@ def test_a_long_format_value_reads_in_its_units_prefix_to_its_iqr():
     assert _cells(text, "unit") == ["GFLOP/s", "GB/s", "FLOP/byte"], text
     assert _cells(text, "value") == ["76.5", "25", "3.09"], text
     assert "76,513" not in text and frame["value"].iloc[0] == 76_513_947_298.0  # the frame keeps its numbers
+
+
+def test_a_ratio_and_its_interval_read_to_one_precision():
+    """Columns read together share a precision, the finest of theirs: a latency ratio, its interval and the
+    speedup it stands for (across agents: ``1.00`` beside ``0.568`` before), run A's and run B's throughput
+    (``1.12`` beside ``0.514``)."""
+    from mlms_nb.analyses import normalized
+
+    latency = pd.DataFrame({"framework": ["torch"] * 2, "batch_size": [1, 1], "median_ms": [394.0, 693.0],
+                            "median_ci_low_ms": [380.0, 600.0], "median_ci_high_ms": [410.0, 800.0]})
+    runs = [type("Run", (), {"latency": latency.iloc[[i]], "agent": name})() for i, name in enumerate(["one", "two"])]
+    table = normalized.compute(runs, by="agent")
+    headers = ("latency ratio", "latency ratio low", "latency ratio high", "speedup")
+    text = table_text(table[["agent", "framework", "batch_size", "latency_ratio", "latency_ratio_low",
+                             "latency_ratio_high", "speedup"]])
+    cells = [v for h in headers for v in _cells(text, h)]
+    assert len(cells) == 8 and {len(v.split(".")[1]) for v in cells} == {3}, text
+    assert _cells(text, "speedup") == ["1.000", "0.569"] and _cells(text, "latency ratio")[0] == "1.000"
+    frame = pd.DataFrame({"framework": ["torch"], "a_throughput_per_s": [1.12], "b_throughput_per_s": [0.514]})
+    text = table_text(frame)
+    assert _cells(text, "a throughput (/s)") == ["1.120"] and _cells(text, "b throughput (/s)") == ["0.514"], text

@@ -135,6 +135,75 @@ def test_int8_accuracy_delta_matches_per_input_predictions(lite0):
 
 
 @pytest.mark.slow
+def test_int8_layer_errors_are_read_against_the_outputs_agreement(lite0):
+    """The INT8 copy's worst elements are far off at many layers (max_rel_error: the largest |b - a| over the
+    layer's largest |a|) while top-1 agrees: each INT8 tensor is still its fp32 layer's own (as a whole every layer
+    agrees: rms_rel_error and cosine similarity), and the run says so in one sentence, never a bare implausible
+    figure."""
+    layers = lite0.layers
+    mx, rms, cos = (A.column(m, INT8_PAIR) for m in ("max_rel_error", "rms_rel_error", "cosine_similarity"))
+    aligned = layers[rms].notna()
+    assert aligned.sum() > 60 and lite0.outputs.set_index("pair").at[INT8_PAIR, "top1_agreement"] == 1.0
+    assert (layers.loc[aligned, rms] <= A.WHOLE_LAYER_AGREES[0]).all()
+    assert (layers.loc[aligned, cos] >= A.WHOLE_LAYER_AGREES[1]).all()
+    for pair in FP32_PAIRS:
+        assert layers[A.column("rms_rel_error", pair)].max() < 1e-5
+    high = layers[layers[mx] > A.IMPLAUSIBLE_MAX_REL].sort_values(mx, ascending=False)
+    said = [w for w in lite0.warnings if w.startswith(f"{INT8_PAIR}:")]
+    assert not any("contradict" in w for w in lite0.warnings)
+    assert len(said) == (1 if len(high) else 0)
+    if len(high):  # 4 photos are enough for some: _blocks.3._swish is at 67% of its range from the first 2
+        assert f"{len(high)} layer(s)" in said[0] and high["layer"].iloc[0] in said[0]
+        assert "not a misalignment" in said[0] and said[0] in lite0.to_text()
+    assert "largest |a| of the reference layer" in lite0.notes["relative errors"]
+
+
+def _real_layer_tensors():
+    """Two photos through EfficientNet-Lite0 in PyTorch: a ReLU6 output, the BatchNorm output it clips (the layer
+    one before), a ReLU6 output of another block of the same shape, and the logits."""
+    from mlms_nb.data.datasets import open_dataset
+    from mlms_nb.data.transforms import Preprocessor
+    from mlms_nb.frameworks.base import open_predictor
+    from mlms_nb.manifest import find_manifest
+
+    manifest = find_manifest("efficientnet_lite0", framework="torch")
+    x = next(open_dataset("imagenet-samples", manifest).iter_batches(2, Preprocessor(manifest))).data
+    predictor = open_predictor(manifest)
+    try:
+        capture = predictor.capture()
+        keys = [("_blocks.2._swish", 0), ("_blocks.2._bn0", 0), ("_blocks.3._swish", 0)]
+        out, logits = capture.run(x, keys)
+    finally:
+        predictor.close()
+    return [np.asarray(out[k], np.float64) for k in keys], np.asarray(logits, np.float64).reshape(len(x), -1)
+
+
+@pytest.mark.slow
+def test_layer_errors_that_contradict_the_outputs_agreement_are_flagged(models_home):
+    """On real activations: a tensor compared with the layer before it, with another block's, or with its uint8
+    quantized copy not dequantized, is flagged as contradicting outputs that agree; a layer whose worst element is
+    off but which agrees as a whole is said to be so; nothing is flagged when the outputs disagree anyway."""
+    (swish, bn, other), logits = _real_layer_tensors()
+    scale = 6 / 255  # ReLU6's range in uint8, as the INT8 copy quantizes it
+    rounded = np.round(swish / scale) * scale
+    flipped = rounded.copy().ravel()
+    flipped[np.argmax(flipped)] = 0.0  # one element of 1.8 million off by the whole range
+    compared = {"int8 round trip": rounded, "one element off": flipped.reshape(swish.shape), "layer before": bn,
+                "another block": other, "uint8 not dequantized": np.round(swish / scale).astype(np.uint8)}
+    errors = {(i, "torch~int8"): A.tensor_errors(swish, b) for i, b in enumerate(compared.values())}
+    table = A.layer_table(pd.DataFrame({"layer": list(compared)}), errors, {}, [("torch", "int8")], ["torch", "int8"],
+                          1e-4)
+    agree = A.output_table({"torch": logits, "int8": logits + 1e-3}, [("torch", "int8")])
+    [outliers, contradiction] = A.implausible_layers(table, agree)["torch~int8"]
+    assert "1 layer(s)" in outliers and "one element off (100%)" in outliers and "not a misalignment" in outliers
+    for name in ("layer before", "another block", "uint8 not dequantized"):
+        assert name in contradiction
+    assert "int8 round trip" not in outliers + contradiction and "likely misaligned" in contradiction
+    disagree = A.output_table({"torch": logits, "int8": -logits}, [("torch", "int8")])
+    assert A.implausible_layers(table, disagree) == {}
+
+
+@pytest.mark.slow
 def test_layer_latency_beside_error(lite0):
     layers = lite0.layers
     for fw in lite0.frameworks:
@@ -213,6 +282,7 @@ def test_error_metrics_on_constructed_tensors():
     e = A.tensor_errors(a, b)
     assert e["max_abs_error"] == pytest.approx(0.5)
     assert e["max_rel_error"] == pytest.approx(0.5 / 4.0)  # relative to max |reference|, zeros are harmless
+    assert e["rms_rel_error"] == pytest.approx(np.sqrt(0.25 / 20.0))  # sum of squared errors over that of a
     assert e["cosine_similarity"] == pytest.approx((0 + 5 + 16) / (np.sqrt(20) * np.sqrt(22.25)))
     stats = A.ErrorStats().update(a[:, :2], b[:, :2]).update(a[:, 2:], b[:, 2:])  # batch by batch == at once
     assert stats.result() == pytest.approx(e)

@@ -126,6 +126,17 @@ def test_evaluate_generate_offline_both_kv_settings(mlms_home):
     text = repr(ev)
     assert "TTFT median (ms)" in text and "TPOT median (ms)" in text and "tokens/s total" in text
     assert "Greedy agreement" in text
+    # every "unstable" tag has its sentence, and sits with TPOT, whose spread it is about (not in "requests")
+    said = {(int(w.split("batch size ")[1].split(",")[0]), "(KV cache)" in w) for w in ev.warnings
+            if "TPOT is unstable" in w}
+    assert said == {(int(r.batch_size), bool(r.kv_cache)) for r in gen.itertuples() if r.unstable}
+    ev.generation = ev.generation.assign(unstable=[True, False, False, False])
+    table = next(t for t in ev._repr_html_().split("<table")[1:] if "TPOT median (ms)" in t)
+    headers = re.findall(r"<th>(.*?)</th>", table)
+    cells = [dict(zip(headers, re.findall(r"<td[^>]*>(.*?)</td>", row)))
+             for row in re.findall(r"<tr>(.*?)</tr>", table) if "<td" in row]
+    tagged = [(name, value) for row in cells for name, value in row.items() if value.endswith("unstable")]
+    assert len(cells) == 4 and tagged == [("TPOT median (ms)", cells[0]["TPOT median (ms)"])]
     back = mlms_nb.load_evaluation(ev.history_ids[0])  # stored in the history, generation frames included
     assert len(back.generation) == 4 and len(back.generation_requests) == len(reqs)
     assert ev.outcomes["torch"]["status"] == "complete"

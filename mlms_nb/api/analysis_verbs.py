@@ -150,8 +150,9 @@ def compare(run_a, run_b, options: CompareOptions, *, labels: tuple[str, str] = 
     elif options.framework_a or options.framework_b:
         raise MlmsError(f"{spell('framework_a', options.framework_a or options.framework_b)} picks the layers to "
                         f"compare, and only traced runs have layers: {'A' if not a.traces else 'B'} was not traced")
-    return Analysis("compare", f"{labels[0]} = {a.model} ({a.id}) vs {labels[1]} = {b.model} ({b.id})", table,
-                    _compare.plot, extra=extra)
+    different = " (two different models: see the warning)" if a.model != b.model else ""
+    return Analysis("compare", f"{labels[0]} = {a.model} ({a.id}) vs {labels[1]} = {b.model} ({b.id}){different}",
+                    table, _compare.plot, extra=extra)
 
 
 def _compare_layers(a: Evaluation, b: Evaluation, options: CompareOptions, labels) -> pd.DataFrame:

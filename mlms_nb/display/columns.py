@@ -207,6 +207,7 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
     keys = []
     described = {name: describe_column(name, frame[name]) for name in names}
     spread = spread_decimals(frame, {n: c.scale for n, c in described.items()})
+    share_decimals([described[n] for n in names if n not in spread])
     for name in names:
         values = frame[name]
         col = described[name]
@@ -229,6 +230,35 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
     result = pd.DataFrame(out, index=range(len(frame)))
     result.attrs = {"keys": keys, "note": str(frame.attrs.get("note", ""))}
     return result
+
+
+_SIDE = re.compile(r"^[ab]_")
+_BOUND = re.compile(r"^(?P<stat>.+?)_(?:ci_)?(?:low|high)(?P<unit>_[a-z]+)?$")
+#: Columns that are one quantity written two ways
+_SAME = {"speedup": "latency_ratio"}
+
+
+def family(name: str) -> str:
+    """The statistic a column is read with: ``a_x`` and ``b_x`` (two runs) -> ``x``; ``x_low``, ``x_high``,
+    ``x_ci_low`` (an interval) -> ``x``; ``<stat>_ci_low_<unit>`` -> ``<stat>_<unit>``; a speedup (1 / latency
+    ratio) -> ``latency_ratio``."""
+    name = _SIDE.sub("", name)
+    m = _BOUND.match(name)
+    name = f"{m['stat']}{m['unit'] or ''}" if m else name
+    return _SAME.get(name, name)
+
+
+def share_decimals(columns: Sequence[Column]) -> None:
+    """Columns read together (:func:`family`: a ratio and its interval, run A's and run B's figure) at the same
+    scale get one precision, the finest of theirs: ``1.000`` beside ``0.568``, never ``1.00``."""
+    groups: dict[tuple[str, float], list[Column]] = {}
+    for col in columns:
+        if col.decimals is not None:
+            groups.setdefault((family(col.name), col.scale), []).append(col)
+    for members in groups.values():
+        finest = max(c.decimals for c in members)
+        for c in members:
+            c.decimals = finest
 
 
 def _text(value, max_text: int) -> str:

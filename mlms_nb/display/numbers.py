@@ -42,17 +42,26 @@ def fmt_int(value: Any) -> str:
 
 
 def fmt_overhead(pct: Any, noise: Any = None) -> str:
-    """A tracing overhead (%) against its noise (%): "within noise (±x%)" when it lies inside it (a negative one
-    always: tracing cannot speed a call up), else the percentage with its noise."""
+    """A tracing overhead (%) against its noise (%): "within noise (±x%)" when it lies inside it; the percentage
+    with its noise when above it; never a bare negative percentage: tracing cannot speed a call up, so a traced
+    pass faster than the untraced one beyond the noise says the two ran under different conditions (the
+    machine's load changed between them), and reads as such."""
     if is_missing(pct):
         return "-"
     pct = float(pct)
     if is_missing(noise):
         return "within noise (spread not recorded)" if pct <= 0 else f"{pct:+.1f}% (spread not recorded)"
     noise = float(noise)
-    if abs(pct) <= noise or pct < 0:
+    if abs(pct) <= noise:
         return f"within noise (±{noise:.1f}%)"
+    if pct < 0:
+        return f"none: traced {-pct:.1f}% faster (noise ±{noise:.1f}%)"  # the note says why: CONDITIONS_CHANGED
     return f"+{pct:.1f}% (±{noise:.1f}%)"
+
+
+CONDITIONS_CHANGED = ("A traced pass faster than the untraced one beyond their noise measures no overhead: tracing "
+                      "cannot speed a call up, so the two passes ran under different conditions (the machine's load "
+                      "or clock changed between them); rerun on a quiet machine to measure the overhead.")
 
 
 def overhead_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -66,6 +75,8 @@ def overhead_frame(frame: pd.DataFrame) -> pd.DataFrame:
     out["overhead"] = [fmt_overhead(p, n) + ("; machine busy" if b is True or b == 1 else "")
                        for p, n, b in zip(frame["overhead_pct"], noise, busy)]
     out.attrs.update(frame.attrs)
+    if any(text.startswith("none: ") for text in out["overhead"]):
+        out.attrs["note"] = " ".join(filter(None, [str(frame.attrs.get("note", "")), CONDITIONS_CHANGED]))
     figures = [_noise_figures(n) for n in noise]
     out.attrs["figures"] = {c: figures for c in ("untraced_median_ms", "traced_median_ms") if c in frame}
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from mlms_nb.display.layout import table_html, table_text
+from mlms_nb.display.numbers import overhead_frame
 
 #: Rows a :class:`PeopleFrame` shows before it says how many more there are
 SHOWN_ROWS = 60
@@ -31,10 +32,16 @@ class PeopleFrame(pd.DataFrame):
         return PeopleFrame
 
     def _repr_html_(self) -> str:
-        return table_html(_plain(pd.DataFrame(self)), max_rows=SHOWN_ROWS)
+        return table_html(_read(pd.DataFrame(self)), max_rows=SHOWN_ROWS)
 
     def __repr__(self) -> str:
-        return table_text(_plain(pd.DataFrame(self)), max_rows=SHOWN_ROWS) if len(self.columns) else "(no columns)"
+        return table_text(_read(pd.DataFrame(self)), max_rows=SHOWN_ROWS) if len(self.columns) else "(no columns)"
+
+
+def _read(frame: pd.DataFrame) -> pd.DataFrame:
+    """What a PeopleFrame shows: :func:`_plain`, with a tracing overhead read against its noise
+    (:func:`~mlms_nb.display.numbers.overhead_frame`: never a bare negative percentage)."""
+    return overhead_frame(_plain(frame))
 
 
 def _shown_as(cls: type, frame):

@@ -11,11 +11,12 @@ from mlms_nb.schema.divergence import column, pair_label
 def analysis_parts(a) -> list:
     extras = [Table(frame, name.replace("_", " ").capitalize(), empty=f"no {name.replace('_', ' ')}")
               for name, frame in a.extra.items()]
-    return [Table(a.table, a.title, note=a.note), *extras]
+    warnings = [Notes("Warnings", a.warnings)] if getattr(a, "warnings", None) else []
+    return [Table(a.table, a.title, note=a.note), *warnings, *extras]
 
 
 def analysis_json(a) -> dict:
-    return {"title": a.title, "note": a.note, "rows": records(a.table),
+    return {"title": a.title, "note": a.note, "warnings": list(getattr(a, "warnings", [])), "rows": records(a.table),
             **{name: records(frame) for name, frame in a.extra.items()}}
 
 
@@ -43,7 +44,8 @@ def divergence_text(d) -> str:
              + [column("latency_ms", f) for f in d.frameworks])
     return "\n".join([f"Divergence of {d.model}", *(f"  {label}: {text}" for label, text in _divergence_header(d)),
                       d.layers[shown].to_string(max_rows=20, float_format=lambda v: f"{v:.3g}"),
-                      *(f"  {k}: {v}" for k, v in d.notes.items())])
+                      *(f"  {k}: {v}" for k, v in d.notes.items()),
+                      *(["Warnings:", *(f"  - {w}" for w in d.warnings)] if d.warnings else [])])
 
 
 def divergence_html(d) -> str:
@@ -55,6 +57,9 @@ def divergence_html(d) -> str:
 
     parts = ['<div class="mlms-divergence">', f"<h4>Divergence of {esc(d.model)}</h4>"]
     parts += [f"<div><b>{esc(label)}:</b> {esc(text)}</div>" for label, text in _divergence_header(d)]
+    if d.warnings:
+        parts.append('<div style="color:#a60"><b>Warnings:</b><ul>'
+                     + "".join(f"<li>{esc(w)}</li>" for w in d.warnings) + "</ul></div>")
     parts += [details("outputs per pair", d.outputs, 4), details("accuracy per framework", d.accuracy, 4),
               details("per layer (error, latency in ms)", d.layers.drop(columns=["layer_name", "call"]), 3, 200)]
     parts.append("<ul>" + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in d.notes.items()) + "</ul></div>")
@@ -62,7 +67,8 @@ def divergence_html(d) -> str:
 
 
 def divergence_json(d) -> dict:
-    return {"layers": records(d.layers), "first_divergent_layer": d.first_divergent_layer}
+    return {"layers": records(d.layers), "first_divergent_layer": d.first_divergent_layer,
+            "warnings": list(d.warnings)}
 
 
 # ---------------------------------------------------------------------------------------------- traces

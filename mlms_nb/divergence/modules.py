@@ -20,7 +20,7 @@ import pandas as pd
 from mlms_nb.analyses import divergence as _analysis
 from mlms_nb.divergence.align import build_rows, fold_map
 from mlms_nb.divergence.result import Divergence
-from mlms_nb.divergence.run import ALIGNMENT_RULE, compare_captures, layer_frame
+from mlms_nb.divergence.run import ALIGNMENT_RULE, RELATIVE_ERRORS, compare_captures, layer_frame
 from mlms_nb.errors import MlmsError
 
 LATENCY_COLUMNS = ("framework", "layers_ms", "unattributed_ms", "total_ms", "total_iqr_ms", "timed_calls", "batch_size",
@@ -90,6 +90,7 @@ def diverge_module(module: Any, inputs: np.ndarray, frameworks: str | Iterable[s
     notes = {"alignment": ALIGNMENT_RULE, "latency": "not measured: the copies ran in per-layer captures, not in "
              "predictors (mlms_nb.diverge measures layer latency for models described by manifests)",
              "tolerance": f"{tolerance:g} relative: max|b - a| / max|a| over all inputs, per layer",
+             "relative errors": RELATIVE_ERRORS,
              "copies": f"onnx: {onnx_path}; keras: {keras_path}"}
     return Divergence(model=label, dataset=f"{len(x)} inputs given", frameworks=names, pairs=pairs,
                       tolerance=float(tolerance), layers=table, outputs=_analysis.output_table(logits, pairs),

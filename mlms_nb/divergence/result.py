@@ -16,13 +16,15 @@ class Divergence(ShownByDisplay, FramesForPeople):
 
     - ``layers``: one row per aligned layer in PyTorch execution order (``layer_index``, ``layer`` (label),
       ``layer_name``, ``call``, ``layer_type``, ``shape``), per pair ``max_abs_error[a~b]``,
-      ``max_rel_error[a~b]``, ``cosine_similarity[a~b]``, per framework ``latency_ms[f]`` / ``latency_iqr_ms[f]``;
+      ``max_rel_error[a~b]``, ``rms_rel_error[a~b]``, ``cosine_similarity[a~b]``, per framework ``latency_ms[f]`` /
+      ``latency_iqr_ms[f]``;
     - ``outputs``: per pair, KL and JS divergence of the softmax outputs (nats), top-1 agreement;
     - ``per_input``: per input and framework: label, predicted top-1, correct, top-5 correct;
     - ``accuracy``: top-1/top-5 per framework and the delta vs the reference (``frameworks[0]``);
     - ``first_divergent_layer``: per pair, the first layer whose ``max_rel_error`` exceeds ``tolerance``
       (None when no layer does);
     - ``notes``: how things were aligned and measured;
+    - ``warnings``: figures that contradict each other, in sentences (a layer far off while the outputs agree);
     - ``traces``: per framework, the FRAMEWORK-level trace its layer latencies were read from
       (``mlms_nb.layers(div.traces["onnxruntime"])`` gives every layer's latency from the same calls).
     """
@@ -40,6 +42,12 @@ class Divergence(ShownByDisplay, FramesForPeople):
     notes: dict[str, str] = field(default_factory=dict)
     quantization: dict[str, Any] | None = None
     traces: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Figures that contradict each other, in sentences: a layer far off while the outputs agree
+        (:func:`mlms_nb.analyses.divergence.implausible_layers`); empty when every figure is plausible."""
+        return [s for said in _analysis.implausible_layers(self.layers, self.outputs).values() for s in said]
 
     @property
     def reference(self) -> str:

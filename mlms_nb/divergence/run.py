@@ -28,6 +28,10 @@ ALIGNMENT_RULE = ("rows are PyTorch module calls in execution order that at leas
                   "folded in is compared with the BatchNorm's output), Keras layers by name (NHWC transposed to "
                   "NCHW), int8 tensors are the dequantized QuantizeLinear outputs of the fp32 tensors")
 
+RELATIVE_ERRORS = ("max_rel_error: the largest |b - a| of any element of any input over the largest |a| of the "
+                   "reference layer (a worst case: one element far off makes it large); rms_rel_error: the root mean "
+                   "square of b - a over that of a (what the layer as a whole is off by)")
+
 
 def use_outputs() -> str:
     """The advice a layer-level refusal ends with, spelled as the caller writes options."""
@@ -273,6 +277,7 @@ def diverge(model: str, frameworks: str | Iterable[str] = ("torch", "onnxruntime
                          "weights, MinMax calibration on the imagenet-samples photos (the same photos accuracy is "
                          "measured on)")
     notes["tolerance"] = f"{tol:g} relative: max|b - a| / max|a| over all inputs, per layer"
+    notes["relative errors"] = RELATIVE_ERRORS
     return Divergence(model=model, dataset=str(dataset), frameworks=names, pairs=pairs, tolerance=tol,
                       layers=table, outputs=_analysis.output_table(logits, pairs), per_input=per_input,
                       accuracy=_analysis.accuracy_table(per_input, names[0]), first_divergent_layer=first,

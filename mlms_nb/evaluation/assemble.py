@@ -202,6 +202,15 @@ class Assembler:
                                     "scenario": loop.scenario, "kv_cache": bool(loop.kv_cache)}
         self._generation.append({**keys, **loop.row, **loop.extra, "complete": bool(loop.complete)})
         self.ev.generation = _schema_frame(GENERATION, self._generation)
+        if loop.complete:  # the row's "unstable" tag (TPOT's spread) has its sentence
+            tpot = stability_warning({"framework": fw, "batch_size": loop.batch_size,
+                                      "scenario": loop_label(loop.scenario, loop.kv_cache),
+                                      "unstable": loop.row.get("unstable"),
+                                      "iqr_over_median": loop.row.get("tpot_iqr_over_median"),
+                                      "median_ms": loop.row.get("tpot_median_ms"), "samples": len(loop.requests)},
+                                     what="TPOT", over="requests")
+            if tpot:
+                self.ev.warnings.append(tpot)
         self._requests.append(_schema_frame(GENERATION_REQUESTS, [{**keys, **r} for r in loop.requests]))
         self.ev.generation_requests = pd.concat(self._requests, ignore_index=True)
         if len(loop.latency_ns):

@@ -121,7 +121,7 @@ def _where(get) -> str:
     return (", ".join(where) + ": ") if where else ""
 
 
-def _spread(get, ratio) -> str:
+def _spread(get, ratio, over: str = "calls") -> str:
     median = get("median_ms", None)
     samples = get("samples", None)
     detail = f"the interquartile range is {float(ratio):.0%} of the median"
@@ -129,7 +129,7 @@ def _spread(get, ratio) -> str:
         m = float(median)
         detail += f" ({m:,.0f} ms)" if m >= 100 else f" ({m:.3g} ms)"
     if not is_missing(samples):
-        detail += f" over {int(samples)} calls"
+        detail += f" over {int(samples)} {over}"
     return detail
 
 
@@ -137,11 +137,12 @@ def _is_true(value: Any) -> bool:
     return value is True or (not is_missing(value) and isinstance(value, (bool, np.bool_, int)) and bool(value))
 
 
-def stability_warning(row: Mapping[str, Any]) -> str | None:
+def stability_warning(row: Mapping[str, Any], what: str = "latency", over: str = "calls") -> str | None:
     """A sentence for a latency row (a dict or a frame row) whose spread is too wide to trust; else None.
 
     It starts with ``"<framework>, batch size <b>:"`` when the row names them, so warnings can be told
-    apart per framework. A row that read the machine quiet (:mod:`mlms_nb.profilers.load`) says so: the spread is
+    apart per framework. ``what``: the statistic the row's ``iqr_over_median`` and ``median_ms`` are of (a
+    generate loop's ``TPOT``); ``over``: what its ``samples`` count (``requests``). A row that read the machine quiet (:mod:`mlms_nb.profilers.load`) says so: the spread is
     then not other programs'. A row timed on a busy machine gets :func:`load_warning` instead.
     """
     get = _getter(row)
@@ -156,7 +157,7 @@ def stability_warning(row: Mapping[str, Any]) -> str | None:
     if reading is not None and not _is_true(get("busy", None)):
         advice = (f"the machine was quiet (other processes used {100 * reading.other_cpu_cores:.0f}% CPU), so the "
                   "spread is the framework's own: fix the thread count")
-    return (f"{_where(get)}latency is unstable: {_spread(get, ratio)}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} "
+    return (f"{_where(get)}{what} is unstable: {_spread(get, ratio, over)}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} "
             f"threshold; {advice} ({spell('threads')}) or time longer ({spell('min_time_s')}) before comparing "
             "these numbers")
 

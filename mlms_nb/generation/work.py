@@ -112,6 +112,8 @@ def _record(fw: str, step, timing, batch_size: int, scenario: str, kv: bool, gen
             reason: str = "") -> GenerateLoop:
     requests = request_records(timing)
     row = generation_row(timing, requests, gen.ttft_limit_ms, gen.tpot_limit_ms, getattr(step, "num_layers", None))
+    if scenario.startswith("generate-server"):  # a request's TPOT moves with the batch its arrival joins: the
+        row["unstable"] = False                 # scenario's spread, not noise (as its latency's: assemble.py)
     latency = np.asarray([round(r["latency_ms"] * 1e6) for r in requests], dtype=np.int64)
     return GenerateLoop(fw, batch_size, scenario, kv, row, requests, latency, timing.wall_ns, timing.warmup_calls,
                         dict(timing.extra), complete, reason)

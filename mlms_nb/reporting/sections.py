@@ -373,13 +373,15 @@ def comparison(runs, labels, backend: str = "matplotlib") -> None:
             continue
         results = {fw: base.for_framework(fw).compare(run.for_framework(fw), labels=(a, b)) for fw in shared}
         first = next(iter(results.values()))
+        for warning in first.warnings:  # e.g. two different models: said before their deltas
+            note(warning, "⚠")
         latency = pd.concat([r.table for r in results.values()], ignore_index=True)
         latency.attrs = first.table.attrs
         shown = latency.drop(columns="scenario") if latency["scenario"].nunique() == 1 else latency
         shown.attrs = latency.attrs
         show_table(_relabel(shown, a, b), f"Median latency: {b} against {a}", note=first.note, columns=[
             "framework", "batch_size", f"{a}_median_ms", f"{b}_median_ms", "delta_median_ms", "delta_median_pct",
-            "delta_ci_low_ms", "delta_ci_high_ms", "p_value", "significant", "faster"])
+            "latency_ratio", "latency_ratio_low", "latency_ratio_high", "p_value", "significant", "faster"])
         if not latency.empty:
             figure(first.draw(latency, backend), backend)
         for fw, result in results.items():

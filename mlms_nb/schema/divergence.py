@@ -3,12 +3,14 @@ use it).
 
 One row per aligned layer in execution order; per framework pair ``a~b`` (:func:`pair_label`; ``a`` is the
 reference) the columns ``max_abs_error[a~b]`` (max |b - a|, the tensor's own units), ``max_rel_error[a~b]``
-(max |b - a| / max |a|, a fraction) and ``cosine_similarity[a~b]`` (1 = same direction); per framework ``f``
+(max |b - a| / max |a|, a fraction: the worst element against the layer's largest value), ``rms_rel_error[a~b]``
+(sqrt(sum (b - a)^2 / sum a^2), a fraction: the typical error against the typical value) and
+``cosine_similarity[a~b]`` (1 = same direction); per framework ``f``
 the columns ``latency_ms[f]`` and ``latency_iqr_ms[f]`` (ms per layer, median and IQR over the timed calls).
 """
 from __future__ import annotations
 
-METRICS = ("max_abs_error", "max_rel_error", "cosine_similarity")
+METRICS = ("max_abs_error", "max_rel_error", "rms_rel_error", "cosine_similarity")
 """The error metrics per pair of frameworks."""
 LATENCY_METRICS = ("latency_ms", "latency_iqr_ms")
 """The latency columns per framework (ms)."""

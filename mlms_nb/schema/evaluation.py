@@ -374,7 +374,8 @@ GENERATION = FrameSchema("generation", (
       for m, (unit, doc) in GENERATION_METRICS.items() for st in GENERATION_STATISTICS),
     Column("itl_count", "int64", "intervals", "inter-token intervals summarised"),
     Column("tpot_iqr_over_median", "float64", "fraction", "interquartile range of TPOT over its median"),
-    Column("unstable", "bool", "", "tpot_iqr_over_median > 0.1: TPOT moves between runs"),
+    Column("unstable", "bool", "", "tpot_iqr_over_median > 0.1: TPOT moves between runs (generate only; in "
+           "generate-server it moves with the batches arrivals form); Evaluation.warnings has its sentence"),
     Column("output_tokens_mean", "float64", "tokens", "output tokens per request, mean"),
     Column("prompt_tokens_mean", "float64", "tokens", "prompt tokens per request (padding excluded), mean"),
     Column("output_tokens_per_s", "float64", "tokens/s", "total output tokens / the loop's wall time"),
