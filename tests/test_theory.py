@@ -332,14 +332,18 @@ def test_cpu_ceilings_are_measured_plausible_and_cached(ceilings_store):
     assert machine_ceilings("cpu", url=url) is first  # this process's memo: no new measurement
     ceilings_module._memo.clear()
     loaded = machine_ceilings("cpu", url=url)  # from the history store: no new measurement
-    assert loaded == first and calls == ["cpu"]
+    if first.busy:  # measured while other programs took the CPU (the suite's other workers): measured again
+        assert loaded.measured_at > first.measured_at and calls == ["cpu", "cpu"]
+    else:
+        assert loaded == first and calls == ["cpu"]
     stored = HistoryStore(url).ceilings()
     key = f"cpu/torch/{torch.get_num_threads()}/float32"
     assert set(stored.metric) == {f"{key}/peak_flops_per_s", f"{key}/bandwidth_bytes_per_s",
                                   f"{key}/ridge_flop_per_byte"}
 
+    measured = len(calls)
     again = machine_ceilings("cpu", url=url, refresh=True)
-    assert calls == ["cpu", "cpu"] and again.measured_at > first.measured_at
+    assert len(calls) == measured + 1 and again.measured_at > loaded.measured_at
     assert HistoryStore(url).load_ceilings(first.stack_hash, key)["measured_at"] == again.measured_at
     assert machine_ceilings("cpu", url=url) is again
 
