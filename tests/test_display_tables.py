@@ -30,14 +30,15 @@ def _cells(text: str, header: str) -> list[str]:
 def test_layer_rows_read_to_the_place_their_own_notch_supports():
     """A layer table has the median, the IQR and the repetitions but no bootstrap CI: the box plot's notch
     (1.57 IQR / sqrt(n)) stands in, per row. 0.39912 ms with IQR 0.001 over 25 calls has 3 figures (0.399);
-    8.1234 ms with IQR 4 over 5 calls has 1 (8); the prefixed self-time columns follow their own spread."""
+    8.1234 ms with IQR 4 over 5 calls has 1, shown with the 2 every measured number keeps (8.1: "8" would read as
+    a whole number); the prefixed self-time columns follow their own spread."""
     frame = pd.DataFrame({"layer_index": [0, 1], "name": ["conv", "gemm"], "repetitions": [25, 5],
                           "median_ms": [0.39912, 8.1234], "p25_ms": [0.3987, 6.0], "p75_ms": [0.3997, 10.0],
                           "iqr_ms": [0.001, 4.0], "self_median_ms": [0.21234, 8.1234], "self_iqr_ms": [0.1, 0.01]})
     text = table_text(frame)
-    assert _cells(text, "median (ms)")[:2] == ["0.399", "8"], text
-    assert _cells(text, "p75 (ms)") == ["0.400", "10"]
-    assert _cells(text, "self median (ms)") == ["0.2", "8.12"], text
+    assert _cells(text, "median (ms)")[:2] == ["0.399", "8.1"], text
+    assert _cells(text, "p75 (ms)") == ["0.400", "10.0"]
+    assert _cells(text, "self median (ms)") == ["0.21", "8.12"], text
     assert "self IQR (ms)" in text and "repetitions" in text and _cells(text, "repetitions") == ["25", "5"]
 
 
@@ -56,11 +57,11 @@ def test_tracing_overhead_medians_read_to_their_noise():
 
 def test_a_range_beside_a_rate_gives_its_digits_in_the_columns_scale():
     """A roofline point's achieved rate between its p25 and p75 rates (``achieved_low/high_flops_per_s``) reads to
-    the figures that range supports, after the column is scaled to GFLOP/s."""
+    the figures that range supports (two at least), after the column is scaled to GFLOP/s."""
     frame = pd.DataFrame({"layer_index": [0, 1], "achieved_flops_per_s": [42.123e9, 6.2e9],
                           "achieved_low_flops_per_s": [42.10e9, 5.0e9], "achieved_high_flops_per_s": [42.15e9, 7.5e9]})
     text = table_text(frame)
-    assert "achieved (GFLOP/s)" in text and _cells(text, "achieved (GFLOP/s)") == ["42.1", "6"], text
+    assert "achieved (GFLOP/s)" in text and _cells(text, "achieved (GFLOP/s)") == ["42.1", "6.2"], text
     assert set(spread_decimals(frame)) == {"achieved_flops_per_s", "achieved_low_flops_per_s",
                                            "achieved_high_flops_per_s"}
 

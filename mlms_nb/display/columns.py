@@ -26,9 +26,12 @@ import pandas as pd
 from mlms_nb.display.spread import scale_units, spread_decimals
 from mlms_nb.display.units import BINARY, DECIMAL, prefix_for
 
-#: Columns that identify a row, shown first (in this order) and repeated in every part of a split table.
-KEY_COLUMNS = ("run", "framework", "scenario", "batch_size", "layer_index", "layer_name", "name", "layer_type",
-               "metric", "option", "what")
+#: Columns that identify a row, shown first (in this order) and repeated in every part of a split table; with the
+#: leading text columns of a frame (:func:`key_columns`), so a table's ``phase`` or ``layer`` is never cut off.
+KEY_COLUMNS = ("run", "framework", "scenario", "batch_size", "kv_cache", "phase", "layer_index", "layer_name", "layer",
+               "name", "layer_type", "metric", "option", "what")
+#: Most leading text columns taken as keys when a frame does not name its own (a wider key leaves no room)
+MAX_LEADING_KEYS = 4
 
 #: Headers for names that read badly when only the underscores are replaced.
 HEADERS = {
@@ -97,21 +100,30 @@ def _percent_decimals(typical: float) -> int:
     return 1 if typical >= 0.1 or not typical else decimals_for(typical, 2)
 
 
-def describe_column(name: str, values: pd.Series) -> Column:
-    """The header (with unit), scale and decimals of column ``name``."""
+def _rounded_header(name: str, header: str) -> str:
+    """The header of a column the user rounded: its unit without a prefix (their decimals are in it)."""
+    return f"{_words(name)} (fraction)" if name in FRACTIONS else header
+
+
+def describe_column(name: str, values: pd.Series, rounded: int | None = None) -> Column:
+    """The header (with unit), scale and decimals of column ``name``; ``rounded``: the decimals the user rounded a
+    float column to (``frame.round(3)``), shown as they are, in the column's own unit."""
     numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
     header = HEADERS.get(name)
     if not numeric:
         return Column(name, header or _words(name))
+    if rounded is not None and not pd.api.types.is_integer_dtype(values):
+        unscaled = describe_column(name, values.iloc[:0])  # no values: no prefix (bytes, FLOP/s)
+        return Column(name, _rounded_header(name, unscaled.header), 1.0, max(0, int(rounded)))
     floats = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
-    integer = pd.api.types.is_integer_dtype(values) or (
-        np.isfinite(floats).any() and np.all(floats[np.isfinite(floats)] == np.round(floats[np.isfinite(floats)]))
-        and _large(floats) >= 10)
+    finite = floats[np.isfinite(floats)]
+    whole = finite.size > 0 and bool(np.all(finite == np.round(finite)))
+    integer = pd.api.types.is_integer_dtype(values) or (whole and _large(floats) >= 10)
     already_pct = name in ("top1", "top5") and np.nanmax(np.abs(floats), initial=0) > 1  # a manifest's 75.1 (%)
     if name in FRACTIONS and not already_pct:
         return Column(name, header or f"{_words(name)} (%)", 0.01, _percent_decimals(_typical(floats) * 100))
     scale, unit = 1.0, None
-    if name.endswith("_bytes") or name == "bytes":
+    if name.endswith("_bytes") or name in ("bytes", "memory"):  # a span's memory: net bytes held (schema/spans.py)
         scale, unit = prefix_for(_large(floats), BINARY)
         base = _words(_strip(name, "_bytes")) or "bytes"
         header = header or (base if base == unit else f"{base} ({unit})")
@@ -135,6 +147,8 @@ def describe_column(name: str, values: pd.Series) -> Column:
         else:
             if integer and pd.api.types.is_integer_dtype(values):
                 return Column(name, header or _words(name), 1.0, None)
+            if whole:  # a count without a unit held as floats (calls per predict: 8.0): whole, not 8.00
+                return Column(name, header or _words(name), 1.0, 0)
     scaled = floats / scale
     if name.endswith("_pct") or name == "percent":
         return Column(name, header or _words(name), 1.0, _percent_decimals(_typical(scaled)))
@@ -142,9 +156,10 @@ def describe_column(name: str, values: pd.Series) -> Column:
     return Column(name, header or _words(name), scale, decimals)
 
 
-def format_number(value, decimals: int | None, scale: float = 1.0) -> str:
+def format_number(value, decimals: int | None, scale: float = 1.0, exact: bool = False) -> str:
     """One number as the report shows it: thousands separators, ``decimals`` decimals, ``-`` when missing;
-    a value too small for the column's decimals keeps two significant digits."""
+    a value too small for the column's decimals keeps two significant digits (never e-notation) unless ``exact``
+    (the user rounded the column: their decimals, as they asked)."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return MISSING
     if isinstance(value, (bool, np.bool_)):
@@ -159,21 +174,39 @@ def format_number(value, decimals: int | None, scale: float = 1.0) -> str:
         return "inf" if v > 0 else "-inf"
     if decimals is None:
         return f"{int(round(v)):,}"
-    if v != 0 and abs(v) < 0.5 * 10 ** -decimals:
-        return f"{v:.2g}"
+    if not exact and v != 0 and abs(v) < 0.5 * 10 ** -decimals:
+        return f"{v:.{1 - math.floor(math.log10(abs(v)))}f}"  # two significant digits, fixed point
     return f"{v:,.{decimals}f}"
 
 
-def order_columns(columns: Iterable[str], key: Sequence[str] | None = None) -> list[str]:
-    """Key columns first (``key``, else the house's :data:`KEY_COLUMNS` present), then the rest in order."""
-    columns = list(columns)
-    keys = [c for c in (key if key is not None else KEY_COLUMNS) if c in columns]
-    return keys + [c for c in columns if c not in keys]
+def _text_like(values: pd.Series) -> bool:
+    """A column of names or labels (text, categories), not of numbers, flags or times."""
+    return not (pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values)
+                or pd.api.types.is_datetime64_any_dtype(values))
 
 
-def key_columns(columns: Iterable[str], key: Sequence[str] | None = None) -> list[str]:
-    columns = list(columns)
-    return [c for c in (key if key is not None else KEY_COLUMNS) if c in columns]
+def key_columns(frame: pd.DataFrame, key: Sequence[str] | None = None) -> list[str]:
+    """The columns that tell ``frame``'s rows apart, shown first and repeated in every part of a split table:
+    ``key`` when given, else those the frame's maker named (``attrs["keys"]``, raw column names), else the leading
+    text columns (up to :data:`MAX_LEADING_KEYS`: a table's ``phase``, a divergence's ``layer``) with every
+    :data:`KEY_COLUMNS` present. Inferred here, once, for every table: the key a user's selection keeps is kept."""
+    columns = list(frame.columns)
+    named = [c for c in (key if key is not None else frame.attrs.get("keys") or ()) if c in columns]
+    if named or key is not None:
+        return named
+    leading = []
+    for c in columns:
+        if c in KEY_COLUMNS or (_text_like(frame[c]) and len(leading) < MAX_LEADING_KEYS):
+            leading.append(c)
+        else:
+            break
+    return leading + [c for c in KEY_COLUMNS if c in columns and c not in leading]
+
+
+def order_columns(frame: pd.DataFrame, key: Sequence[str] | None = None) -> list[str]:
+    """Key columns first (:func:`key_columns`), then the rest in order."""
+    keys = key_columns(frame, key)
+    return keys + [c for c in frame.columns if c not in keys]
 
 
 #: Integer columns that name something (a thread, a process, a span) rather than count it: digits as they are
@@ -196,22 +229,33 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
                  max_text: int = 48) -> pd.DataFrame:
     """``frame`` as strings: headers with units, numbers with one precision per column, key columns first.
 
-    ``columns``: only these (in this order after the key columns). Text (not one word: paths, hashes and ids stay
-    whole) longer than ``max_text`` characters
-    is shortened with an ellipsis. ``.attrs["keys"]``: the headers of the key columns; ``attrs["note"]`` kept.
+    ``columns``: only these (in this order after the key columns; the key columns the frame names or the house
+    knows are added). A column the user rounded (``frame.round(3)`` of a :class:`~mlms_nb.display.PeopleFrame`:
+    ``attrs["rounded"]``) shows their decimals. Text (not one word: paths, hashes and ids stay whole) longer than
+    ``max_text`` characters is shortened at a space, with an ellipsis. ``.attrs["keys"]``: the headers of the key
+    columns; ``attrs["note"]`` kept.
     """
     frame = scale_units(frame)
-    names = [c for c in (columns if columns is not None else frame.columns) if c in frame.columns]
-    names = order_columns(names + [c for c in key_columns(frame.columns, key) if c not in names], key)
-    out = {}
-    keys = []
-    described = {name: describe_column(name, frame[name]) for name in names}
+    selected = [c for c in (columns if columns is not None else frame.columns) if c in frame.columns]
+    shown = frame[selected]
+    shown.attrs = frame.attrs
+    keys = key_columns(shown, key)
+    if columns is not None:  # the key columns a caller's selection leaves out still identify its rows
+        named = key if key is not None else (frame.attrs.get("keys") or KEY_COLUMNS)
+        keys += [c for c in named if c in frame.columns and c not in keys and c not in selected]
+    names = keys + [c for c in selected if c not in keys]
+    rounded = {c: d for c, d in (frame.attrs.get("rounded") or {}).items() if c in names}
+    described = {name: describe_column(name, frame[name], rounded.get(name)) for name in names}
     spread = spread_decimals(frame, {n: c.scale for n, c in described.items()})
+    out = {}
+    headers = []
     for name in names:
         values = frame[name]
         col = described[name]
         if is_identifier(name) and pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
             text = [MISSING if _missing_number(v) else str(int(v)) for v in values]  # an id: no separators
+        elif name in rounded and col.decimals is not None:  # the user's rounding wins over the spread
+            text = [format_number(v, col.decimals, exact=True) for v in values]
         elif name in spread and col.decimals is not None:
             text = [format_number(v, col.decimals if d < 0 else int(d), col.scale)
                     for v, d in zip(values, spread[name])]
@@ -224,10 +268,9 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
         while header in out:
             header += " "
         out[header] = text
-        if name in key_columns(frame.columns, key):
-            keys.append(header)
+        headers.append(header)
     result = pd.DataFrame(out, index=range(len(frame)))
-    result.attrs = {"keys": keys, "note": str(frame.attrs.get("note", ""))}
+    result.attrs = {"keys": headers[:len(keys)], "note": str(frame.attrs.get("note", ""))}
     return result
 
 
@@ -246,7 +289,8 @@ def _text(value, max_text: int) -> str:
         return text[:10] + " " + text[11:19] + ("Z" if text.endswith(("Z", "+00:00")) else "")
     if len(text) <= max_text or not any(c.isspace() for c in text):
         return text  # an identifier (a path, a sha256, an id, a URL) is whole or useless: never cut
-    return text[: max_text - 1] + "…"
+    cut = text[: max_text - 1]
+    return (cut[: cut.rindex(" ")] if " " in cut.strip() else cut).rstrip() + "…"  # at a space: no word cut
 
 
 _ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?$")
