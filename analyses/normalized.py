@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from mlms_nb.display import people_table
 from mlms_nb.schema.evaluation import LATENCY
 
 from . import _plot
@@ -66,6 +67,7 @@ def _frames(data, by: str) -> tuple[pd.DataFrame, str]:
                         f"Evaluation}} or a list of Evaluations, got {type(data).__name__}")
 
 
+@people_table
 def compute(data, baseline: str | None = None, by: str = "framework") -> pd.DataFrame:
     """Latency normalised to ``baseline`` (a group label; default: the first group).
 

@@ -133,6 +133,10 @@ def describe_column(name: str, values: pd.Series, rounded: int | None = None) ->
     elif name.endswith("_bytes_per_s"):
         scale, p = prefix_for(_large(floats), DECIMAL)
         header = header or f"{_words(_strip(name, '_bytes_per_s'))} ({p}B/s)"
+    elif "_bytes_per_" in name:  # kv_cache_bytes_per_token_per_layer: KiB/token/layer
+        scale, unit = prefix_for(_large(floats), BINARY)
+        base, per = name.split("_bytes_per_", 1)
+        header = header or f"{_words(base)} ({unit}/{'/'.join(per.split('_per_'))})"
     elif name == "flops" or name.endswith("_flops"):
         scale, p = prefix_for(_large(floats), DECIMAL)
         header = header or f"{_words(name)} ({p}FLOP)"
@@ -164,6 +168,8 @@ def format_number(value, decimals: int | None, scale: float = 1.0, exact: bool =
         return MISSING
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)) and scale == 1.0 and not decimals:
+        return f"{int(value):,}"  # exact: an int64 past 2**53 (a clock's ns) would lose digits as a float
     try:
         v = float(value) / scale
     except (TypeError, ValueError):

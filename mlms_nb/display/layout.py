@@ -178,8 +178,7 @@ def table_text(frame: pd.DataFrame, title: str | None = None, note: str | None =
     note = table.attrs.get("note", "") if note is None else note
     lines = [title] if title else []
     for part in split_columns(table, max_chars, whole_headers=True):
-        widths = {c: width_of(part[c], c) - 2 for c in part.columns}
-        widths = {c: max(w, len(c.strip())) for c, w in widths.items()}
+        widths = {c: width_of(part[c], c, whole_header=True) - 2 for c in part.columns}  # nothing wraps here
         lines.append("  ".join(c.strip().rjust(widths[c]) for c in part.columns))
         for row in part.itertuples(index=False):
             lines.append("  ".join(str(v).rjust(widths[c]) for c, v in zip(part.columns, row)))
