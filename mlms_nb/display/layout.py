@@ -25,6 +25,8 @@ WRAP_CHARS = 24
 #: about 113 (a digit is 6.4 px, bold headers and cell padding add the rest; measured on a layers-by-phase table),
 #: so a part never needs the print script's second split; plain text keeps :data:`MAX_CHARS` (a terminal)
 HTML_MAX_CHARS = 110
+#: Longest text cell of a plain-text table (a sentence is shortened at a space; an identifier never)
+TEXT_MAX_CHARS = 48
 
 
 def _pieces(text: str) -> list[str]:
@@ -79,16 +81,18 @@ def split_columns(table: pd.DataFrame, max_chars: int = MAX_CHARS, whole_headers
 
 def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None = None,
                key: Sequence[str] | None = None, columns: Sequence[str] | None = None, max_chars: int = MAX_CHARS,
-               max_rows: int | None = None, formatted: bool = False, max_text: int = 48) -> str:
+               max_rows: int | None = None, formatted: bool = False, max_text: int | None = None) -> str:
     """HTML of ``frame`` formatted (unless ``formatted``) and split to fit: ``<div class="mlms-table">`` holding
     a caption, one ``<table>`` per part and the note. ``max_rows``: show the first rows and say how many more;
-    ``max_text``: longer text is shortened with an ellipsis."""
+    ``max_text``: longer text is shortened at a space, with an ellipsis (default: never; HTML wraps text between
+    its words)."""
     more = 0
     if max_rows is not None and len(frame) > max_rows:  # format only what is shown (a trace has a million spans)
         more, attrs = len(frame) - max_rows, frame.attrs
         frame = frame.head(max_rows)
         frame.attrs = attrs
-    table = frame if formatted else format_frame(frame, key=key, columns=columns, max_text=max_text)
+    table = frame if formatted else format_frame(frame, key=key, columns=columns,
+                                                 max_text=max_text if max_text is not None else 1 << 30)
     note = table.attrs.get("note", "") if note is None else note
     parts = split_columns(table, min(max_chars, HTML_MAX_CHARS))
     keys = set(parts[0].attrs.get("keys", []))
@@ -167,14 +171,16 @@ def _align(value: str) -> str:
 
 def table_text(frame: pd.DataFrame, title: str | None = None, note: str | None = None,
                key: Sequence[str] | None = None, columns: Sequence[str] | None = None, max_chars: int = MAX_CHARS,
-               formatted: bool = False, max_text: int = 48, max_rows: int | None = None) -> str:
-    """Plain text of ``frame``, formatted and split like :func:`table_html`."""
+               formatted: bool = False, max_text: int | None = None, max_rows: int | None = None) -> str:
+    """Plain text of ``frame``, formatted and split like :func:`table_html`; text longer than ``max_text``
+    (default :data:`TEXT_MAX_CHARS`) is shortened at a space: a terminal line does not wrap."""
     more = 0
     if max_rows is not None and len(frame) > max_rows:
         more, attrs = len(frame) - max_rows, frame.attrs
         frame = frame.head(max_rows)
         frame.attrs = attrs
-    table = frame if formatted else format_frame(frame, key=key, columns=columns, max_text=max_text)
+    table = frame if formatted else format_frame(frame, key=key, columns=columns,
+                                                 max_text=TEXT_MAX_CHARS if max_text is None else max_text)
     note = table.attrs.get("note", "") if note is None else note
     lines = [title] if title else []
     for part in split_columns(table, max_chars, whole_headers=True):
@@ -200,7 +206,7 @@ class TableView:
     columns: Sequence[str] | None = None
     max_rows: int | None = None
     max_chars: int = MAX_CHARS
-    max_text: int = 48
+    max_text: int | None = None
 
     def _repr_html_(self) -> str:
         return table_html(self.frame, self.title, self.note, self.key, self.columns, self.max_chars, self.max_rows,
