@@ -139,7 +139,7 @@ def table_words(notebook: Path) -> set[str]:
     nb = nbformat.read(notebook, as_version=4)
     html = " ".join(str(o.get("data", {}).get("text/html", "")) for c in nb.cells for o in c.get("outputs", []))
     cells = re.findall(r'<t[hd] class="(?:key|text|num)" style="[^"]*">(.*?)</t[hd]>', html)
-    words = {w for cell in cells for w in cell.replace("<wbr>", "").split()}
+    words = {w for cell in cells for w in re.sub(r"<[^>]+>", "", cell).split()}
     return {w for w in words if sum(ch.isalpha() for ch in w) >= 4 and "<wbr>" not in breakable_html(w)
             and "&" not in w}
 

@@ -144,9 +144,24 @@ def _group(match: re.Match) -> str:
 
 def breakable_html(text: str) -> str:
     """``text`` escaped for HTML, with a break opportunity (``<wbr>``) after each separator of a word longer
-    than :data:`WRAP_CHARS` and between the 16-character groups of a hash: it wraps there, never inside a word,
-    and reads (and copies) the same."""
-    return "".join("<wbr>".join(map(html.escape, _word_pieces(w))) for w in re.split(r"(\s+)", text))
+    than :data:`WRAP_CHARS` and between the 16-character groups of a hash, and a shorter word with a hyphen kept
+    whole: it wraps there or between words, never inside a word, and reads (and copies) the same."""
+    return "".join(_word_html(w) for w in re.split(r"(\s+)", text))
+
+
+def _word_html(word: str) -> str:
+    """One word as HTML: a long identifier with its <wbr>; a short word with a hyphen or a slash (``one-node``,
+    ``IQR/median``, ``onnxruntime-int8``) kept on one line, where a browser would break after the hyphen."""
+    pieces = _word_pieces(word)
+    if len(pieces) > 1:
+        return "<wbr>".join(map(html.escape, pieces))
+    if _INNER_BREAK.search(word):
+        return f'<span style="white-space:nowrap">{html.escape(word)}</span>'
+    return html.escape(word)
+
+
+_INNER_BREAK = re.compile(r"\w[-/\u2010-\u2014]\w")
+"""A hyphen or a slash between two letters: a browser may break the line after it."""
 
 
 def _word_pieces(word: str) -> list[str]:
