@@ -100,7 +100,7 @@ def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None =
              for c in table.columns}
     out = ['<div class="mlms-table">']
     if title:
-        out.append(f'<p class="mlms-table-title"><b>{html.escape(title)}</b></p>')
+        out.append(f'<p class="mlms-table-title"><b>{breakable_html(title)}</b></p>')
     for i, part in enumerate(parts):
         label = f" ({i + 1} of {len(parts)}: columns continue)" if len(parts) > 1 and i < len(parts) - 1 else ""
         out.append(f'<table class="mlms-split" data-part="{i + 1}">')
@@ -118,7 +118,7 @@ def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None =
     if more:
         out.append(f"<p><small>… and {more} more rows (the notebook's frame holds them all)</small></p>")
     if note:
-        out.append(f'<p class="mlms-table-note"><small>{html.escape(note)}</small></p>')
+        out.append(f'<p class="mlms-table-note"><small>{breakable_html(note)}</small></p>')
     out.append("</div>")
     return "\n".join(out)
 
