@@ -198,3 +198,11 @@ def pdf_text(pdf) -> str:
 
     done = subprocess.run(["pdftotext", "-raw", str(pdf), "-"], capture_output=True, text=True, check=True)
     return " ".join(done.stdout.split())
+
+
+def html_text(html: str) -> str:
+    """What an HTML fragment reads (tags removed): a table's header ``IQR/median (%)`` is split by the span that
+    keeps ``IQR/median`` on one line."""
+    import re
+
+    return re.sub(r"<[^>]+>", "", html)

@@ -109,7 +109,7 @@ def table_html(frame: pd.DataFrame, title: str | None = None, note: str | None =
             + "</tr></thead><tbody>")
         for row in part.itertuples(index=False):
             out.append("<tr>" + "".join(
-                f'<td class="{align[c]}" style="{_STYLE[align[c]]}">'
+                f'<td class="{align[c]}" style="{_STYLE[align[c]]}{_UNSTABLE if str(v).endswith(" unstable") else ""}">'
                 f'{html.escape(str(v)) if align[c] == "num" else breakable_html(str(v))}</td>'
                 for c, v in zip(part.columns, row)) + "</tr>")
         out.append("</tbody></table>")
@@ -130,6 +130,9 @@ _HEAD = {"key": f"text-align:left;{_WORDS}", "text": f"text-align:left;{_WORDS}"
 """Inline, so that JupyterLab (which right-aligns every cell) and any page around the table show text left and
 numbers right, wrap a header or a text cell between words only and never a number; print.css says the same for
 the PDF."""
+
+_UNSTABLE = ";color:#b00"
+"""A measurement tagged unstable (its IQR over 10% of its median) reads red."""
 
 _BREAK = re.compile(r"([/\\_.:=,;&?@~|+\-\[\](){}]+)(?=.)")
 """An identifier's separators: a line may break after them (``/home/user/`` | ``model.onnx``)."""
