@@ -47,8 +47,12 @@ HEADERS = {
     "delta_ci_low_ms": "delta CI low (ms)", "delta_ci_high_ms": "delta CI high (ms)", "p_value": "p value",
 }
 
-#: Columns holding fractions 0..1 shown as percentages.
+#: Columns holding fractions 0..1 shown as percentages (and any ``*_fraction``: ``goodput_fraction``).
 FRACTIONS = ("top1", "top5", "iqr_over_median")
+
+
+def _is_fraction(name: str) -> bool:
+    return name in FRACTIONS or name.endswith("_fraction")
 
 MISSING = "-"
 #: Widest table part, in characters: about a 7.5 pt table across an A4 page, or a notebook's output column.
@@ -102,7 +106,7 @@ def _percent_decimals(typical: float) -> int:
 
 def _rounded_header(name: str, header: str) -> str:
     """The header of a column the user rounded: its unit without a prefix (their decimals are in it)."""
-    return f"{_words(name)} (fraction)" if name in FRACTIONS else header
+    return f"{_words(_strip(name, '_fraction'))} (fraction)" if _is_fraction(name) else header
 
 
 def describe_column(name: str, values: pd.Series, rounded: int | None = None) -> Column:
@@ -120,8 +124,9 @@ def describe_column(name: str, values: pd.Series, rounded: int | None = None) ->
     whole = finite.size > 0 and bool(np.all(finite == np.round(finite)))
     integer = pd.api.types.is_integer_dtype(values) or (whole and _large(floats) >= 10)
     already_pct = name in ("top1", "top5") and np.nanmax(np.abs(floats), initial=0) > 1  # a manifest's 75.1 (%)
-    if name in FRACTIONS and not already_pct:
-        return Column(name, header or f"{_words(name)} (%)", 0.01, _percent_decimals(_typical(floats) * 100))
+    if _is_fraction(name) and not already_pct:
+        return Column(name, header or f"{_words(_strip(name, '_fraction'))} (%)", 0.01,
+                      _percent_decimals(_typical(floats) * 100))
     scale, unit = 1.0, None
     if name.endswith("_bytes") or name in ("bytes", "memory"):  # a span's memory: net bytes held (schema/spans.py)
         scale, unit = prefix_for(_large(floats), BINARY)
@@ -151,7 +156,7 @@ def describe_column(name: str, values: pd.Series, rounded: int | None = None) ->
         else:
             if integer and pd.api.types.is_integer_dtype(values):
                 return Column(name, header or _words(name), 1.0, None)
-            if whole:  # a count without a unit held as floats (calls per predict: 8.0): whole, not 8.00
+            if whole and _large(floats) >= 2:  # a count held as floats (calls per predict 8.0), not a 0..1 share
                 return Column(name, header or _words(name), 1.0, 0)
     scaled = floats / scale
     if name.endswith("_pct") or name == "percent":
@@ -162,8 +167,9 @@ def describe_column(name: str, values: pd.Series, rounded: int | None = None) ->
 
 def format_number(value, decimals: int | None, scale: float = 1.0, exact: bool = False) -> str:
     """One number as the report shows it: thousands separators, ``decimals`` decimals, ``-`` when missing;
-    a value too small for the column's decimals keeps two significant digits (never e-notation) unless ``exact``
-    (the user rounded the column: their decimals, as they asked)."""
+    a value too small for the column's decimals keeps two significant digits (e-notation only below 1e-4: a
+    divergence's 1.3e-12, never a count) unless ``exact`` (the user rounded the column: their decimals, as they
+    asked)."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return MISSING
     if isinstance(value, (bool, np.bool_)):
@@ -180,8 +186,8 @@ def format_number(value, decimals: int | None, scale: float = 1.0, exact: bool =
         return "inf" if v > 0 else "-inf"
     if decimals is None:
         return f"{int(round(v)):,}"
-    if not exact and v != 0 and abs(v) < 0.5 * 10 ** -decimals:
-        return f"{v:.{1 - math.floor(math.log10(abs(v)))}f}"  # two significant digits, fixed point
+    if not exact and v != 0 and abs(v) < 0.5 * 10 ** -decimals:  # two significant digits
+        return f"{v:.2g}" if abs(v) < 1e-4 else f"{v:.{1 - math.floor(math.log10(abs(v)))}f}"  # 1.3e-12, 0.00042
     return f"{v:,.{decimals}f}"
 
 
