@@ -1,6 +1,6 @@
 """How one table column reads for people: its header with the unit, one scale and one precision per column
-(:func:`describe_column`), a number as the report prints it (:func:`format_number`) and a whole frame as strings
-(:func:`format_frame`).
+(:func:`describe_column`), a number as the report prints it (:func:`format_number`), the columns that tell a
+frame's rows apart (:func:`key_columns`) and a whole frame as strings (:func:`format_frame`).
 
 Units come from the column names, as the house spells them (``median_ms``, ``memory_bytes``,
 ``throughput_per_s``, ``flops``, ``share_pct``, ``intensity_flop_per_byte``). Bytes, FLOPs and rates are scaled
@@ -8,8 +8,9 @@ to one prefix per column (MiB, GFLOP, GFLOP/s, ...) named in the header; every n
 same number of decimals, chosen for about three significant digits of the column's typical value -- except the
 latency statistics and the throughput of a frame that holds the 95% CI of the median: each row shows the digits
 its own CI supports (torch.utils.benchmark's rule: ``floor(log10(median / half-width))`` significant figures,
-1 to 4; :mod:`mlms_nb.display.spread`). Integers show
-as integers with thousands separators (no e-notation), times as ``YYYY-MM-DD HH:MM:SS``.
+1 to 4, shown with 2 at least; :mod:`mlms_nb.display.spread`) -- and a column the user rounded (``.round(3)``),
+which shows their decimals. Integers show as integers with thousands separators (no e-notation), times as
+``YYYY-MM-DD HH:MM:SS``.
 
 Imports nothing from mlms_nb outside this package.
 """
