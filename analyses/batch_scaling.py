@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mlms_nb.display import people_table
 from mlms_nb.schema.evaluation import LATENCY
 
 from . import _plot
@@ -47,6 +48,7 @@ def saturation_batch_size(batch_sizes, throughput_per_s, threshold: float = DEFA
     return int(bs[reach].min())
 
 
+@people_table
 def compute(latency, threshold: float = DEFAULT_THRESHOLD) -> pd.DataFrame:
     """Per framework, scenario and batch size: latency (median, its 95% CI, p90, IQR), latency per input,
     throughput (and its range at the CI of the median), relative throughput, and the saturation batch size.

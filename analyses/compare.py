@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from mlms_nb._bootstrap import RESAMPLES, bootstrap_medians
+from mlms_nb.display import people_table
 from mlms_nb.schema.evaluation import LATENCY, SampleKey
 
 from . import _plot
@@ -115,6 +116,7 @@ def _models(a, b, labels: tuple[str, str]) -> list[str]:
             "(and whatever else differs), not one model on two stacks"]
 
 
+@people_table
 def compute(a, b, labels: tuple[str, str] = ("A", "B"), alpha: float = ALPHA, seed: int = 0) -> pd.DataFrame:
     """Per matched (framework, batch size, scenario): ``a_median_ms, b_median_ms, delta_median_ms,
     delta_median_pct, latency_ratio, latency_ratio_low, latency_ratio_high, a_p90_ms, b_p90_ms, delta_p90_ms, a_throughput_per_s,
@@ -206,6 +208,7 @@ def _per_call(spans, framework: str | None, side: str) -> pd.DataFrame:
     return per.assign(framework=framework)
 
 
+@people_table
 def layers(spans_a, spans_b, labels: tuple[str, str] = ("A", "B"), framework_a: str | None = None,
            framework_b: str | None = None, alpha: float = ALPHA) -> pd.DataFrame:
     """Per batch size and layer name present in both traces: ``a_median_ms, b_median_ms`` (median over the

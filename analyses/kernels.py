@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mlms_nb.display import people_table
+
 from . import _plot, layers
 from ._plot import AnalysisError
 
@@ -64,6 +66,7 @@ def _clock_warning(meta: dict) -> str:
             f"calls outside the recording, so kernel times and the layers they are filed under may be wrong")
 
 
+@people_table
 def compute(trace) -> pd.DataFrame:
     """GPU vs CPU time per layer (see the module doc); an empty frame, with the reason in its note, when the
     trace holds no device kernels."""
@@ -106,6 +109,7 @@ def compute(trace) -> pd.DataFrame:
     return table
 
 
+@people_table
 def kernel_table(trace) -> pd.DataFrame:
     """Per device-span name (and kind, device): ``count`` (launches in the whole traced pass), ``total_ms``,
     ``median_ms``, ``p25_ms``, ``p75_ms``, ``mean_ms`` per launch, ``gpu_time_pct`` (of all device time)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from mlms_nb.display import people_table
 from mlms_nb.schema.trace import attrs_dict
 
 from . import _plot
@@ -178,6 +179,7 @@ def _reps_note(calls: pd.DataFrame) -> str:
 
 # ------------------------------------------------------------------------------------------ occurrence
 
+@people_table
 def occurrence(spans: pd.DataFrame) -> pd.DataFrame:
     """Per framework and layer type: ``count`` (layer calls in one predict call), ``modules`` (distinct layer
     names), ``percent`` (of all layer calls in one predict call). Counts are taken from each framework's
@@ -215,6 +217,7 @@ def _stats_ms(grouped, column: str, prefix: str = "") -> pd.DataFrame:
     return out
 
 
+@people_table
 def latency(spans: pd.DataFrame, by: str = "layer") -> pd.DataFrame:
     """Layer latency over repetitions (predict calls), per framework and batch size.
 
@@ -263,6 +266,7 @@ def latency(spans: pd.DataFrame, by: str = "layer") -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------ memory
 
+@people_table
 def memory(spans: pd.DataFrame) -> pd.DataFrame:
     """Per layer call position: ``memory_bytes`` (median net bytes allocated during the layer and still held
     at its end), ``memory_p25_bytes``, ``memory_p75_bytes``, ``memory_max_bytes``; ``io_bytes`` (median bytes
@@ -286,6 +290,7 @@ def memory(spans: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+@people_table
 def compute(spans: pd.DataFrame, what: str = "latency", by: str = "layer", phase: str | None = None) -> pd.DataFrame:
     """``what``: ``"occurrence"``, ``"latency"`` (``by="layer"`` or ``"type"``) or ``"memory"``; ``phase``
     (a generate trace): only ``"prefill"`` or ``"decode"`` (default: both, a ``phase`` column tells them apart)."""

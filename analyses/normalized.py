@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from mlms_nb.display import people_table
 from mlms_nb.schema.evaluation import LATENCY
 
 from . import _plot
@@ -75,6 +76,7 @@ def busy_flags(latency: pd.DataFrame) -> pd.Series:
     return latency["busy"].map(lambda v: v is True or v == 1).astype(bool)
 
 
+@people_table
 def compute(data, baseline: str | None = None, by: str = "framework") -> pd.DataFrame:
     """Latency normalised to ``baseline`` (a group label; default: the first group).
 

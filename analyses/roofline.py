@@ -23,6 +23,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from mlms_nb.display import people_table
 from mlms_nb.schema.evaluation import LATENCY
 
 from . import _plot
@@ -78,6 +79,7 @@ def _ceilings_note(peak: float, bw: float, ridge: float, source: str | None) -> 
             f"{ridge:.3g} FLOP/byte (= peak / bandwidth){f' ({source})' if source else ''}")
 
 
+@people_table
 def compute(costs, layer_latency: pd.DataFrame, peak_flops_per_s: float, bandwidth_bytes_per_s: float, *,
             ceilings_source: str | None = None, roof: RoofContext | None = None) -> pd.DataFrame:
     """Per layer (and framework, batch size): ``flops, bytes, intensity_flop_per_byte, median_ms, p25_ms,
@@ -177,6 +179,7 @@ def compute(costs, layer_latency: pd.DataFrame, peak_flops_per_s: float, bandwid
     return out
 
 
+@people_table
 def compute_model(model_costs, latency, peak_flops_per_s: float, bandwidth_bytes_per_s: float, *,
                   ceilings_source: str | None = None, roof: RoofContext | None = None) -> pd.DataFrame:
     """Per framework and batch size: the whole model on the roofline.

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mlms_nb.display import people_table
 from mlms_nb.schema.trace import LEVEL_NAMES, attrs_dict, validate_spans
 
 from . import _lod
@@ -205,6 +206,28 @@ def compute(spans, *, width_px: int = 1200, factor: float = 2.0, merge_ratio: fl
     out.attrs.update(analysis="timeline", origin_ns=origin, extent_ns=int(pyr.extent_ns), focus_ns=focus,
                      resolution_ns=[float(r) for r in pyr.resolution_ns], raw_level=raw, width_px=int(width_px),
                      factor=float(factor), tracks=tracks, n_spans=n, phases=phase_bands(spans, origin))
+    return out
+
+
+@people_table
+def levels(tl: pd.DataFrame) -> pd.DataFrame:
+    """One row per zoom level of :func:`compute`'s frame ``tl``: the time one pixel stands for (``pixel_ns``; none
+    at the raw level, where every span is drawn on its own), the bars drawn for the whole trace, how many of them
+    are merged blocks, the spans they stand for and their busy time (the same at every level: nothing is lost)."""
+    res = tl.attrs["resolution_ns"]
+    lf, lt = tl["lod_from"].to_numpy(), tl["lod_to"].to_numpy()
+    block = (tl["row_kind"] == "block").to_numpy()
+    count, busy = tl["span_count"].to_numpy(), tl["busy_ns"].to_numpy()
+    rows = []
+    for level in range(int(tl.attrs["raw_level"]) + 1):
+        drawn = (lf <= level) & (lt >= level)
+        rows.append({"zoom_level": str(level) if level < len(res) else f"{level} (raw)",
+                     "pixel_ns": float(res[level]) if level < len(res) else np.nan, "bars": int(drawn.sum()),
+                     "merged_blocks": int((drawn & block).sum()), "spans_represented": int(count[drawn].sum()),
+                     "busy_ms": float(busy[drawn].sum()) / 1e6})
+    out = pd.DataFrame(rows)
+    out.attrs["note"] = (f"zoom level 0: the whole trace ({tl.attrs['extent_ns'] / 1e6:,.1f} ms) on "
+                         f"{tl.attrs['width_px']} px; each level {tl.attrs['factor']:g}x finer")
     return out
 
 

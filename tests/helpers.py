@@ -170,3 +170,39 @@ def once_per_run(name: str, make) -> str:
             part.write_text(text)
             os.replace(part, done)
     return done.read_text()
+
+
+def broken_words(text: str, words) -> list[str]:
+    """The places where ``text`` (a PDF's text, as pdftotext gives it) holds one of ``words`` broken into pieces:
+    consecutive tokens that together spell the word (``prefil l``, ``b at c h si ze``); [] when every one of them
+    is whole wherever it appears."""
+    tokens = text.split()
+    wanted = set(words)
+    longest = max(map(len, wanted), default=0)
+    found = []
+    for i, token in enumerate(tokens):
+        joined = token
+        for j in range(i + 1, len(tokens)):
+            joined += tokens[j]
+            if len(joined) > longest:
+                break
+            if joined in wanted:
+                found.append(" ".join(tokens[i:j + 1]))
+    return found
+
+
+def pdf_text(pdf) -> str:
+    """The text of a PDF (a path) in drawing order (pdftotext ``-raw``: a table cell's lines stay together), on one
+    line."""
+    import subprocess
+
+    done = subprocess.run(["pdftotext", "-raw", str(pdf), "-"], capture_output=True, text=True, check=True)
+    return " ".join(done.stdout.split())
+
+
+def html_text(html: str) -> str:
+    """What an HTML fragment reads (tags removed): a table's header ``IQR/median (%)`` is split by the span that
+    keeps ``IQR/median`` on one line."""
+    import re
+
+    return re.sub(r"<[^>]+>", "", html)

@@ -1,8 +1,12 @@
 """Introspection of a generate run by phase (issue 21, item 5): the zoo's tiny GPT-2 decoder generated at trace level
 FRAMEWORK in PyTorch (random weights from its config, few tokens), its layer latency per phase (the prefill apart
 from the decode steps, which are aggregated with their spread), its roofline per phase (costs at each phase's
-shapes: decode is one token against the KV cache, so it is memory-bound), through the facade and the options."""
+shapes: decode is one token against the KV cache, so it is memory-bound), through the facade and the options; the
+layers-by-phase table printed to PDF (issue 37, item 4: no word broken, the phase in every part)."""
 from __future__ import annotations
+
+import os
+import shutil
 
 import pytest
 
@@ -162,3 +166,32 @@ def test_the_reports_layers_section_keeps_the_phases_apart(run):
     text = shown.stdout
     assert "Left out:" not in text and "prefill" in text and "decode" in text
     assert "display.Image object" in text
+
+
+@pytest.mark.slow  # Chromium prints a page (~5 s)
+@pytest.mark.skipif(shutil.which("pdftotext") is None or (shutil.which("chromium") is None
+                                                          and not os.environ.get("MLMS_CHROMIUM")),
+                    reason="needs Chromium and poppler-utils (scripts/setup.sh installs them)")
+def test_the_layers_by_phase_table_prints_whole_words_and_the_phase_in_every_part(run, tmp_path):
+    """Notebook 09's layers-by-phase table, printed as the PDF exporter prints a notebook (``nbconvert --to
+    mlms_pdf``): pdftotext finds every header and cell word whole (``prefill``, not ``prefil l``; ``batch size``,
+    not ``b at c h si ze``) and every part of the split table starts with framework, batch size, phase and layer
+    type, so the prefill's Linear and the decode's stay apart."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    from mlms_nb.reporting.exporter import MlmsPdfExporter
+    from tests.helpers import broken_words, pdf_text
+
+    table = mlms_nb.layers(run, by="type").table
+    html = table._repr_html_()
+    cell = new_code_cell("layers")
+    cell.outputs = [new_output("display_data", data={"text/html": html, "text/plain": repr(table)})]
+    pdf, _ = MlmsPdfExporter().from_notebook_node(new_notebook(cells=[new_markdown_cell("# Layers by phase"), cell]))
+    (tmp_path / "layers.pdf").write_bytes(pdf)
+    text = pdf_text(tmp_path / "layers.pdf")
+    words = {"framework", "batch", "size", "phase", "prefill", "decode", "layer", "type", "repetitions", "calls",
+             "predict", "median", "torch", *map(str, table["layer_type"])}
+    assert broken_words(text, words) == [], text
+    parts = html.count('<table class="mlms-split"')
+    assert parts >= 2 and text.count("framework batch size phase layer type") == parts, text
+    assert "prefill" in text and "decode" in text

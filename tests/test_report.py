@@ -131,6 +131,34 @@ def test_report_pdf_holds_the_model_and_the_median_latencies(evaluation, report,
         assert noise not in flat, noise
 
 
+def table_words(notebook: Path) -> set[str]:
+    """Every word of four letters or more of every header and text cell of the tables a report notebook shows, but
+    those with a hyphen or a slash (kept on one line in a table, test_display_tables checks it; a paragraph of
+    the report may break the same word after its hyphen) and identifiers the renderer wraps after a separator."""
+    from mlms_nb.display import breakable_html
+
+    nb = nbformat.read(notebook, as_version=4)
+    html = " ".join(str(o.get("data", {}).get("text/html", "")) for c in nb.cells for o in c.get("outputs", []))
+    cells = re.findall(r'<t[hd] class="(?:key|text|num)" style="[^"]*">(.*?)</t[hd]>', html)
+    words = {w for cell in cells for w in re.sub(r"<[^>]+>", "", cell).split()}
+    return {w for w in words if sum(ch.isalpha() for ch in w) >= 4 and "<wbr>" not in breakable_html(w)
+            and not re.search(r"[-/&]", w)}
+
+
+def test_report_pdf_prints_every_table_word_whole(report):
+    """Issue 37: a header or a cell never breaks inside a word in the PDF (``b/at/c/h/si/ze``, ``framewo rk`` were
+    printed): pdftotext finds the known headers whole, and no word of any table of the report in pieces."""
+    from tests.helpers import broken_words, pdf_text
+
+    flat = pdf_text(report / "r.pdf")
+    for header in ("framework", "batch size", "median (ms)", "throughput (/s)", "IQR/median (%)", "load (ms)",
+                   "first inference (ms)", "layer type", "calls per predict", "share (%)"):
+        assert header in flat, header
+    words = table_words(report / "r.ipynb")
+    assert {"framework", "onnxruntime", "efficientnet_lite0", "throughput"} <= words
+    assert broken_words(flat, words) == []
+
+
 def test_report_notebook_is_executed_editable_and_quiet(evaluation, report):
     out = report
     nb = nbformat.read(out / "r.ipynb", as_version=4)

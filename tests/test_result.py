@@ -188,3 +188,27 @@ def test_summary_digits_follow_each_rows_ci_in_text_html_and_the_evaluation_tabl
     assert ">0.512<" in html and ">50<" in html and ">0.51234<" not in html
     table = ev.to_text()
     assert "0.512 to 0.513" in table and "50 to 51" in table and "50.1" not in table
+
+
+def test_one_throughput_reads_the_same_in_every_view_of_an_evaluation():
+    """The summary, a selection of ``ev.latency`` without its CI columns and the evaluation's own table show one
+    throughput with the same digits (its median's CI, two figures at least: 1.808/s is 1.8 everywhere, never "2"
+    in one view and "1.808" in another); the user's ``.round(3)`` shows 1.808."""
+    ev = make_evaluation(frameworks=("torch",))
+    lat = ev.latency.copy()
+    lat["median_ms"] = [1944.6, 4424.8]
+    lat["median_ci_low_ms"] = [1500.0, 3200.0]
+    lat["median_ci_high_ms"] = [2600.0, 5900.0]
+    lat["throughput_per_s"] = [0.51423, 1.80812]
+    ev.latency = lat
+
+    def throughput(text: str) -> list[str]:
+        lines = text.splitlines()
+        head = next(i for i, line in enumerate(lines) if "throughput (/s)" in line)
+        at = lines[head].index("throughput (/s)")
+        return [line[:at + len("throughput (/s)")].split()[-1] for line in lines[head + 1:head + 3]]
+
+    assert throughput(repr(ev.summary)) == ["0.51", "1.8"]
+    assert throughput(repr(ev.latency[["framework", "batch_size", "throughput_per_s"]])) == ["0.51", "1.8"]
+    assert throughput(ev.to_text().split("\n\n", 1)[1]) == ["0.51", "1.8"]
+    assert throughput(repr(ev.latency[["framework", "batch_size", "throughput_per_s"]].round(3))) == ["0.514", "1.808"]

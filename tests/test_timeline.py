@@ -157,6 +157,18 @@ def test_tracks_and_level_of_detail_counts(spans):
     assert (tl["end_ns"] >= tl["start_ns"]).all()
 
 
+def test_the_zoom_levels_table_counts_every_span_at_every_level_and_reads_without_e_notation(spans):
+    """``timeline.levels(tl)`` (notebook 06's table): one row per zoom level, the raw level last; every level
+    stands for every span and the same busy time; shown formatted (``2.515270e+07`` was pandas' own display)."""
+    tl = timeline.compute(spans, width_px=800)
+    table = timeline.levels(tl)
+    assert len(table) == tl.attrs["raw_level"] + 1 and table["zoom_level"].iloc[-1].endswith("(raw)")
+    assert (table["spans_represented"] == len(spans)).all()
+    assert table["busy_ms"].nunique() == 1 and table["bars"].iloc[0] < table["bars"].iloc[-1]
+    shown = repr(table)
+    assert "pixel (ns)" in shown and "busy (ms)" in shown and not re.search(r"\de[+-]?\d", shown), shown
+
+
 def test_level_of_detail_at_scale_keeps_views_bounded(spans):
     big = tiled(spans, copies=40, gap_ns=200_000_000)  # ~29k real spans over ~10 s
     tl = timeline.compute(big, width_px=1000)

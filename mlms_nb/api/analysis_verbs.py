@@ -17,6 +17,7 @@ from mlms_nb.analyses import roofline as _roofline
 from mlms_nb.analyses import timeline as _timeline
 from mlms_nb.analyses.result import Analysis
 from mlms_nb.api.core import load_evaluation
+from mlms_nb.display import for_people
 from mlms_nb.errors import MlmsError
 from mlms_nb.evaluation.result import Evaluation
 from mlms_nb.evaluation.roofline_run import framework_roofline
@@ -77,7 +78,7 @@ def layer_costs(model: str, framework: str, batch_size: int) -> pd.DataFrame:
     costs = model_costs(model, framework, batch_size=batch_size)
     if "layer_name" not in costs:  # ONNX nodes: named after the module they were exported from, where known
         costs = costs.assign(layer_name=costs["torch_name"].where(costs["torch_name"].notna(), costs["node_name"]))
-    return costs
+    return for_people(costs)
 
 
 def machine_ceilings(device: str = "cpu", refresh: bool = False, url: str | None = None, *, framework: str = "torch",

@@ -196,7 +196,7 @@ def history_import(path: str | os.PathLike, url: str | None = None) -> pd.DataFr
     store = HistoryStore(url)  # opening it puts back the files noted for it
     ids = [*store.put_back, *put_back(store, [source])]
     frame = store.query()
-    return frame[frame["evaluation_id"].isin(ids)].reset_index(drop=True)
+    return for_people(frame[frame["evaluation_id"].isin(ids)].reset_index(drop=True))
 
 
 def load_evaluation(ref: str | int, url: str | None = None) -> Evaluation:
@@ -318,7 +318,7 @@ def trust_list() -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=["path", "sha256", "kind", "added_at"])
     frame.attrs["note"] = f"trust store: {_trust.store_path()}; built-in manifests and mlms-nb's own conversions " \
                           "are trusted by their checksums"
-    return frame
+    return for_people(frame)
 
 
 def trust_remove(path_or_sha256: str | Path) -> pd.DataFrame:

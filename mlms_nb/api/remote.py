@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from mlms_nb.display import for_people
 from mlms_nb.errors import MlmsError
 from mlms_nb.fleet.registry import agents_frame, list_agents
 from mlms_nb.fleet.run import tls_of
@@ -48,4 +49,4 @@ def agents(options: AgentsOptions) -> pd.DataFrame:
     found = list_agents(connect(options.on, tls_of(options)))
     if options.where:
         found = matching(found, parse_where(options.where), options.where, options.on)
-    return agents_frame(found)
+    return for_people(agents_frame(found))  # memory in GiB, not 25276063744

@@ -18,7 +18,8 @@ The package, one module per concern (each under 400 lines):
 - :mod:`~mlms_nb.display.spread` -- the digits a measured spread supports (torch.utils.benchmark's rule), row by row;
 - :mod:`~mlms_nb.display.units` -- unit prefixes;
 - :mod:`~mlms_nb.display.layout` -- a formatted table split to an A4 page / a notebook cell, as text and HTML;
-- :mod:`~mlms_nb.display.people` -- PeopleFrame, and the display plumbing the result classes share;
+- :mod:`~mlms_nb.display.people` -- PeopleFrame (and people_table, which makes an analysis's table one), and the
+  display plumbing the result classes share;
 - :mod:`~mlms_nb.display.numbers` -- single numbers in words;
 - :mod:`~mlms_nb.display.parts` -- Table, Notes, Section, Page;
 - :mod:`~mlms_nb.display.evaluation` / :mod:`~mlms_nb.display.results` -- evaluations; analyses, divergences, traces.
@@ -35,10 +36,11 @@ from mlms_nb.display.columns import format_frame, format_number
 from mlms_nb.display.spread import significant_figures, spread_decimals
 from mlms_nb.display.evaluation import (PANEL_LINK_PREFIX, evaluation_html, evaluation_json, evaluation_text,
                                         panel_link_html, target_text)
-from mlms_nb.display.layout import show_table, split_columns, table_html, table_text, width_of
+from mlms_nb.display.layout import breakable_html, show_table, split_columns, table_html, table_text, width_of
 from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_overhead, fmt_pct, is_missing, overhead_frame
 from mlms_nb.display.parts import MAX_ROWS, Notes, Page, Section, Table, records
-from mlms_nb.display.people import FramesForPeople, PeopleFrame, SpansFrame, for_people, spans_for_people, spans_preview
+from mlms_nb.display.people import (FramesForPeople, PeopleFrame, PeopleSeries, SpansFrame, for_people, people_table,
+                                    spans_for_people, spans_preview)
 from mlms_nb.display.results import (analysis_json, analysis_parts, divergence_html, divergence_json,
                                      divergence_text, trace_parts)
 
@@ -47,7 +49,7 @@ __all__ = ["render_text", "render_html", "render_json", "mimebundle", "dumps", "
            "is_missing", "panel_link_html", "PANEL_LINK_PREFIX", "target_text", "format_frame", "format_number",
            "significant_figures", "spread_decimals", "split_columns", "width_of", "table_html", "table_text", "show_table", "PeopleFrame",
            "for_people", "FramesForPeople", "ShownByDisplay", "SpansFrame", "spans_for_people",
-           "spans_preview"]
+           "spans_preview", "PeopleSeries", "people_table", "breakable_html"]
 
 _PARTS = (("frame", pd.DataFrame), ("table", Table), ("notes", Notes), ("section", Section), ("page", Page),
           ("str", str))

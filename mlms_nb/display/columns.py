@@ -1,6 +1,6 @@
 """How one table column reads for people: its header with the unit, one scale and one precision per column
-(:func:`describe_column`), a number as the report prints it (:func:`format_number`) and a whole frame as strings
-(:func:`format_frame`).
+(:func:`describe_column`), a number as the report prints it (:func:`format_number`), the columns that tell a
+frame's rows apart (:func:`key_columns`) and a whole frame as strings (:func:`format_frame`).
 
 Units come from the column names, as the house spells them (``median_ms``, ``memory_bytes``,
 ``throughput_per_s``, ``flops``, ``share_pct``, ``intensity_flop_per_byte``). Bytes, FLOPs and rates are scaled
@@ -8,8 +8,9 @@ to one prefix per column (MiB, GFLOP, GFLOP/s, ...) named in the header; every n
 same number of decimals, chosen for about three significant digits of the column's typical value -- except the
 latency statistics and the throughput of a frame that holds the 95% CI of the median: each row shows the digits
 its own CI supports (torch.utils.benchmark's rule: ``floor(log10(median / half-width))`` significant figures,
-1 to 4; :mod:`mlms_nb.display.spread`). Integers show
-as integers with thousands separators (no e-notation), times as ``YYYY-MM-DD HH:MM:SS``.
+1 to 4, shown with 2 at least; :mod:`mlms_nb.display.spread`) -- and a column the user rounded (``.round(3)``),
+which shows their decimals. Integers show as integers with thousands separators (no e-notation), times as
+``YYYY-MM-DD HH:MM:SS``.
 
 Imports nothing from mlms_nb outside this package.
 """
@@ -26,9 +27,12 @@ import pandas as pd
 from mlms_nb.display.spread import scale_units, spread_decimals
 from mlms_nb.display.units import BINARY, DECIMAL, prefix_for
 
-#: Columns that identify a row, shown first (in this order) and repeated in every part of a split table.
-KEY_COLUMNS = ("run", "framework", "scenario", "batch_size", "layer_index", "layer_name", "name", "layer_type",
-               "metric", "option", "what")
+#: Columns that identify a row, shown first (in this order) and repeated in every part of a split table; with the
+#: leading text columns of a frame (:func:`key_columns`), so a table's ``phase`` or ``layer`` is never cut off.
+KEY_COLUMNS = ("run", "framework", "scenario", "batch_size", "kv_cache", "phase", "layer_index", "layer_name", "layer",
+               "name", "layer_type", "metric", "option", "what")
+#: Most leading text columns taken as keys when a frame does not name its own (a wider key leaves no room)
+MAX_LEADING_KEYS = 4
 
 #: Headers for names that read badly when only the underscores are replaced.
 HEADERS = {
@@ -44,8 +48,12 @@ HEADERS = {
     "delta_ci_low_ms": "delta CI low (ms)", "delta_ci_high_ms": "delta CI high (ms)", "p_value": "p value",
 }
 
-#: Columns holding fractions 0..1 shown as percentages.
+#: Columns holding fractions 0..1 shown as percentages (and any ``*_fraction``: ``goodput_fraction``).
 FRACTIONS = ("top1", "top5", "iqr_over_median")
+
+
+def _is_fraction(name: str) -> bool:
+    return name in FRACTIONS or name.endswith("_fraction")
 
 MISSING = "-"
 #: Widest table part, in characters: about a 7.5 pt table across an A4 page, or a notebook's output column.
@@ -97,21 +105,31 @@ def _percent_decimals(typical: float) -> int:
     return 1 if typical >= 0.1 or not typical else decimals_for(typical, 2)
 
 
-def describe_column(name: str, values: pd.Series) -> Column:
-    """The header (with unit), scale and decimals of column ``name``."""
+def _rounded_header(name: str, header: str) -> str:
+    """The header of a column the user rounded: its unit without a prefix (their decimals are in it)."""
+    return f"{_words(_strip(name, '_fraction'))} (fraction)" if _is_fraction(name) else header
+
+
+def describe_column(name: str, values: pd.Series, rounded: int | None = None) -> Column:
+    """The header (with unit), scale and decimals of column ``name``; ``rounded``: the decimals the user rounded a
+    float column to (``frame.round(3)``), shown as they are, in the column's own unit."""
     numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
     header = HEADERS.get(name)
     if not numeric:
         return Column(name, header or _words(name))
+    if rounded is not None and not pd.api.types.is_integer_dtype(values):
+        unscaled = describe_column(name, values.iloc[:0])  # no values: no prefix (bytes, FLOP/s)
+        return Column(name, _rounded_header(name, unscaled.header), 1.0, max(0, int(rounded)))
     floats = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
-    integer = pd.api.types.is_integer_dtype(values) or (
-        np.isfinite(floats).any() and np.all(floats[np.isfinite(floats)] == np.round(floats[np.isfinite(floats)]))
-        and _large(floats) >= 10)
+    finite = floats[np.isfinite(floats)]
+    whole = finite.size > 0 and bool(np.all(finite == np.round(finite)))
+    integer = pd.api.types.is_integer_dtype(values) or (whole and _large(floats) >= 10)
     already_pct = name in ("top1", "top5") and np.nanmax(np.abs(floats), initial=0) > 1  # a manifest's 75.1 (%)
-    if name in FRACTIONS and not already_pct:
-        return Column(name, header or f"{_words(name)} (%)", 0.01, _percent_decimals(_typical(floats) * 100))
+    if _is_fraction(name) and not already_pct:
+        return Column(name, header or f"{_words(_strip(name, '_fraction'))} (%)", 0.01,
+                      _percent_decimals(_typical(floats) * 100))
     scale, unit = 1.0, None
-    if name.endswith("_bytes") or name == "bytes":
+    if name.endswith("_bytes") or name in ("bytes", "memory"):  # a span's memory: net bytes held (schema/spans.py)
         scale, unit = prefix_for(_large(floats), BINARY)
         base = _words(_strip(name, "_bytes")) or "bytes"
         header = header or (base if base == unit else f"{base} ({unit})")
@@ -121,6 +139,10 @@ def describe_column(name: str, values: pd.Series) -> Column:
     elif name.endswith("_bytes_per_s"):
         scale, p = prefix_for(_large(floats), DECIMAL)
         header = header or f"{_words(_strip(name, '_bytes_per_s'))} ({p}B/s)"
+    elif "_bytes_per_" in name:  # kv_cache_bytes_per_token_per_layer: KiB/token/layer
+        scale, unit = prefix_for(_large(floats), BINARY)
+        base, per = name.split("_bytes_per_", 1)
+        header = header or f"{_words(base)} ({unit}/{'/'.join(per.split('_per_'))})"
     elif name == "flops" or name.endswith("_flops"):
         scale, p = prefix_for(_large(floats), DECIMAL)
         header = header or f"{_words(name)} ({p}FLOP)"
@@ -135,6 +157,8 @@ def describe_column(name: str, values: pd.Series) -> Column:
         else:
             if integer and pd.api.types.is_integer_dtype(values):
                 return Column(name, header or _words(name), 1.0, None)
+            if whole and _large(floats) >= 2:  # a count held as floats (calls per predict 8.0), not a 0..1 share
+                return Column(name, header or _words(name), 1.0, 0)
     scaled = floats / scale
     if name.endswith("_pct") or name == "percent":
         return Column(name, header or _words(name), 1.0, _percent_decimals(_typical(scaled)))
@@ -142,13 +166,17 @@ def describe_column(name: str, values: pd.Series) -> Column:
     return Column(name, header or _words(name), scale, decimals)
 
 
-def format_number(value, decimals: int | None, scale: float = 1.0) -> str:
+def format_number(value, decimals: int | None, scale: float = 1.0, exact: bool = False) -> str:
     """One number as the report shows it: thousands separators, ``decimals`` decimals, ``-`` when missing;
-    a value too small for the column's decimals keeps two significant digits."""
+    a value too small for the column's decimals keeps two significant digits (e-notation only below 1e-4: a
+    divergence's 1.3e-12, never a count) unless ``exact`` (the user rounded the column: their decimals, as they
+    asked)."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return MISSING
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)) and scale == 1.0 and not decimals:
+        return f"{int(value):,}"  # exact: an int64 past 2**53 (a clock's ns) would lose digits as a float
     try:
         v = float(value) / scale
     except (TypeError, ValueError):
@@ -159,21 +187,39 @@ def format_number(value, decimals: int | None, scale: float = 1.0) -> str:
         return "inf" if v > 0 else "-inf"
     if decimals is None:
         return f"{int(round(v)):,}"
-    if v != 0 and abs(v) < 0.5 * 10 ** -decimals:
-        return f"{v:.2g}"
+    if not exact and v != 0 and abs(v) < 0.5 * 10 ** -decimals:  # two significant digits
+        return f"{v:.2g}" if abs(v) < 1e-4 else f"{v:.{1 - math.floor(math.log10(abs(v)))}f}"  # 1.3e-12, 0.00042
     return f"{v:,.{decimals}f}"
 
 
-def order_columns(columns: Iterable[str], key: Sequence[str] | None = None) -> list[str]:
-    """Key columns first (``key``, else the house's :data:`KEY_COLUMNS` present), then the rest in order."""
-    columns = list(columns)
-    keys = [c for c in (key if key is not None else KEY_COLUMNS) if c in columns]
-    return keys + [c for c in columns if c not in keys]
+def _text_like(values: pd.Series) -> bool:
+    """A column of names or labels (text, categories), not of numbers, flags or times."""
+    return not (pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values)
+                or pd.api.types.is_datetime64_any_dtype(values))
 
 
-def key_columns(columns: Iterable[str], key: Sequence[str] | None = None) -> list[str]:
-    columns = list(columns)
-    return [c for c in (key if key is not None else KEY_COLUMNS) if c in columns]
+def key_columns(frame: pd.DataFrame, key: Sequence[str] | None = None) -> list[str]:
+    """The columns that tell ``frame``'s rows apart, shown first and repeated in every part of a split table:
+    ``key`` when given, else those the frame's maker named (``attrs["keys"]``, raw column names), else the leading
+    text columns (up to :data:`MAX_LEADING_KEYS`: a table's ``phase``, a divergence's ``layer``) with every
+    :data:`KEY_COLUMNS` present. Inferred here, once, for every table: the key a user's selection keeps is kept."""
+    columns = list(frame.columns)
+    named = [c for c in (key if key is not None else frame.attrs.get("keys") or ()) if c in columns]
+    if named or key is not None:
+        return named
+    leading = []
+    for c in columns:
+        if c in KEY_COLUMNS or (_text_like(frame[c]) and len(leading) < MAX_LEADING_KEYS):
+            leading.append(c)
+        else:
+            break
+    return leading + [c for c in KEY_COLUMNS if c in columns and c not in leading]
+
+
+def order_columns(frame: pd.DataFrame, key: Sequence[str] | None = None) -> list[str]:
+    """Key columns first (:func:`key_columns`), then the rest in order."""
+    keys = key_columns(frame, key)
+    return keys + [c for c in frame.columns if c not in keys]
 
 
 #: Integer columns that name something (a thread, a process, a span) rather than count it: digits as they are
@@ -196,23 +242,34 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
                  max_text: int = 48) -> pd.DataFrame:
     """``frame`` as strings: headers with units, numbers with one precision per column, key columns first.
 
-    ``columns``: only these (in this order after the key columns). Text (not one word: paths, hashes and ids stay
-    whole) longer than ``max_text`` characters
-    is shortened with an ellipsis. ``.attrs["keys"]``: the headers of the key columns; ``attrs["note"]`` kept.
+    ``columns``: only these (in this order after the key columns; the key columns the frame names or the house
+    knows are added). A column the user rounded (``frame.round(3)`` of a :class:`~mlms_nb.display.PeopleFrame`:
+    ``attrs["rounded"]``) shows their decimals. Text (not one word: paths, hashes and ids stay whole) longer than
+    ``max_text`` characters is shortened at a space, with an ellipsis. ``.attrs["keys"]``: the headers of the key
+    columns; ``attrs["note"]`` kept.
     """
     frame = scale_units(frame)
-    names = [c for c in (columns if columns is not None else frame.columns) if c in frame.columns]
-    names = order_columns(names + [c for c in key_columns(frame.columns, key) if c not in names], key)
-    out = {}
-    keys = []
-    described = {name: describe_column(name, frame[name]) for name in names}
+    selected = [c for c in (columns if columns is not None else frame.columns) if c in frame.columns]
+    shown = frame[selected]
+    shown.attrs = frame.attrs
+    keys = key_columns(shown, key)
+    if columns is not None:  # the key columns a caller's selection leaves out still identify its rows
+        named = key if key is not None else (frame.attrs.get("keys") or KEY_COLUMNS)
+        keys += [c for c in named if c in frame.columns and c not in keys and c not in selected]
+    names = keys + [c for c in selected if c not in keys]
+    rounded = {c: d for c, d in (frame.attrs.get("rounded") or {}).items() if c in names}
+    described = {name: describe_column(name, frame[name], rounded.get(name)) for name in names}
     spread = spread_decimals(frame, {n: c.scale for n, c in described.items()})
-    share_decimals([described[n] for n in names if n not in spread])
+    share_decimals([described[n] for n in names if n not in spread and n not in rounded])
+    out = {}
+    headers = []
     for name in names:
         values = frame[name]
         col = described[name]
         if is_identifier(name) and pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
             text = [MISSING if _missing_number(v) else str(int(v)) for v in values]  # an id: no separators
+        elif name in rounded and col.decimals is not None:  # the user's rounding wins over the spread
+            text = [format_number(v, col.decimals, exact=True) for v in values]
         elif name in spread and col.decimals is not None:
             text = [format_number(v, col.decimals if d < 0 else int(d), col.scale)
                     for v, d in zip(values, spread[name])]
@@ -225,10 +282,9 @@ def format_frame(frame: pd.DataFrame, key: Sequence[str] | None = None, columns:
         while header in out:
             header += " "
         out[header] = text
-        if name in key_columns(frame.columns, key):
-            keys.append(header)
+        headers.append(header)
     result = pd.DataFrame(out, index=range(len(frame)))
-    result.attrs = {"keys": keys, "note": str(frame.attrs.get("note", ""))}
+    result.attrs = {"keys": headers[:len(keys)], "note": str(frame.attrs.get("note", ""))}
     return result
 
 
@@ -276,7 +332,8 @@ def _text(value, max_text: int) -> str:
         return text[:10] + " " + text[11:19] + ("Z" if text.endswith(("Z", "+00:00")) else "")
     if len(text) <= max_text or not any(c.isspace() for c in text):
         return text  # an identifier (a path, a sha256, an id, a URL) is whole or useless: never cut
-    return text[: max_text - 1] + "…"
+    cut = text[: max_text - 1]
+    return (cut[: cut.rindex(" ")] if " " in cut.strip() else cut).rstrip() + "…"  # at a space: no word cut
 
 
 _PLAIN_STR = (list.__str__, tuple.__str__, np.ndarray.__str__)

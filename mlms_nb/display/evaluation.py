@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from mlms_nb.display.columns import format_number
+from mlms_nb.display.layout import table_html, table_text
 from mlms_nb.display.spread import ci_decimals, spread_decimals
 from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_pct, is_missing
 from mlms_nb.display.parts import records
@@ -261,12 +262,15 @@ def _agreement_line(ev) -> list[tuple[str, str]]:
     return [("Greedy agreement", "; ".join(parts))]
 
 
+def _keyed(table: pd.DataFrame) -> pd.DataFrame:
+    """An evaluation's formatted rows with their key columns named, for the one table renderer
+    (:mod:`mlms_nb.display.layout`): split to the width, the keys in every part, no word broken."""
+    table.attrs["keys"] = [c for c in ("framework", "batch size", "scenario", "KV cache") if c in table.columns]
+    return table
+
+
 def _text_table(table: pd.DataFrame) -> str:
-    """The first column left-aligned, the others right-aligned, two spaces apart."""
-    first = table.columns[0]
-    width = max(len(first), table[first].str.len().max())
-    table = table.rename(columns={c: first.ljust(width) if c == first else f" {c}" for c in table.columns})
-    return table.to_string(index=False, formatters={first.ljust(width): lambda s: s.ljust(width)})
+    return table_text(_keyed(table), formatted=True)
 
 
 def evaluation_text(ev) -> str:
@@ -294,18 +298,7 @@ def evaluation_html(ev) -> str:
     if table.empty and generation.empty:
         parts.append("<div><i>nothing measured</i></div>")
     for table in [t for t in (table, generation) if not t.empty]:
-        left = {table.columns[0], "scenario"}
-        parts.append('<table class="mlms-table"><thead><tr>'
-                     + "".join(f"<th>{esc(c)}</th>" for c in table.columns) + "</tr></thead><tbody>")
-        for row in table.itertuples(index=False):
-            cells = []
-            for name, value in zip(table.columns, row):
-                style = f"text-align:{'left' if name in left else 'right'}"
-                if str(value).endswith(("unstable", " busy")):
-                    style += ";color:#b00"
-                cells.append(f'<td style="{style}">{esc(str(value))}</td>')
-            parts.append("<tr>" + "".join(cells) + "</tr>")
-        parts.append("</tbody></table>")
+        parts.append(table_html(_keyed(table), formatted=True))
     if ev.warnings:
         parts.append('<div style="color:#a60"><b>Warnings:</b><ul>'
                      + "".join(f"<li>{esc(w)}</li>" for w in ev.warnings) + "</ul></div>")

@@ -22,9 +22,12 @@ def numbers(frame: pd.DataFrame, name: str) -> np.ndarray:
 #: Latency statistics whose digits follow the spread of the median (when the frame holds its 95% CI)
 SPREAD_COLUMNS = ("median_ms", "mean_ms", "p25_ms", "p75_ms", "p90_ms", "p99_ms", "min_ms", "max_ms",
                   "median_ci_low_ms", "median_ci_high_ms", "iqr_ms")
-#: Rates whose digits follow a latency's spread: inputs/s is batch size / mean latency, so its relative spread is
-#: the mean's (95% CI from ``std_ms`` and ``samples``), or, in a frame without them, the median's
+#: Rates whose digits follow the median latency's spread, in every frame that holds it (a summary has no ``std_ms``
+#: for the mean's CI, the latency frame has): one rule, so one throughput reads the same in every view
 RATE_COLUMNS = ("throughput_per_s",)
+#: The fewest significant figures a measured number is shown with: one figure rounds 1.808/s to "2" (a 10% step,
+#: more than most CIs of a timed loop); two keep the spread's place without reading as a whole number
+MIN_FIGURES = 2
 
 
 def significant_figures(median: np.ndarray, ci_low: np.ndarray, ci_high: np.ndarray) -> np.ndarray:
@@ -78,24 +81,14 @@ def _median_figures(frame: pd.DataFrame, prefix: str = "") -> np.ndarray | None:
     return figures if (figures >= 0).any() else None
 
 
-def _mean_figures(frame: pd.DataFrame, fallback: np.ndarray) -> np.ndarray:
-    """Per row, the figures of the mean latency: a normal 95% CI, 1.96 std / sqrt(samples), where the frame has
-    them; else ``fallback`` (the median's)."""
-    if not all(c in frame.columns for c in ("mean_ms", "std_ms", "samples")):
-        return fallback
-    mean, std, n = (numbers(frame, c) for c in ("mean_ms", "std_ms", "samples"))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        half = 1.96 * std / np.sqrt(np.where(n > 1, n, np.nan))
-    figures = ci_figures(mean, mean - half, mean + half)
-    return np.where(figures >= 0, figures, fallback)
-
-
 def _decimals(values: np.ndarray, figures: np.ndarray) -> np.ndarray:
-    """Decimals that show each value with its row's significant figures (0 at least; -1 where a row has none)."""
+    """Decimals that show each value with its row's significant figures, :data:`MIN_FIGURES` at least (0 decimals
+    at least; -1 where a row has none)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         lead = np.floor(np.log10(np.abs(values)))
     lead = np.where(np.isfinite(lead), lead, 0)
-    return np.where(figures > 0, np.maximum(0, figures - 1 - lead), -1).astype(int)
+    shown = np.maximum(figures, MIN_FIGURES)
+    return np.where(figures > 0, np.maximum(0, shown - 1 - lead), -1).astype(int)
 
 
 _RANGE_LOW = re.compile(r"^(?P<stat>.+?)_(?:ci_)?low_(?P<unit>.+)$")
@@ -111,9 +104,11 @@ def spread_figures(frame: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarra
       their row's median, at the figures its 95% CI supports (see :func:`_median_figures`);
     - any other ``<stat>_<unit>`` with ``<stat>_[ci_]low_<unit>`` / ``<stat>_[ci_]high_<unit>`` beside it (a
       throughput's CI, a roofline point's achieved rate over p25..p75), at the figures of that range;
-    - the throughput without a range of its own, at its mean latency's figures (inputs/s is batch size / mean);
+    - the throughput without a range of its own, at its median latency's figures (:data:`RATE_COLUMNS`);
     - ``frame.attrs["figures"]`` (column -> one value per row), where the frame's maker knows better (the
-      tracing overhead's medians, from its noise; one clock reading per span: 3 figures).
+      tracing overhead's medians, from its noise; one clock reading per span: 3 figures);
+    - ``frame.attrs["row_figures"]`` (the same form) for a column none of the above reads: the figures the whole
+      frame had before a selection dropped its CI (:func:`carried_figures`).
 
     :func:`spread_decimals` also takes ``frame.attrs["decimals"]`` (column -> decimals per row: a fixed place).
     """
@@ -138,11 +133,24 @@ def spread_figures(frame: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarra
     if median_figures is not None:
         for c in RATE_COLUMNS:
             if c in frame.columns and c not in out:
-                out[c] = (_mean_figures(frame, median_figures), numbers(frame, c))
+                out[c] = (median_figures, numbers(frame, c))
     for name, values in (frame.attrs.get("figures") or {}).items():
         if name in frame.columns and len(values) >= len(frame):
             out[name] = (np.asarray(values[: len(frame)], dtype=int), numbers(frame, name))
+    for name, values in (frame.attrs.get("row_figures") or {}).items():  # carried from the whole frame
+        if name in frame.columns and name not in out and len(values) >= len(frame):
+            out[name] = (np.asarray(values[: len(frame)], dtype=int), numbers(frame, name))
     return out
+
+
+def carried_figures(frame: pd.DataFrame) -> dict[str, pd.Series]:
+    """The figures :func:`spread_figures` finds in ``frame``, per column as a Series on its index: kept beside a
+    shown frame (:class:`~mlms_nb.display.PeopleFrame`) they follow its rows, so
+    ``ev.latency[["median_ms", "throughput_per_s"]]`` (no CI left to read) shows the digits the whole frame does
+    (given to the display as ``attrs["row_figures"]``, by position); {} for a frame without a unique index."""
+    if not frame.index.is_unique:
+        return {}
+    return {c: pd.Series(figures, index=frame.index) for c, (figures, _) in spread_figures(frame).items()}
 
 
 def spread_decimals(frame: pd.DataFrame, scales: dict[str, float] | None = None) -> dict[str, np.ndarray]:
