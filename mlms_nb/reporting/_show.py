@@ -89,6 +89,20 @@ def figure(fig, backend: str = "matplotlib") -> None:
                   metadata={"alt": " / ".join(titles)[:300] or "figure"}))
 
 
+def report_table(frame, title: str, note: str | None = None, **kwargs) -> None:
+    """A table of the report (:func:`mlms_nb.display.show_table`) whose note (``note``, else the frame's
+    ``attrs["note"]``) is shown as numbered footnotes: the title names their numbers, and the ones not yet shown in
+    this report follow the table (:mod:`mlms_nb.reporting.notes`)."""
+    from mlms_nb.display import show_table
+    from mlms_nb.reporting import notes
+
+    text = (getattr(frame, "attrs", {}) or {}).get("note", "") if note is None else note
+    refs, new = notes.referenced(text or "")
+    show_table(frame, title + refs, note="", **kwargs)
+    if new is not None:
+        display(new)
+
+
 def section(fn: Callable) -> Callable:
     """Run a section with framework chatter silenced; when it fails (no data, a missing optional piece), show one
     line saying why instead."""
