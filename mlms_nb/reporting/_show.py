@@ -22,7 +22,9 @@ class Line:
 
     def _repr_html_(self) -> str:
         lead = f"<b>{html.escape(self.prefix)}</b> " if self.prefix else ""
-        return f'<p class="mlms-{self.kind}">{lead}{html.escape(self.text)}</p>'
+        # a plain note introduces what follows it (a figure, a table): print keeps the two on one page
+        kind = f"mlms-{self.kind}" + (" mlms-lead" if self.kind == "note" and not self.prefix else "")
+        return f'<p class="{kind}">{lead}{html.escape(self.text)}</p>'
 
     def __repr__(self) -> str:
         return f"{self.prefix} {self.text}".strip()

@@ -129,7 +129,8 @@ def export_summary(info: dict) -> str:
     images, 2 framework messages removed, 3 wide tables split into parts.``"""
     fit, cleaned = info.get("fit") or {}, info.get("cleanup") or {}
     done = [what for n, what in (
-        (cleaned.get("bokeh_figures", 0), _count(cleaned.get("bokeh_figures", 0), "Bokeh figure") + " drawn as images"),
+        (cleaned.get("bokeh_figures", 0), _count(cleaned.get("bokeh_figures", 0), "Bokeh figure") + " drawn as "
+         + ("an image" if cleaned.get("bokeh_figures", 0) == 1 else "images")),
         (cleaned.get("bokeh_failed", 0), _count(cleaned.get("bokeh_failed", 0), "Bokeh figure") + " not drawn"),
         (cleaned.get("streams", 0), _count(cleaned.get("streams", 0), "stderr output") + " cleaned of chatter"),
         (cleaned.get("widgets", 0), _count(cleaned.get("widgets", 0), "widget") + " removed"),
