@@ -122,6 +122,7 @@ class Chart:
         labels_px = labels_width(self.categories)
         # a title starts where the plot frame starts (after the y labels) and must end inside the canvas
         room = self.narrowest - labels_px - (TOOLBAR_PX if self.backend == "bokeh" else 10)
+        self._words, self._room = (title, subtitle), room
         self.title, self.subtitle = fit_titles(title, subtitle, room)
         self.side_by_side = beside
         self._legend = False
@@ -148,8 +149,7 @@ class Chart:
                 self.native.xaxis.ticker = FixedTicker(ticks=[float(t) for t in x_ticks])
                 self.native.xaxis.formatter = NumeralTickFormatter(format="0,0.[00]")  # 1, 4, not 10^0
         else:
-            self.native = ax
-            matplotlib_titles(ax, self.title, self.subtitle)
+            self.native = ax  # (its title is set by finish(), once the legend's room is known)
             ax.set_xlabel(x_label)
             ax.set_ylabel(y_label)
             if x_log:
@@ -309,10 +309,16 @@ class Chart:
             self.native.set_xlim(left=0, right=max(end, self.native.get_xlim()[1]))
 
     def finish(self) -> None:
-        """The legend, outside the data: right of a panel alone, under panels side by side."""
+        """The legend, outside the data: right of a panel alone, under panels side by side; a matplotlib panel's
+        title and subtitle, fitted to the plot's width less a legend beside it (they are centred over the plot)."""
+        where = "below" if self.side_by_side else "right"
+        if self.backend == "matplotlib":
+            labels = self.native.get_legend_handles_labels()[1] if self._legend and where == "right" else []
+            legend_px = 6.7 * max((len(t) for t in labels), default=0) + 40 if labels else 0
+            self.title, self.subtitle = fit_titles(*self._words, self._room - legend_px)
+            matplotlib_titles(self.native, self.title, self.subtitle)
         if not self._legend:
             return
-        where = "below" if self.side_by_side else "right"
         if self.backend == "bokeh":
             legend = self.native.legend[0]
             legend.click_policy = "hide"

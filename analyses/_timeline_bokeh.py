@@ -268,7 +268,10 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     labels_px = 6.5 * max((len(t) for t in tracks["track_label"]), default=0) + 50
     narrowest = min(width_px, MIN_WIDTH_PX)
     title, lines = fit_titles(title, subtitle, narrowest - labels_px - TOOLBAR_PX)
+    # (at most 300 px wider than the width its levels of detail were computed for: wider, a whole trace would be
+    # drawn span by span)
     fig = figure(name="timeline", title=title, width=width_px, sizing_mode="stretch_width", min_width=narrowest,
+                 max_width=width_px + 300,
                  height=int(min(max(150 + 22 * n_tracks, 360), 1400)) + 16 * legend_rows,
                  x_range=Range1d(x0, x1, bounds=(-0.02 * extent_ms, extent_ms * 1.02), min_interval=1e-6),
                  y_range=Range1d(n_tracks - 0.5, -0.5), tools="xpan,xwheel_zoom,xbox_zoom,reset,save",

@@ -51,15 +51,15 @@ def subtitles(fig, lines: Sequence[str]) -> None:
 
 
 def matplotlib_titles(ax, title: str, lines: Sequence[str]) -> None:
-    """A matplotlib panel's one-line title with its subtitle lines under it (small, italic), both starting at the
-    plot's left edge as in Bokeh (so they may run on over a legend beside the plot, never off the figure's left);
-    constrained layout leaves room for both. The title stays ``ax.get_title()``."""
+    """A matplotlib panel's one-line title with its subtitle lines under it (small, italic), both centred over the
+    plot (a line wider than the plot runs on over its y labels on the left, which constrained layout has room for);
+    constrained layout leaves room above for both."""
+    for old in [t for t in ax.texts if getattr(t, "xy", None) == (0.5, 1) and t.get_style() == "italic"]:
+        old.remove()
     ax.set_title(title, fontsize=10, pad=6 + 10.5 * len(lines))
-    ax.title.set_horizontalalignment("left")
-    ax.title.set_x(0.0)
     if lines:
-        ax.annotate("\n".join(lines), xy=(0, 1), xycoords="axes fraction", xytext=(0, 4), textcoords="offset points",
-                    ha="left", va="bottom", fontsize=8, style="italic", color="#444444")
+        ax.annotate("\n".join(lines), xy=(0.5, 1), xycoords="axes fraction", xytext=(0, 4),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=8, style="italic", color="#444444")
 
 
 def subtitle_of(fig) -> str:
@@ -69,4 +69,4 @@ def subtitle_of(fig) -> str:
         lines = [t.text for t in fig.above if getattr(t, "text_font_style", None) == "italic"]
         return " ".join(reversed(lines))
     return " ".join(" ".join(t.get_text().split("\n")) for t in fig.texts
-                    if getattr(t, "xy", None) == (0, 1) and t.get_style() == "italic")
+                    if getattr(t, "xy", None) == (0.5, 1) and t.get_style() == "italic")

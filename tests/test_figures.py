@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from mlms_nb.analyses import batch_scaling, layers, roofline, timeline
+from mlms_nb.analyses._plot import OUTPUT_COLUMN_PX
 from mlms_nb.analyses._roof_check import RoofContext
 from mlms_nb.analyses._timeline_axes import time_axis
 from mlms_nb.analyses._titles import SUBTITLE_PX_PER_CHAR, TITLE_PX_PER_CHAR, subtitle_of
@@ -92,7 +93,8 @@ def check_bokeh_panel(panel) -> None:
     drawn at; the toolbar at the right (never in the title's row); every legend in a side panel, not on the data."""
     from bokeh.models import Legend
 
-    assert panel.sizing_mode == "stretch_width" and panel.max_width is None, panel.title.text
+    assert panel.sizing_mode == "stretch_width", panel.title.text  # as wide as the output column, at least
+    assert panel.max_width is None or panel.max_width >= OUTPUT_COLUMN_PX, panel.title.text
     text = panel.title.text
     assert text and "\n" not in text and len(text) * TITLE_PX_PER_CHAR < panel.min_width, text
     for line in [t.text for t in panel.above if getattr(t, "text_font_style", None) == "italic"]:

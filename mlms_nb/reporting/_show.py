@@ -82,6 +82,8 @@ def figure(fig, backend: str = "matplotlib") -> None:
     width_in, height_in = fig.get_size_inches()
     if width_in > MAX_FIGURE_IN:  # re-laid out narrower: its text stays readable on the page
         fig.set_size_inches(MAX_FIGURE_IN, height_in)
+        if _collapses(fig):  # panels too wide for that (long row labels side by side): scaled down as an image
+            fig.set_size_inches(width_in, height_in)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=FIGURE_DPI, facecolor="white")
     width_px = int(round(fig.get_figwidth() * 100))  # the figure's size at 100 dpi, its "natural" CSS size
@@ -103,6 +105,18 @@ def report_table(frame, title: str, note: str | None = None, **kwargs) -> None:
     show_table(frame, title + refs, note="", **kwargs)
     if new is not None:
         display(new)
+
+
+def _collapses(fig) -> bool:
+    """Whether matplotlib's constrained layout gives up on ``fig`` at its size (its axes would shrink to nothing);
+    drawn twice, as a layout that barely holds on a first draw (from the old positions) may give up on the next."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            fig.savefig(io.BytesIO(), format="png", dpi=40)
+    return any("collapsed" in str(w.message) for w in caught)
 
 
 def section(fn: Callable) -> Callable:
