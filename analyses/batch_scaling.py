@@ -121,7 +121,8 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", title: str | None = None):
              "loop)", x_label="batch size (inputs per call)", y_label="median latency per call (ms)", x_log=True,
              x_ticks=ticks),
         dict(title="Throughput", subtitle=f"dotted: saturation (the smallest batch size reaching {threshold:.0%} of "
-             "the highest throughput)", x_label="batch size (inputs per call)", y_label="throughput (inputs/s)", x_log=True, x_ticks=ticks),
+             "the highest throughput)", x_label="batch size (inputs per call)", y_label="throughput (inputs/s)",
+             x_log=True, x_ticks=ticks),
     ], width=560, height=380)
     for i, (label, part) in enumerate(_groups(df)):
         c = _plot.color(i)

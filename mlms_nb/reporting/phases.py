@@ -36,8 +36,8 @@ def phases(runs, labels, backend: str = "matplotlib") -> None:
         for fw in fws:
             per_type = run.layers("latency", by="type", framework=fw)
             report_table(per_type.table, f"{label + ': ' if label else ''}{fw}: {per_type.title}, per phase",
-                       columns=["framework", "batch_size", "phase", "layer_type", "calls_per_predict", "median_ms",
-                                "p25_ms", "p75_ms", "share_pct"], max_rows=40)
+                         columns=["framework", "batch_size", "phase", "layer_type", "calls_per_predict", "median_ms",
+                                  "p25_ms", "p75_ms", "share_pct"], max_rows=40)
             smallest = int(per_type.table["batch_size"].min())
             figure(run.layers("latency", framework=fw).plot(backend, framework=fw, batch_size=smallest), backend)
             roof = run.roofline(per="layer", framework=fw)
@@ -47,5 +47,5 @@ def phases(runs, labels, backend: str = "matplotlib") -> None:
             counts.columns = [c if c in ("framework", "batch_size", "phase") else f"{c}-bound layers"
                               for c in counts.columns]
             report_table(counts, f"{fw}: layers per bound in each phase (roofline per layer and phase)",
-                       note=roof.note)
+                         note=roof.note)
             figure(roof.plot(backend, framework=fw, batch_size=smallest), backend)

@@ -88,7 +88,7 @@ def measured(runs, labels) -> None:
         report_table(manifests, "Manifests and the sha256 of their assets", key=["run", "framework"], max_text=80)
     options = describe.options_table(runs, labels)
     report_table(options, "Options" + (" (side by side; those that differ first)" if len(runs) > 1 else ""),
-               key=list(options.attrs.get("keys", ["option"])))
+                 key=list(options.attrs.get("keys", ["option"])))
     for label, run in zip(labels, runs):
         note(run.measurement_note(), f"How {label} was measured:" if label else "How it was measured:")
     heading("Reproduce", 3)
@@ -174,7 +174,7 @@ def layers(runs, labels, backend: str = "matplotlib") -> None:
         table = per_type.table.sort_values(keys + ["median_ms"], ascending=[True] * len(keys) + [False])
         table.attrs = per_type.table.attrs
         report_table(table, per_type.title, columns=keys + ["layer_type", "calls_per_predict", "median_ms", "p25_ms",
-                                                          "p75_ms", "share_pct"], max_rows=40)
+                                                            "p75_ms", "share_pct"], max_rows=40)
         smallest = int(per_type.table["batch_size"].min())
         for fw in per_type.table["framework"].unique():  # a trace without layer spans has no panel
             figure(per_type.plot(backend, framework=fw, batch_size=smallest), backend)
@@ -184,8 +184,8 @@ def layers(runs, labels, backend: str = "matplotlib") -> None:
                .sort_values(keys + ["memory_bytes"], ascending=[True] * len(keys) + [False]))
         top.attrs = memory.table.attrs
         report_table(top, "Memory held per layer: the 8 largest per framework and batch size"
-                   + (" and phase" if phase else ""),
-                   columns=keys + ["layer_index", "name", "layer_type", "memory_bytes", "io_bytes"])
+                     + (" and phase" if phase else ""),
+                     columns=keys + ["layer_index", "name", "layer_type", "memory_bytes", "io_bytes"])
 
 
 SHORT_HOW = 40
@@ -231,7 +231,7 @@ def _flagged(table: pd.DataFrame, note: str | None = None) -> None:
                            "roof_check", "roof_check_why") if c in above]
     shown = above.sort_values("pct_of_attainable", ascending=False).groupby("framework").head(FLAGGED_SHOWN)
     report_table(shown[columns], f"Points above their roof ({len(above)} of {len(table)}): measurement problems and "
-               f"their likely causes (up to {FLAGGED_SHOWN} per framework, highest first)", note=note)
+                 f"their likely causes (up to {FLAGGED_SHOWN} per framework, highest first)", note=note)
 
 
 @section
@@ -244,9 +244,9 @@ def roofline(runs, labels, backend: str = "matplotlib") -> None:
         if hows:
             display(notes.NoteList(hows))
         report_table(model.table, "Whole model per framework and batch size",
-                   columns=["framework", "batch_size", "flops", "bytes", "intensity_flop_per_byte", "median_ms",
-                            "achieved_flops_per_s", "attainable_flops_per_s", "pct_of_attainable", "bound",
-                            "roof_check"])
+                     columns=["framework", "batch_size", "flops", "bytes", "intensity_flop_per_byte", "median_ms",
+                              "achieved_flops_per_s", "attainable_flops_per_s", "pct_of_attainable", "bound",
+                              "roof_check"])
         _flagged(model.table)
         for fw in model.table["framework"].unique():
             figure(model.plot(backend, framework=fw), backend)
@@ -259,7 +259,7 @@ def roofline(runs, labels, backend: str = "matplotlib") -> None:
         checks = per_layer.table.groupby(["framework", "batch_size", "roof_check"]).size().unstack(fill_value=0)
         counts = counts.merge(checks.reset_index(), on=["framework", "batch_size"], how="left")
         report_table(counts, "Layers per bound and against their roof (per-layer roofline: theoretical FLOPs over "
-                   "measured self time)", note=per_layer.note)
+                     "measured self time)", note=per_layer.note)
         _flagged(per_layer.table)
         smallest = int(per_layer.table["batch_size"].min())
         for fw in per_layer.table["framework"].unique():
@@ -392,8 +392,8 @@ def comparison(runs, labels, backend: str = "matplotlib") -> None:
         shown = latency.drop(columns="scenario") if latency["scenario"].nunique() == 1 else latency
         shown.attrs = latency.attrs
         report_table(_relabel(shown, a, b), f"Median latency: {b} against {a}", note=first.note, columns=[
-            "framework", "batch_size", f"{a}_median_ms", f"{b}_median_ms", "delta_median_ms", "delta_median_pct",
-            "delta_ci_low_ms", "delta_ci_high_ms", "p_value", "significant", "faster"])
+              "framework", "batch_size", f"{a}_median_ms", f"{b}_median_ms", "delta_median_ms", "delta_median_pct",
+              "delta_ci_low_ms", "delta_ci_high_ms", "p_value", "significant", "faster"])
         if not latency.empty:
             figure(first.draw(latency, backend), backend)
         for fw, result in results.items():
@@ -404,6 +404,6 @@ def comparison(runs, labels, backend: str = "matplotlib") -> None:
             top = deltas.reindex(deltas["delta_ms"].abs().sort_values(ascending=False).index).head(12)
             top.attrs = deltas.attrs
             report_table(_relabel(top, a, b), f"{fw}: per-layer deltas of self time, the 12 largest", columns=[
-                "batch_size", "name", f"{a}_layer_type", f"{a}_median_ms", f"{b}_median_ms", "delta_ms", "delta_pct",
-                "p_value", "significant"])
+                  "batch_size", "name", f"{a}_layer_type", f"{a}_median_ms", f"{b}_median_ms", "delta_ms", "delta_pct",
+                  "p_value", "significant"])
             figure(result.draw(deltas, backend), backend)
