@@ -11,13 +11,14 @@ naming the ``analysis`` extra.
 """
 from __future__ import annotations
 
-import textwrap
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from mlms_nb.errors import AnalysisError
+
+from ._titles import TOOLBAR_PX, fit_titles, matplotlib_titles, subtitles
 
 BACKENDS = ("bokeh", "matplotlib")
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
@@ -98,34 +99,40 @@ def _matplotlib_figure():
 # ------------------------------------------------------------------------------------------ charts
 
 class Chart:
-    """One panel: title, axis labels (with units), optional log axes, optional categorical y (bar rows),
-    optional fixed x ticks (batch sizes).
+    """One panel: a one-line title with a subtitle under it (what is drawn and how it was measured), axis labels
+    (with units), optional log axes, optional categorical y (bar rows), optional fixed x ticks (batch sizes).
 
-    Create panels with :func:`charts`; draw with the methods below; :func:`combine` returns the figure.
-    ``categories``: the labels of horizontal bar rows, top to bottom.
+    Create panels with :func:`charts`; draw with the methods below; :func:`combine` returns the figure. Bokeh
+    panels stretch to the output's width (never narrower than the width their titles were fitted to) with the
+    toolbar at the right, so no title runs under it; legends sit outside the data (right of a panel alone, under
+    panels side by side). ``categories``: the labels of horizontal bar rows, top to bottom.
     """
 
-    def __init__(self, backend: str, title: str, x_label: str, y_label: str, *, x_log: bool = False,
-                 y_log: bool = False, categories: Sequence[str] | None = None, x_ticks: Sequence[float] | None = None,
-                 width: int = 720, height: int = 400, ax=None, title_width: int | None = None):
+    def __init__(self, backend: str, title: str, x_label: str, y_label: str, *, subtitle: str = "",
+                 x_log: bool = False, y_log: bool = False, categories: Sequence[str] | None = None,
+                 x_ticks: Sequence[float] | None = None, width: int = 720, height: int = 400, ax=None,
+                 title_width: int | None = None, beside: bool = False):
         if ax is not None:
             width = int(ax.figure.get_figwidth() * 100 / len(ax.figure.axes))
         self.backend = check_backend(backend)
-        self.title, self.x_label, self.y_label = title, x_label, y_label
+        self.x_label, self.y_label = x_label, y_label
         self.categories = [str(c) for c in categories] if categories is not None else None
-        # wrapped for the narrowest width the figure may be drawn at (it stretches to the output area), less the
-        # y labels' column: Bokeh starts the title where the plot frame starts, so it must end inside the canvas
-        labels_px = 7 * max((len(c) for c in self.categories), default=0) + 70 if self.categories else 70
-        # (``title_width``: the narrowest a panel of a row is drawn at, its share of the output column)
-        title = "\n".join(textwrap.wrap(title, max(24, (min(width, 640, title_width or width) - labels_px) // 9)))
+        # the narrowest the panel is drawn at: its own width, or its share of the output column beside others
+        self.narrowest = min(width, title_width or width)
+        labels_px = labels_width(self.categories)
+        # a title starts where the plot frame starts (after the y labels) and must end inside the canvas
+        room = self.narrowest - labels_px - (TOOLBAR_PX if self.backend == "bokeh" else 10)
+        self._words, self._room = (title, subtitle), room
+        self.title, self.subtitle = fit_titles(title, subtitle, room)
+        self.side_by_side = beside
         self._legend = False
         self._x_log = x_log
         if self.backend == "bokeh":
             plotting = _bokeh()
-            kwargs: dict[str, Any] = dict(title=title, x_axis_label=x_label, y_axis_label=y_label, width=width,
+            kwargs: dict[str, Any] = dict(title=self.title, x_axis_label=x_label, y_axis_label=y_label, width=width,
                                           height=height, tools="pan,wheel_zoom,box_zoom,reset,save,hover",
-                                          x_axis_type="log" if x_log else "linear", toolbar_location="above",
-                                          sizing_mode="stretch_width", max_width=width, min_width=320,
+                                          x_axis_type="log" if x_log else "linear", toolbar_location="right",
+                                          sizing_mode="stretch_width", min_width=self.narrowest,
                                           min_border_right=24)  # room for a tick label at the x axis's end
             if self.categories is not None:
                 kwargs["y_range"] = list(reversed(self.categories))
@@ -133,6 +140,7 @@ class Chart:
                 kwargs["y_axis_type"] = "log" if y_log else "linear"
             self.native = plotting.figure(**kwargs)
             self.native.title.text_font_size = "11pt"
+            subtitles(self.native, self.subtitle)
             if x_ticks is not None:
                 from bokeh.models import FixedTicker
 
@@ -141,8 +149,7 @@ class Chart:
                 self.native.xaxis.ticker = FixedTicker(ticks=[float(t) for t in x_ticks])
                 self.native.xaxis.formatter = NumeralTickFormatter(format="0,0.[00]")  # 1, 4, not 10^0
         else:
-            self.native = ax
-            ax.set_title(title, fontsize=10)
+            self.native = ax  # (its title is set by finish(), once the legend's room is known)
             ax.set_xlabel(x_label)
             ax.set_ylabel(y_label)
             if x_log:
@@ -252,10 +259,12 @@ class Chart:
         return self
 
     def text(self, x, y, texts, *, color: str = "#333333") -> "Chart":
-        """Labels at (x, y) (y may be categorical rows); ``y=None`` puts every label near the top of the plot."""
+        """Labels at (x, y) (y may be categorical rows: then right of a bar's end); ``y=None`` puts every label near
+        the top of the plot. A label of a point starts up and right of it, clear of its marker."""
         x, texts = np.asarray(x, dtype=float), [str(t) for t in texts]
         y = None if y is None else list(y)
         top = y is None or all(v is None for v in y)
+        rows = self.categories is not None
         if self.backend == "bokeh":
             if top:
                 from bokeh.models import Label
@@ -264,8 +273,9 @@ class Chart:
                     self.native.add_layout(Label(x=float(xi), y=self.native.height - 80, y_units="screen", text=t,
                                                  text_font_size="8pt", text_color=color, x_offset=4))
             else:
-                self.native.text(x, self._y(y), text=texts, text_font_size="8pt", text_color=color, x_offset=4,
-                                 text_baseline="middle")
+                self.native.text(x, self._y(y), text=texts, text_font_size="8pt", text_color=color,
+                                 x_offset=4 if rows else LABEL_OFFSET_PX, y_offset=0 if rows else -LABEL_OFFSET_PX,
+                                 text_baseline="middle" if rows else "bottom")
                 self._room_for(x, texts)
         else:
             ax = self.native
@@ -273,9 +283,12 @@ class Chart:
                 if top:
                     ax.annotate(t, (xi, 0.95), xycoords=("data", "axes fraction"), fontsize=7, color=color,
                                 xytext=(3, 0), textcoords="offset points")
+                elif rows:
+                    ax.annotate(t, (xi, self._y([y[i]])[0]), fontsize=7, color=color, xytext=(3, 0),
+                                textcoords="offset points", va="center")
                 else:
-                    ax.annotate(t, (xi, self._y([y[i]])[0] if self.categories is not None else float(y[i])),
-                                fontsize=7, color=color, xytext=(3, 0), textcoords="offset points", va="center")
+                    ax.annotate(t, (xi, float(y[i])), fontsize=7, color=color, xytext=(LABEL_OFFSET_PT,) * 2,
+                                textcoords="offset points", ha="left", va="bottom")
             if not top:
                 self._room_for(x, texts)
         return self
@@ -296,13 +309,46 @@ class Chart:
             self.native.set_xlim(left=0, right=max(end, self.native.get_xlim()[1]))
 
     def finish(self) -> None:
-        if self._legend:
-            if self.backend == "bokeh":
-                self.native.legend.location = "top_left"
-                self.native.legend.click_policy = "hide"
-                self.native.legend.label_text_font_size = "8pt"
-            else:
-                self.native.legend(fontsize=8)
+        """The legend, outside the data: right of a panel alone, under panels side by side; a matplotlib panel's
+        title and subtitle, fitted to the plot's width less a legend beside it (they are centred over the plot)."""
+        where = "below" if self.side_by_side else "right"
+        if self.backend == "matplotlib":
+            labels = self.native.get_legend_handles_labels()[1] if self._legend and where == "right" else []
+            legend_px = 6.7 * max((len(t) for t in labels), default=0) + 40 if labels else 0
+            self.title, self.subtitle = fit_titles(*self._words, self._room - legend_px)
+            matplotlib_titles(self.native, self.title, self.subtitle)
+        if not self._legend:
+            return
+        if self.backend == "bokeh":
+            legend = self.native.legend[0]
+            legend.click_policy = "hide"
+            legend.label_text_font_size = "8pt"
+            legend.border_line_alpha = 0
+            if where == "below":
+                legend.orientation, legend.location = "horizontal", "top_left"
+            self.native.add_layout(legend, where)
+        elif where == "below":
+            self.native.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.2), ncols=2, frameon=False,
+                               borderaxespad=0)
+        else:
+            self.native.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False,
+                               borderaxespad=0)
+
+
+LABEL_OFFSET_PX = 7
+"""How far a point's label starts from its point, right and up, in screen pixels (Bokeh): past an 8 px marker."""
+LABEL_OFFSET_PT = 5
+"""The same in points (matplotlib), past the marker's radius."""
+
+
+BARS_PX = 420
+"""The least width a bar chart keeps for its bars, right of its row labels (a panel with long labels is wider)."""
+
+
+def labels_width(categories: Sequence[str] | None) -> int:
+    """The pixels a panel's y axis takes: its row labels (about 6.5 px per character) and the axis label, or a
+    numeric axis's ticks."""
+    return int(6.5 * max((len(str(c)) for c in categories), default=0)) + 50 if categories else 70
 
 
 OUTPUT_COLUMN_PX = 960
@@ -312,17 +358,20 @@ PDF exporter draws it too."""
 
 def charts(backend: str, specs: Sequence[dict], *, width: int = 720, height: int = 400,
            stacked: bool = False) -> list[Chart]:
-    """One :class:`Chart` per spec (``dict(title=..., x_label=..., y_label=..., x_log=..., categories=...)``, and
-    optionally its own ``height``), side by side, or one under another when ``stacked``; for matplotlib they share
-    one ``Figure``."""
+    """One :class:`Chart` per spec (``dict(title=..., subtitle=..., x_label=..., y_label=..., x_log=...,
+    categories=...)``, and optionally its own ``height``), side by side, or one under another when ``stacked``; for
+    matplotlib they share one ``Figure``."""
     backend = check_backend(backend)
     heights = [int(spec.get("height", height)) for spec in specs]
+    # bars keep their room beside long row labels: such a panel is wider (and stretches wider still)
+    width = max([width] + [labels_width(spec["categories"]) + BARS_PX for spec in specs if spec.get("categories")])
     specs = [{k: v for k, v in spec.items() if k != "height"} for spec in specs]
+    # side by side, each panel gets its share of the output column (a notebook's, or the PDF exporter's page): its
+    # title is fitted to that width, not to the panel's own, so it ends inside its canvas
+    share = None if stacked or len(specs) == 1 else OUTPUT_COLUMN_PX // len(specs)
     if backend == "bokeh":
-        # side by side, each panel gets its share of the output column (a notebook's, or the PDF exporter's page):
-        # its title wraps for that width, not for the panel's own maximum, so it ends inside its canvas
-        share = None if stacked or len(specs) == 1 else OUTPUT_COLUMN_PX // len(specs)
-        out = [Chart(backend, width=width, height=h, title_width=share, **spec) for spec, h in zip(specs, heights)]
+        out = [Chart(backend, width=width, height=h, title_width=share, beside=bool(share), **spec)
+               for spec, h in zip(specs, heights)]
     else:
         Figure = _matplotlib_figure()
         if stacked:
@@ -331,7 +380,7 @@ def charts(backend: str, specs: Sequence[dict], *, width: int = 720, height: int
         else:
             fig = Figure(figsize=(width / 100 * len(specs), max(heights) / 100), layout="constrained")
             axes = fig.subplots(1, len(specs), squeeze=False)[0]
-        out = [Chart(backend, ax=ax, **spec) for ax, spec in zip(axes, specs)]
+        out = [Chart(backend, ax=ax, beside=bool(share), **spec) for ax, spec in zip(axes, specs)]
     for chart in out:
         chart.stacked = stacked
     return out

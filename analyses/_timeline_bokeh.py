@@ -154,6 +154,8 @@ return (tick / scale).toLocaleString("en-US", {minimumFractionDigits: d, maximum
 """
 """x ticks in s, ms, µs or ns as their spacing reads best (``analyses.timeline.tick_label`` in Python)."""
 LEGEND_COLUMNS = 4
+MIN_WIDTH_PX = 720
+"""The narrowest a timeline is drawn at (it stretches wider): its subtitle is wrapped for this width."""
 
 HOVER_FIELDS = ("name", "duration", "shape", "FLOPs", "layer type", "spans merged", "busy time", "start")
 """Labels of the hover tooltip, in order."""
@@ -236,12 +238,14 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     """The Bokeh layout (figure + a line saying the zoom level) of timeline ``tl``, first showing ``rows``."""
     try:
         from bokeh.layouts import column
-        from bokeh.models import (ColumnDataSource, CustomJS, CustomJSHover, CustomJSTickFormatter, Div,
-                                  FixedTicker, HoverTool, Legend, LegendItem, LinearColorMapper, Range1d, Title)
+        from bokeh.models import (BasicTicker, ColumnDataSource, CustomJS, CustomJSHover, CustomJSTickFormatter,
+                                  Div, FixedTicker, HoverTool, Legend, LegendItem, LinearColorMapper, NoOverlap,
+                                  Range1d)
         from bokeh.plotting import figure
     except ImportError:
         raise MissingDependency(f"plot backend 'bokeh' needs Bokeh, which is not installed: {_EXTRA}") from None
-    from ._timeline_axes import X_LABEL, Y_LABEL, time_text
+    from ._timeline_axes import X_LABEL, Y_LABEL, tick_count, time_text
+    from ._titles import TOOLBAR_PX, fit_titles, subtitles
 
     tracks = tl.attrs["tracks"]
     n_tracks = max(len(tracks), 1)
@@ -258,15 +262,22 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     sig_src = ColumnDataSource(sig_table, name="timeline_signatures")
     x0, x1 = rows.attrs["window_ms"]
     legend_rows = -(-(len(colours) + 1) // LEGEND_COLUMNS)
-    # stretches to the output area (the range callback draws for the plot's actual inner width)
-    fig = figure(name="timeline", title=title, width=width_px, sizing_mode="stretch_width",
-                 max_width=width_px + 300, min_width=480,
+    # the title on one line and the subtitle wrapped for the narrowest the figure is drawn at (it stretches to the
+    # output area; the range callback draws for the plot's actual inner width); the toolbar at the right, clear
+    # of both
+    labels_px = 6.5 * max((len(t) for t in tracks["track_label"]), default=0) + 50
+    narrowest = min(width_px, MIN_WIDTH_PX)
+    title, lines = fit_titles(title, subtitle, narrowest - labels_px - TOOLBAR_PX)
+    # (at most 300 px wider than the width its levels of detail were computed for: wider, a whole trace would be
+    # drawn span by span)
+    fig = figure(name="timeline", title=title, width=width_px, sizing_mode="stretch_width", min_width=narrowest,
+                 max_width=width_px + 300,
                  height=int(min(max(150 + 22 * n_tracks, 360), 1400)) + 16 * legend_rows,
                  x_range=Range1d(x0, x1, bounds=(-0.02 * extent_ms, extent_ms * 1.02), min_interval=1e-6),
                  y_range=Range1d(n_tracks - 0.5, -0.5), tools="xpan,xwheel_zoom,xbox_zoom,reset,save",
-                 active_scroll="xwheel_zoom", x_axis_label=X_LABEL, y_axis_label=Y_LABEL, toolbar_location="above")
-    for line in reversed(subtitle.split("\n")):
-        fig.add_layout(Title(text=line, text_font_style="italic", text_font_size="9pt"), "above")
+                 active_scroll="xwheel_zoom", x_axis_label=X_LABEL, y_axis_label=Y_LABEL, toolbar_location="right")
+    fig.title.text_font_size = "11pt"
+    subtitles(fig, lines)
     mapper = LinearColorMapper(palette=list(colours.values()) + [OTHER_COLOR], low=-0.5, high=len(colours) + 0.5)
     bars = fig.hbar(y="y", left="x0", right="x1", height=0.8, source=visible, line_color=None,
                     fill_color={"field": "c", "transform": mapper}, fill_alpha="a")
@@ -274,6 +285,10 @@ def figure_of(tl: pd.DataFrame, rows: pd.DataFrame, *, colours: dict[str, str], 
     fig.yaxis.major_label_overrides = {i: lab for i, lab in enumerate(tracks["track_label"])}
     fig.yaxis.major_label_text_font_size = "8pt"
     fig.xaxis.formatter = CustomJSTickFormatter(code=_TICK_JS)
+    # as many ticks as the narrowest plot holds labels such as "27,500 ms" (11 px characters); any that would still
+    # touch are left unlabelled
+    fig.xaxis.ticker = BasicTicker(desired_num_ticks=tick_count(narrowest - labels_px - TOOLBAR_PX, 10, 11))
+    fig.xaxis.major_label_policy = NoOverlap()
     fig.ygrid.grid_line_color = None
     fmt = CustomJSHover(args=dict(src=visible, sig=sig_src), code=_HOVER_JS)
     fig.add_tools(HoverTool(renderers=[bars], formatters={"@ref": fmt},

@@ -119,11 +119,12 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", title: str | None = None):
     base = title or df.attrs.get("title", "Batch scaling")
     ticks = sorted(df["batch_size"].unique())
     left, right = _plot.charts(backend, [
-        dict(title="Median latency per call, whiskers: 95% bootstrap CI of the median (untraced timed loop)",
-             x_label="batch size (inputs per call)", y_label="median latency per call (ms)", x_log=True,
+        dict(title="Median latency per call", subtitle="whiskers: 95% bootstrap CI of the median (untraced timed "
+             "loop)", x_label="batch size (inputs per call)", y_label="median latency per call (ms)", x_log=True,
              x_ticks=ticks),
-        dict(title=f"Throughput; dotted: saturation (smallest batch >= {threshold:.0%} of max throughput)",
-             x_label="batch size (inputs per call)", y_label="throughput (inputs/s)", x_log=True, x_ticks=ticks),
+        dict(title="Throughput", subtitle=f"dotted: saturation (the smallest batch size reaching {threshold:.0%} of "
+             "the highest throughput)", x_label="batch size (inputs per call)", y_label="throughput (inputs/s)",
+             x_log=True, x_ticks=ticks),
     ], width=560, height=380)
     for i, (label, part) in enumerate(_groups(df)):
         c = _plot.color(i)

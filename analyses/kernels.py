@@ -143,7 +143,8 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
         part = df.head(top)
         labels = [f"{n[:60]} ({k})" for n, k in zip(part["name"], part["kind"])]
         panel = _plot.charts(backend, [dict(
-            title=title or f"GPU kernels: total device time per kernel over the traced pass (CUPTI), top {len(part)}",
+            title=title or f"GPU kernels: the {len(part)} with the most device time",
+            subtitle="total device time per kernel over the traced pass (CUPTI)",
             x_label="total device time (ms)", y_label="kernel", categories=labels)],
             height=layers._height(len(labels)))[0]
         panel.hbars(labels, part["total_ms"])
@@ -154,8 +155,8 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
     part = part.sort_values("cpu_median_ms", ascending=False).head(top)
     labels = [f"{i} {n} ({t})" for i, n, t in zip(part["layer_index"], part["name"], part["layer_type"])]
     panel = _plot.charts(backend, [dict(
-        title=title or f"GPU vs CPU time per layer ({which}): median and p25-p75 over the traced predict calls; "
-                       f"CPU = layer span, GPU = its kernels (CUPTI)",
+        title=title or f"GPU vs CPU time per layer ({which})",
+        subtitle="median and p25-p75 over the traced predict calls; CPU = layer span, GPU = its kernels (CUPTI)",
         x_label="time per call (ms)", y_label="layer", categories=labels)], height=layers._height(2 * len(labels)))[0]
     panel.hbars(labels, part["cpu_median_ms"], color=_plot.color(0), label="CPU (host) time", offset=-0.2,
                 thickness=0.4)

@@ -325,7 +325,7 @@ def _select(df: pd.DataFrame, framework: str | None, batch_size: int | None,
                             f"{', '.join(map(str, df['framework'].unique()))}")
     if phase is not None:
         part = part[part["phase"] == phase]
-        fw = f"{fw}, {phase}" + (" steps, aggregated" if phase == "decode" else "")
+        fw = f"{fw}, {phase}"  # (a decode panel's subtitle says its steps are aggregated)
     if "batch_size" in part:
         bs = batch_size if batch_size is not None else int(part["batch_size"].min())
         part = part[part["batch_size"] == bs]
@@ -349,7 +349,9 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
     have = set(df["phase"]) if "phase" in df else set()
     phases = [p for p in PHASES if p in have] or [None]
     drawn = [_panel(kind, df, *_select(df, fw, batch_size, ph), top, title) for fw in frameworks for ph in phases]
-    side_by_side = len(phases) > 1 and len(frameworks) == 1  # a generate trace's phases next to each other
+    # a generate trace's phases next to each other on a static page; an interactive figure stretches to the output
+    # width, so there each phase gets all of it, one under the other (long row labels would squeeze two side by side)
+    side_by_side = len(phases) > 1 and len(frameworks) == 1 and _plot.check_backend(backend) == "matplotlib"
     panels = _plot.charts(backend, [spec for spec, _ in drawn], stacked=not side_by_side)
     for panel, (_, draw) in zip(panels, drawn):
         draw(panel)
@@ -358,9 +360,11 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
 
 def _panel(kind: str, df: pd.DataFrame, part: pd.DataFrame, which: str, top: int, title: str | None):
     """The spec of one framework's panel and how to draw its bars."""
+    steps = "every traced decode step aggregated; " if "phase" in part and (part["phase"] == "decode").any() else ""
     if kind == "occurrence":
         labels = [f"{t}" for t in part["layer_type"]]
-        spec = dict(title=title or f"{df.attrs['title']} ({which}; traced layer spans)",
+        spec = dict(title=title or f"Layer occurrence per type ({which})",
+                    subtitle=steps + "layer calls in one predict call, counted from the traced layer spans",
                     x_label="layer calls per predict call (count)", y_label="layer type", categories=labels,
                     height=_height(len(labels)))
 
@@ -379,8 +383,8 @@ def _panel(kind: str, df: pd.DataFrame, part: pd.DataFrame, which: str, top: int
             labels = list(part["layer_type"].astype(str))
             what = "self time summed per type in each predict call"
         reps = int(part["repetitions"].max())
-        spec = dict(title=title or f"{df.attrs['title']} ({which}): median and p25-p75 over {reps} traced predict "
-                                   f"calls; {what}",
+        spec = dict(title=title or f"{df.attrs['title']} ({which})",
+                    subtitle=f"{steps}median and p25-p75 over {reps} traced predict calls; {what}",
                     x_label="latency (ms)", y_label="layer" if kind == "latency_layer" else "layer type",
                     categories=labels, height=_height(len(labels)))
 
@@ -396,8 +400,9 @@ def _panel(kind: str, df: pd.DataFrame, part: pd.DataFrame, which: str, top: int
                                 "(see the frame's attrs['note'])")
     part = part.dropna(subset=[col]).sort_values(col, ascending=False).head(top)
     labels = [f"{i} {n} ({t})" for i, n, t in zip(part["layer_index"], part["name"], part["layer_type"])]
-    spec = dict(title=title or f"{df.attrs['title']} ({which}): median {what} per layer span, over the traced "
-                               f"predict calls", x_label=x_label, y_label="layer", categories=labels,
+    spec = dict(title=title or f"{df.attrs['title']} ({which})",
+                subtitle=f"{steps}median {what} per layer span, over the traced predict calls", x_label=x_label,
+                y_label="layer", categories=labels,
                 height=_height(len(labels)))
 
     def draw(panel):

@@ -146,8 +146,9 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", title: str | None = None):
     _plot.require_analysis(df, "normalized")
     what, baseline = df.attrs["group"], df.attrs["baseline"]
     panel = _plot.charts(backend, [dict(
-        title=title or f"{df.attrs['title']}: median latency / baseline median at each batch size "
-                       f"(whiskers: from both medians' 95% bootstrap CIs)",
+        title=title or df.attrs["title"],
+        subtitle="median latency / the baseline's median at each batch size (whiskers: from both medians' 95% "
+                 "bootstrap CIs)",
         x_label="batch size (inputs per call)", y_label=f"latency / {baseline} latency (ratio, 1 = same)",
         x_log=True, x_ticks=sorted(df["batch_size"].unique()))], width=760, height=400)[0]
     series = [what] if what == "framework" else [what, "framework"]

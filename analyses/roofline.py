@@ -258,14 +258,14 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
 
         part, which = _select(df, framework, batch_size)
         part = part[part["flops"] > 0]
-        what = f"{df.attrs['title']} ({which}): theoretical FLOPs / measured median self time, whiskers p25-p75"
+        how = "theoretical FLOPs / measured median self time, whiskers p25-p75"
     else:
         part, which = df, "every framework and batch size"
         roofs = ["ceiling_peak_flops_per_s", "ceiling_bandwidth_bytes_per_s"]
         if framework is not None or (set(roofs) <= set(df) and len(df[roofs].drop_duplicates()) > 1):
             fw = framework if framework is not None else df["framework"].iloc[0]
             part, which = df[df["framework"] == fw], str(fw)
-        what = f"{df.attrs['title']} ({which}): theoretical FLOPs / median latency per call, whiskers 95% CI"
+        how = "theoretical FLOPs / median latency per call, whiskers 95% CI"
     if part.empty:
         raise AnalysisError("nothing to plot: no layer with FLOPs in this frame")
     peak, bw, ridge = _roof_of(part, df)
@@ -273,13 +273,16 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
     lo_x = min(x.min(), ridge) / 4
     hi_x = max(x.max(), ridge) * 4
     xs = np.geomspace(lo_x, hi_x, 200)
+    check = part["roof_check"] if "roof_check" in part else pd.Series("", index=part.index)
+    why = "; red x: above its roof, its likely cause in roof_check_why" if (check == ABOVE).any() else ""
     panel = _plot.charts(backend, [dict(
-        title=title or f"{what}; roof: {peak / 1e9:.3g} GFLOP/s peak, {bw / 1e9:.3g} GB/s, ridge {ridge:.3g} FLOP/B",
+        title=title or f"{df.attrs['title']} ({which})",
+        subtitle=f"{how}; roof: {peak / 1e9:.3g} GFLOP/s peak, {bw / 1e9:.3g} GB/s, ridge {ridge:.3g} FLOP/byte"
+                 + why,
         x_label="arithmetic intensity (FLOP/byte)", y_label="performance (FLOP/s)", x_log=True, y_log=True)],
         width=820, height=480)[0]
     panel.line(xs, attainable(xs, peak, bw), label="roof: min(peak, intensity x bandwidth)", color="#222222")
     panel.vline(ridge, label=f"ridge point {ridge:.3g} FLOP/byte")
-    check = part["roof_check"] if "roof_check" in part else pd.Series("", index=part.index)
     free = ~check.isin([ABOVE, WITHIN])
     phases = [p for p in PHASE_COLOURS if "phase" in part and p in set(part["phase"])]
     if phases:  # a generate trace: each layer a point per phase, the phase in the colour, the bound in the marker
@@ -290,7 +293,7 @@ def plot(df: pd.DataFrame, backend: str = "bokeh", *, framework: str | None = No
         groups = [(part[(part["bound"] == "memory") & free], "memory-bound", _plot.color(0), "circle"),
                   (part[(part["bound"] == "compute") & free], "compute-bound", _plot.color(2), "triangle")]
     groups += [(part[check == WITHIN], "at roof, within spread", _plot.color(1), "diamond"),
-              (part[check == ABOVE], "above roof: measurement problem (see roof_check_why)", "#d62728", "x")]
+              (part[check == ABOVE], "above roof: measurement problem", "#d62728", "x")]
     for sel, label, color, marker in groups:
         if sel.empty:
             continue

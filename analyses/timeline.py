@@ -27,7 +27,9 @@ from mlms_nb.schema.trace import LEVEL_NAMES, attrs_dict, validate_spans
 from . import _lod
 from ._lod import signatures  # noqa: F401  (hover signatures of the pyramid rows; the server index uses them)
 from ._plot import AnalysisError, MissingDependency, check_backend
-from ._timeline_axes import X_LABEL, Y_LABEL, tick_label, time_text  # noqa: F401  (the axes' words, public here too)
+from ._titles import fit_titles, matplotlib_titles
+from ._timeline_axes import X_LABEL, Y_LABEL, duration_text, tick_label, time_axis, time_text  # noqa: F401
+# (the axes' words, public here too)
 from .phases import PHASE_COLOURS
 
 # tab20, dark shades first: the same colours in Bokeh and matplotlib
@@ -289,11 +291,13 @@ def palette(tl: pd.DataFrame, top: int = len(PALETTE)) -> dict[str, str]:
 
 
 def _title(tl: pd.DataFrame, title: str | None, measured_by: str | None, interactive: bool = True) -> tuple[str, str]:
+    """The title (what: how many spans over how long, three significant digits) and the subtitle (how)."""
     n, extent_ms = tl.attrs["n_spans"], tl.attrs["extent_ns"] / 1e6
-    main = title or f"Timeline of {n:,} spans over {extent_ms:,.3f} ms, one track per level · device · thread"
-    how = (f"measured by {measured_by}; " if measured_by else "span start/end times as recorded in the trace; ")
-    sub = (how + "bars: spans at their recorded start/end;\npale blocks: spans narrower than 1 pixel merged per "
-           "track" + (" (hover: count, busy time)" if interactive else ""))
+    main = title or f"Timeline of {n:,} spans over {duration_text(extent_ms)}"
+    how = (f"measured by {measured_by}" if measured_by else "span start and end times as recorded in the trace")
+    sub = (f"one track per level · device · thread; {how}; bars: spans at their recorded start and end; pale "
+           "blocks: spans narrower than a pixel, merged per track" + (" (hover: count, busy time)" if interactive
+                                                                       else ""))
     return main, sub
 
 
@@ -357,17 +361,16 @@ def _matplotlib(tl, start_ms, end_ms, title, measured_by):
         coll.set_alpha(np.where(block, 0.45, 0.9))  # merged blocks pale, as in the browser
     ax.add_collection(coll)
     ax.set_xlim(x0, x1)
-    from matplotlib.ticker import FuncFormatter
-
-    ticks = ax.get_xticks()
-    step = float(np.diff(ticks).min()) if len(ticks) > 1 else max(x1 - x0, 1e-6)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: tick_label(v, step)))
+    time_axis(ax)  # as many ticks as the drawn width holds, their labels never touching
     ax.set_ylim(n_tracks - 0.5, -0.5)
     ax.set_yticks(range(len(tracks)), list(tracks["track_label"]), fontsize=7)
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel(Y_LABEL, fontsize=8)
     main, sub = _title(tl, title, measured_by, interactive=False)
-    ax.set_title(f"{main}\n{sub}; zoom level {rows.attrs['level']} ({time_text(px)} per pixel)", fontsize=8)
+    # the subtitle wrapped for the narrowest the figure is shown at (a report re-lays it out 10 inches wide)
+    room = min(fig.get_figwidth(), 10.0) * dpi - 7 * max((len(t) for t in tracks["track_label"]), default=0) - 60
+    main, lines = fit_titles(main, f"{sub}; zoom level {rows.attrs['level']} ({time_text(px)} per pixel)", room)
+    matplotlib_titles(ax, main, lines)
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=c, label=k[:40]) for k, c in colours.items()]
     handles.append(Patch(color=OTHER_COLOR, label="other"))

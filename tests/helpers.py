@@ -67,12 +67,16 @@ def axis_labels(fig) -> list[str]:
 
 
 def titles(fig) -> list[str]:
-    """Every title of a figure (Bokeh or matplotlib), the figure's own suptitle included."""
-    if type(fig).__module__.startswith("bokeh."):
-        from bokeh.models import Title
+    """Every panel's title with its subtitle (Bokeh or matplotlib), the figure's own suptitle included."""
+    from mlms_nb.analyses._titles import subtitle_of
 
-        return [t.text for t in fig.select({"type": Title}) if t.text]
-    return [ax.get_title() for ax in fig.axes if ax.get_title()] + ([fig.get_suptitle()] if fig.get_suptitle() else [])
+    if type(fig).__module__.startswith("bokeh."):
+        from bokeh.plotting import figure
+
+        panels = [fig] if isinstance(fig, figure) else list(fig.select({"type": figure}))
+        return [f"{p.title.text} {subtitle_of(p)}".strip() for p in panels if p.title is not None and p.title.text]
+    return [f"{ax.get_title()} {subtitle_of(ax)}".strip() for ax in fig.axes if ax.get_title()] + (
+        [fig.get_suptitle()] if fig.get_suptitle() else [])
 
 
 # --------------------------------------------------------------------------------------------- tracing references

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 from mlms_nb.analyses import FIGURE_MARK
 
 from tests.conftest import REPO, SESSION_HOME
+from tests.helpers import pdf_text
 
 pytestmark = [
     pytest.mark.slow,
@@ -73,12 +75,6 @@ def report(evaluation, tmp_path_factory):
     return Path(once_per_run(f"report-{evaluation.id}", make))
 
 
-def pdftotext(path: Path) -> str:
-    """The PDF's text in reading order (``-raw``: a table's header cells keep their words together), on one line."""
-    text = subprocess.run(["pdftotext", "-raw", str(path), "-"], capture_output=True, text=True, check=True).stdout
-    return " ".join(text.split())
-
-
 def page_sizes(path: Path) -> list[tuple[float, float]]:
     info = subprocess.run(["pdfinfo", "-f", "1", "-l", "1000", str(path)], capture_output=True, text=True,
                           check=True).stdout
@@ -107,7 +103,7 @@ def check_pdf(pdf: Path, paper: str, folder: Path, figures_at_least: int) -> str
     pages = sorted(folder.glob("page-*.png"))
     assert len(pages) == len(sizes)
     assert all(ImageStat.Stat(Image.open(p).convert("L")).stddev[0] > 5 for p in pages)
-    return pdftotext(pdf)
+    return pdf_text(pdf)
 
 
 def test_report_pdf_holds_the_model_and_the_median_latencies(evaluation, report, tmp_path):
@@ -148,7 +144,7 @@ def table_words(notebook: Path) -> set[str]:
 def test_report_pdf_prints_every_table_word_whole(report):
     """Issue 37: a header or a cell never breaks inside a word in the PDF (``b/at/c/h/si/ze``, ``framewo rk`` were
     printed): pdftotext finds the known headers whole, and no word of any table of the report in pieces."""
-    from tests.helpers import broken_words, pdf_text
+    from tests.helpers import broken_words
 
     flat = pdf_text(report / "r.pdf")
     for header in ("framework", "batch size", "median (ms)", "throughput (/s)", "IQR/median (%)", "load (ms)",
@@ -157,6 +153,52 @@ def test_report_pdf_prints_every_table_word_whole(report):
     words = table_words(report / "r.ipynb")
     assert {"framework", "onnxruntime", "efficientnet_lite0", "throughput"} <= words
     assert broken_words(flat, words) == []
+
+
+SECTION_HEADINGS = ("What was measured and how", "Accuracy", "Latency and throughput", "Cold start",
+                    "Layers: occurrence, latency, memory", "Roofline", "Divergence across frameworks",
+                    "Timeline of the traced pass", "Tracing overhead", "Warnings", "Reproduce")
+
+
+def pdf_pages(path: Path) -> list[str]:
+    """Each page's text, lines kept (``-layout``: a code block's lines as printed)."""
+    pages = subprocess.run(["pdftotext", "-layout", str(path), "-"], capture_output=True, text=True,
+                           check=True).stdout.split("\f")
+    return [p for p in pages if p.strip()]
+
+
+def test_report_pdf_reads_back_as_written(evaluation, report):
+    """Read back from the PDF: the Title metadata is the report's title; the reproduce command, copied from the page
+    and pasted into a shell, is the command; a classifier's Options name no generation option; each warning and
+    each footnote is printed once; no page ends with a section heading."""
+    from mlms_nb.reporting import describe
+    from tests.test_report_reading import GENERATION_LABELS
+
+    pdf = report / "r.pdf"
+    info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
+    assert re.search(r"^Title:\s+efficientnet_lite0: evaluation report \(torch, onnxruntime\)$", info, re.M), info
+    pages = pdf_pages(pdf)
+    text = "\n".join(pages)
+    start = text.index("mlms eval ")
+    block = []
+    for line in text[start:].splitlines():
+        block.append(line)
+        if not line.rstrip().endswith("\\"):
+            break
+    pasted = "\n".join(block).replace("\\\n", "")  # a shell joins continued lines
+    assert shlex.split(pasted) == shlex.split(describe.reproduce_command(evaluation)), block
+    options = text[text.index("\nOptions"):text.index("How it was measured")]
+    assert not [label for label in GENERATION_LABELS if re.search(rf"^\s*{label}\s", options, re.M)], options
+    flat = pdf_text(pdf)
+    warned = list(evaluation.warnings) + [why for trace in evaluation.traces.values()
+                                          for why in (trace.metadata.get("unavailable") or {}).values()]
+    for warning in warned:
+        assert flat.count(" ".join(warning.split())[:60]) == 1, warning
+    assert flat.count("roof: peak") == len(evaluation.frameworks)  # each framework's roof told once, then referenced
+    assert re.search(r"Whole model per framework and batch size \(notes [\d, -]+\)", flat)
+    for number, page in enumerate(pages[:-1], 1):
+        body = [line.strip() for line in page.splitlines() if line.strip() and not re.search(r"page \d+ of", line)]
+        assert body[-1] not in SECTION_HEADINGS, (number, body[-3:])
 
 
 def test_report_notebook_is_executed_editable_and_quiet(evaluation, report):
@@ -222,7 +264,12 @@ def test_nbconvert_mlms_pdf_keeps_every_bokeh_figure_of_example_04(home, tmp_pat
     done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "mlms_pdf", str(executed)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "mlms_pdf:" in line]
+    assert said and all("{" not in line for line in said) and any('printed "' in line for line in said), said
     pdf = tmp_path / "04.pdf"
+    title = re.search(r"^Title:\s+(.*)$", subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True,
+                                                          check=True).stdout, re.M)
+    assert title and "Roofline and layers" in title.group(1), title  # the notebook's title, not its file name
     flat = check_pdf(pdf, "A4", tmp_path / "images", figures_at_least=bokeh + pngs)
     assert "Roofline and layers" in flat and "Contents" in flat
     # each Bokeh figure prints whole, at the aspect ratio it has on screen (measured in the notebook as JupyterLab's

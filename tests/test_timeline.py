@@ -12,6 +12,7 @@ import pytest
 
 from mlms_nb.analyses import timeline
 from mlms_nb.analyses._plot import AnalysisError
+from mlms_nb.analyses._titles import subtitle_of
 from mlms_nb.errors import MlmsError
 from mlms_nb.tracing import TraceLevel, Tracer
 from mlms_nb.schema.trace import SPAN_COLUMNS, spans_frame
@@ -217,8 +218,9 @@ def test_bokeh_page_has_hover_fields_units_and_inline_resources(spans, tmp_path)
     axis_labels = [a.axis_label for a in fig.select({"type": Axis})]
     assert timeline.X_LABEL in axis_labels and any("track" in a for a in axis_labels)
     assert "(ms)" not in timeline.X_LABEL  # the ticks carry their own unit (s, ms, µs or ns), so the label names none
-    titles = " ".join(t.text for t in fig.select({"type": Title}))
-    assert f"{len(spans):,} spans" in titles and "measured by mlms_nb Tracer" in titles
+    assert f"{len(spans):,} spans" in fig.title.text and "\n" not in fig.title.text  # one line; the how under it
+    assert "measured by mlms_nb Tracer" in subtitle_of(fig)
+    assert len(fig.select({"type": Title})) >= 2 and fig.toolbar_location == "right"  # never over a title line
     page = timeline.to_html(layout, tmp_path / "timeline.html")
     html = page.read_text()
     assert not re.search(r"<script[^>]+src=[\"']?https?:", html)
@@ -231,10 +233,11 @@ def test_matplotlib_version_for_pdf(spans, tmp_path):
     fig = timeline.plot(tl, backend="matplotlib", measured_by="mlms_nb Tracer, CPU")
     ax = fig.axes[0]
     assert ax.get_xlabel() == timeline.X_LABEL
-    assert "hover" not in ax.get_title()  # a static figure offers no interaction
+    words = ax.get_title() + " " + subtitle_of(ax)
+    assert "hover" not in words  # a static figure offers no interaction
     assert "track" in ax.get_ylabel()
     assert [t.get_text() for t in ax.get_yticklabels()] == list(tl.attrs["tracks"]["track_label"])
-    assert f"{len(spans):,} spans" in ax.get_title() and "per pixel" in ax.get_title()
+    assert f"{len(spans):,} spans" in ax.get_title() and "per pixel" in words
     assert len(ax.collections[0].get_paths()) == len(timeline.view(tl))
     pdf = tmp_path / "timeline.pdf"
     fig.savefig(pdf)

@@ -176,6 +176,12 @@ class Evaluation(ShownByDisplay, FramesForPeople):
         frame.attrs["note"] = self.measurement_note()
         return for_people(frame)
 
+    @property
+    def generates(self) -> bool:
+        """Whether this is a generate run (a causal language model's generate or generate-server scenario): what its
+        latency means, which options apply to it and how its numbers were measured."""
+        return str((self.options or {}).get("scenario")).startswith("generate") or not self.generation.empty
+
     def measurement_note(self) -> str:
         """How the numbers were measured, in one paragraph (repetitions, warm-up, threads, scenario, clock)."""
         opts = self.options or {}
@@ -183,7 +189,7 @@ class Evaluation(ShownByDisplay, FramesForPeople):
         parts = []
         scenario = opts.get("scenario")
         machine = machine_note(lat)
-        if str(scenario).startswith("generate") or not self.generation.empty:
+        if self.generates:
             return "; ".join(filter(None, [generation_note(opts, self.generation), machine]))
         if scenario is None and not lat.empty and "scenario" in lat:
             scenario = ", ".join(map(str, lat["scenario"].unique()))

@@ -22,7 +22,9 @@ class Line:
 
     def _repr_html_(self) -> str:
         lead = f"<b>{html.escape(self.prefix)}</b> " if self.prefix else ""
-        return f'<p class="mlms-{self.kind}">{lead}{html.escape(self.text)}</p>'
+        # a plain note introduces what follows it (a figure, a table): print keeps the two on one page
+        kind = f"mlms-{self.kind}" + (" mlms-lead" if self.kind == "note" and not self.prefix else "")
+        return f'<p class="{kind}">{lead}{html.escape(self.text)}</p>'
 
     def __repr__(self) -> str:
         return f"{self.prefix} {self.text}".strip()
@@ -80,6 +82,9 @@ def figure(fig, backend: str = "matplotlib") -> None:
     width_in, height_in = fig.get_size_inches()
     if width_in > MAX_FIGURE_IN:  # re-laid out narrower: its text stays readable on the page
         fig.set_size_inches(MAX_FIGURE_IN, height_in)
+        if _collapses(fig):  # panels too wide for that (long row labels side by side): scaled down as an image
+            fig.set_size_inches(width_in, height_in)
+            _settle(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=FIGURE_DPI, facecolor="white")
     width_px = int(round(fig.get_figwidth() * 100))  # the figure's size at 100 dpi, its "natural" CSS size
@@ -87,6 +92,42 @@ def figure(fig, backend: str = "matplotlib") -> None:
               [ax.get_title() for ax in fig.axes] if t]
     display(Image(data=buf.getvalue(), format="png", width=min(width_px, MAX_FIGURE_PX),
                   metadata={"alt": " / ".join(titles)[:300] or "figure"}))
+
+
+def report_table(frame, title: str, note: str | None = None, **kwargs) -> None:
+    """A table of the report (:func:`mlms_nb.display.show_table`) whose note (``note``, else the frame's
+    ``attrs["note"]``) is shown as numbered footnotes: the title names their numbers, and the ones not yet shown in
+    this report follow the table (:mod:`mlms_nb.reporting.notes`)."""
+    from mlms_nb.display import show_table
+    from mlms_nb.reporting import notes
+
+    text = (getattr(frame, "attrs", {}) or {}).get("note", "") if note is None else note
+    refs, new = notes.referenced(text or "")
+    show_table(frame, title + refs, note="", **kwargs)
+    if new is not None:
+        display(new)
+
+
+def _collapses(fig) -> bool:
+    """Whether matplotlib's constrained layout gives up on ``fig`` at its size (its axes would shrink to nothing);
+    drawn twice, as a layout that barely holds on a first draw (from the old positions) may give up on the next."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            fig.savefig(io.BytesIO(), format="png", dpi=40)
+    return any("collapsed" in str(w.message) for w in caught)
+
+
+def _settle(fig) -> None:
+    """Lay ``fig`` out again at its size, from the collapsed positions the narrower try left (a first draw from
+    those gives up; the one after it holds), so the figure saved next is laid out whole."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fig.savefig(io.BytesIO(), format="png", dpi=40)
 
 
 def section(fn: Callable) -> Callable:

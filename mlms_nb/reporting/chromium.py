@@ -70,6 +70,13 @@ def paper_size(paper: str) -> tuple[str, float, float]:
     return PAPERS[key]
 
 
+def page_count(pdf: bytes) -> int:
+    """The pages of a PDF Chromium printed (its ``/Type /Page`` objects)."""
+    import re
+
+    return len(re.findall(rb"/Type\s*/Page(?![a-zA-Z])", pdf))
+
+
 def _settle(page, step_ms: int = 200, limit_ms: int = 5000) -> None:
     """Wait until the page's layout stops changing (BokehJS draws after its documents are embedded)."""
     probe = "() => [document.documentElement.scrollWidth, document.documentElement.scrollHeight, " \

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from mlms_nb.options import EvaluateOptions, cli_words
+from mlms_nb.options import EvaluateOptions, Generation, cli_words, fields
 
 #: Options shown (in this order) with the label they get; the rest follow under their own names.
 OPTION_LABELS = {
@@ -86,14 +86,26 @@ def stack_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
     return by_run(rows, labels)
 
 
+GENERATION_OPTIONS = frozenset(name for name, _ in fields(Generation, internal=True))
+"""The options of the generation group: they shape a generate run only (a classifier's report leaves them out)."""
+
+
+def applies(evaluation, name: str) -> bool:
+    """Whether option ``name`` shapes ``evaluation``'s numbers: a generation option only in a generate run."""
+    return name not in GENERATION_OPTIONS or evaluation.generates
+
+
 def options_table(evaluations, labels: Sequence[str]) -> pd.DataFrame:
+    """The recorded options of each run that apply to its workload (a generation option only for a generate run;
+    ``n/a`` beside a run it does not apply to)."""
     rows: dict[str, list[str]] = {}
     names = list(OPTION_LABELS)
     for e in evaluations:
         names += [k for k in e.options if k not in names and k != "predictors"]
     for name in names:
-        if any(name in e.options for e in evaluations):
-            rows[OPTION_LABELS.get(name, name.replace("_", " "))] = [_text(e.options.get(name)) for e in evaluations]
+        if any(name in e.options and applies(e, name) for e in evaluations):
+            rows[OPTION_LABELS.get(name, name.replace("_", " "))] = [
+                _text(e.options.get(name)) if applies(e, name) else "n/a" for e in evaluations]
     frameworks = list(dict.fromkeys(fw for e in evaluations for fw in (e.options.get("predictors") or {})))
     for fw in frameworks:
         for key, label in (("threads", "threads"), ("device", "device"), ("artifact", "model file")):
@@ -155,3 +167,31 @@ def reproduce_command(evaluation) -> str:
         o.pop("dataset")
     command = " ".join(shlex.quote(w) for w in words + cli_words(EvaluateOptions, o))
     return command + (f"  # the dataset was a Python object ({dataset}): pass it again" if python_data else "")
+
+
+COMMAND_WIDTH = 88
+"""The longest line of a command as the report shows it (characters): it fits an A4 page's code block."""
+
+
+def command_lines(command: str, width: int = COMMAND_WIDTH) -> str:
+    """``command`` (one shell line) as lines of at most ``width`` characters joined by `` \\`` continuations, broken
+    only between arguments and never between a flag and its value, so that copying the block into a shell runs the
+    same command (a trailing ``# comment`` goes on a line of its own, above)."""
+    body, sep, comment = command.partition("  # ")
+    words = shlex.split(body)
+    groups: list[list[str]] = []
+    for word in words:
+        if groups and groups[-1][0].startswith("-") and len(groups[-1]) == 1 and not word.startswith("-"):
+            groups[-1].append(word)  # a flag keeps its value on its line
+        else:
+            groups.append([word])
+    lines, line = [], ""
+    for group in groups:
+        text = " ".join(shlex.quote(w) for w in group)
+        if line and len(line) + 1 + len(text) + 2 > width:
+            lines.append(line)
+            line = "  " + text
+        else:
+            line = f"{line} {text}" if line else text
+    lines.append(line)
+    return (f"# {comment}\n" if sep else "") + " \\\n".join(lines)

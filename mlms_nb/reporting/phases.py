@@ -4,8 +4,7 @@ KV cache, aggregated over the traced steps). Called from the template notebook a
 runs have no phase-tagged trace shows nothing here."""
 from __future__ import annotations
 
-from mlms_nb.reporting._show import figure, heading, left_out, note, section
-from mlms_nb.display import show_table
+from mlms_nb.reporting._show import figure, heading, left_out, note, report_table, section
 
 
 def _phased(run) -> list[str]:
@@ -36,9 +35,9 @@ def phases(runs, labels, backend: str = "matplotlib") -> None:
             continue
         for fw in fws:
             per_type = run.layers("latency", by="type", framework=fw)
-            show_table(per_type.table, f"{label + ': ' if label else ''}{fw}: {per_type.title}, per phase",
-                       columns=["framework", "batch_size", "phase", "layer_type", "calls_per_predict", "median_ms",
-                                "p25_ms", "p75_ms", "share_pct"], max_rows=40)
+            report_table(per_type.table, f"{label + ': ' if label else ''}{fw}: {per_type.title}, per phase",
+                         columns=["framework", "batch_size", "phase", "layer_type", "calls_per_predict", "median_ms",
+                                  "p25_ms", "p75_ms", "share_pct"], max_rows=40)
             smallest = int(per_type.table["batch_size"].min())
             figure(run.layers("latency", framework=fw).plot(backend, framework=fw, batch_size=smallest), backend)
             roof = run.roofline(per="layer", framework=fw)
@@ -47,6 +46,6 @@ def phases(runs, labels, backend: str = "matplotlib") -> None:
                       .unstack(fill_value=0).reset_index())
             counts.columns = [c if c in ("framework", "batch_size", "phase") else f"{c}-bound layers"
                               for c in counts.columns]
-            show_table(counts, f"{fw}: layers per bound in each phase (roofline per layer and phase)",
-                       note=roof.note)
+            report_table(counts, f"{fw}: layers per bound in each phase (roofline per layer and phase)",
+                         note=roof.note)
             figure(roof.plot(backend, framework=fw, batch_size=smallest), backend)

@@ -167,10 +167,6 @@ def execute_template(refs: list[str], traces: dict, notebook: Path, labels=None,
             logger.setLevel(levels[name])
 
 
-def _count_pages(pdf: bytes) -> int:
-    return len(re.findall(rb"/Type\s*/Page(?![a-zA-Z])", pdf))
-
-
 def build_report(runs, pdf: str | Path | None = None, html: str | Path | None = None,
                  notebook: str | Path | None = None, paper: str = "A4", labels: Iterable[str] | None = None,
                  figures: str = "matplotlib", history_url: str | None = None, kernel_name: str | None = None,
@@ -222,7 +218,7 @@ def build_report(runs, pdf: str | Path | None = None, html: str | Path | None = 
 def _export(executed: Path, pdf: Path | None, html: Path | None, paper: str, result: ReportResult) -> None:
     import nbformat
 
-    from mlms_nb.reporting.chromium import Browser
+    from mlms_nb.reporting.chromium import Browser, page_count
     from mlms_nb.reporting.exporter import MlmsPdfExporter, print_pdf
 
     nb = nbformat.read(executed, as_version=4)
@@ -239,7 +235,7 @@ def _export(executed: Path, pdf: Path | None, html: Path | None, paper: str, res
     result.fit = fit
     if pdf is not None:
         _write(pdf, data)
-        result.pdf, result.pages = pdf, _count_pages(data)
+        result.pdf, result.pages = pdf, page_count(data)
     if html is not None:
         _write(html, printed.encode("utf-8"))
         result.html = html

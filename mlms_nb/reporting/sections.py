@@ -11,9 +11,8 @@ from typing import Sequence
 import pandas as pd
 
 from mlms_nb.display import is_missing, overhead_frame
-from mlms_nb.reporting import _api, describe
-from mlms_nb.reporting._show import Block, detail, figure, heading, left_out, note, section
-from mlms_nb.display import show_table
+from mlms_nb.reporting import _api, describe, notes
+from mlms_nb.reporting._show import Block, detail, display, figure, heading, left_out, note, report_table, section
 
 LATENCY_COLUMNS = ("framework", "batch_size", "scenario", "samples", "median_ms", "median_ci_low_ms",
                    "median_ci_high_ms", "p90_ms", "p99_ms", "iqr_ms", "iqr_over_median", "unstable",
@@ -66,6 +65,7 @@ def title(runs, labels) -> None:
     now = _dt.datetime.now(_dt.timezone.utc)
     when = now.strftime("%Y-%m-%d %H:%M UTC")
     text = f"{', '.join(models)}: {what}"
+    notes.start(frameworks)  # footnotes numbered from 1, each shown once in this report
     from IPython.display import Markdown, display
 
     # the page header of the PDF (model and date) comes from this output's metadata
@@ -79,28 +79,26 @@ def title(runs, labels) -> None:
 @section
 def measured(runs, labels) -> None:
     """What was measured and how: runs, stack, manifests and checksums, options, the reproduction command."""
-    show_table(describe.runs_table(runs, labels), "Runs", key=["what"])
-    show_table(describe.stack_table(runs, labels), "Hardware and software stack", key=["what"])
+    report_table(describe.runs_table(runs, labels), "Runs", key=["what"])
+    report_table(describe.stack_table(runs, labels), "Hardware and software stack", key=["what"])
     manifests = describe.manifests_table(runs, labels)
     if manifests.empty:
         left_out("no manifest was stored with these runs")
     else:
-        show_table(manifests, "Manifests and the sha256 of their assets", key=["run", "framework"], max_text=80)
+        report_table(manifests, "Manifests and the sha256 of their assets", key=["run", "framework"], max_text=80)
     options = describe.options_table(runs, labels)
-    show_table(options, "Options" + (" (side by side; those that differ first)" if len(runs) > 1 else ""),
-               key=list(options.attrs.get("keys", ["option"])))
+    report_table(options, "Options" + (" (side by side; those that differ first)" if len(runs) > 1 else ""),
+                 key=list(options.attrs.get("keys", ["option"])))
     for label, run in zip(labels, runs):
         note(run.measurement_note(), f"How {label} was measured:" if label else "How it was measured:")
     heading("Reproduce", 3)
     for label, run in zip(labels, runs):
         if label:
             note(f"run {label}:")
-        display_block(describe.reproduce_command(run))
+        display_block(describe.command_lines(describe.reproduce_command(run)))
 
 
 def display_block(text: str) -> None:
-    from mlms_nb.reporting._show import display
-
     display(Block(text))
 
 
@@ -114,7 +112,7 @@ def accuracy(runs, labels) -> None:
         return
     frame.attrs["note"] = "top-1/top-5: share of the inputs whose label is the first / among the first five " \
                           "predictions; n: inputs scored; skipped: inputs without a usable label"
-    show_table(frame, "Accuracy")
+    report_table(frame, "Accuracy")
 
 
 def latency_frame(runs, labels) -> pd.DataFrame:
@@ -138,7 +136,7 @@ def latency(runs, labels, backend: str = "matplotlib") -> None:
     if frame.empty:
         left_out("no latency was measured (the run was interrupted before its first timed loop)")
         return
-    show_table(frame, "Latency and throughput per batch size (untraced timed loop)")
+    report_table(frame, "Latency and throughput per batch size (untraced timed loop)")
     for label, run in _each_run(runs, labels):
         scaling = run.batch_scaling()
         figure(scaling.plot(backend), backend)
@@ -153,7 +151,7 @@ def cold_start(runs, labels) -> None:
         return
     frame.attrs["note"] = ("load: opening the model (reading and building it); first inference: the first call "
                            "after loading, timed once before any warm-up and never mixed into the warm numbers")
-    show_table(frame, "Cold start (one measurement each)")
+    report_table(frame, "Cold start (one measurement each)")
 
 
 def _traced(run, label: str) -> bool:
@@ -170,13 +168,13 @@ def layers(runs, labels, backend: str = "matplotlib") -> None:
             continue
         occurrence = run.layers("occurrence")
         phase = ["phase"] if "phase" in occurrence.table else []  # a generate run: prefill and decode apart
-        show_table(occurrence.table, occurrence.title, key=["framework", *phase, "layer_type"])
+        report_table(occurrence.table, occurrence.title, key=["framework", *phase, "layer_type"])
         per_type = run.layers("latency", by="type")
         keys = ["framework", "batch_size", *phase]
         table = per_type.table.sort_values(keys + ["median_ms"], ascending=[True] * len(keys) + [False])
         table.attrs = per_type.table.attrs
-        show_table(table, per_type.title, columns=keys + ["layer_type", "calls_per_predict", "median_ms", "p25_ms",
-                                                          "p75_ms", "share_pct"], max_rows=40)
+        report_table(table, per_type.title, columns=keys + ["layer_type", "calls_per_predict", "median_ms", "p25_ms",
+                                                            "p75_ms", "share_pct"], max_rows=40)
         smallest = int(per_type.table["batch_size"].min())
         for fw in per_type.table["framework"].unique():  # a trace without layer spans has no panel
             figure(per_type.plot(backend, framework=fw, batch_size=smallest), backend)
@@ -185,14 +183,19 @@ def layers(runs, labels, backend: str = "matplotlib") -> None:
                .groupby(keys, sort=True).head(8)
                .sort_values(keys + ["memory_bytes"], ascending=[True] * len(keys) + [False]))
         top.attrs = memory.table.attrs
-        show_table(top, "Memory held per layer: the 8 largest per framework and batch size"
-                   + (" and phase" if phase else ""),
-                   columns=keys + ["layer_index", "name", "layer_type", "memory_bytes", "io_bytes"])
+        report_table(top, "Memory held per layer: the 8 largest per framework and batch size"
+                     + (" and phase" if phase else ""),
+                     columns=keys + ["layer_index", "name", "layer_type", "memory_bytes", "io_bytes"])
 
 
-def ceilings_frame(extra: pd.DataFrame) -> pd.DataFrame:
-    """The roofline's ceilings (framework, metric, value, IQR, unit, how) with each value written in its own unit."""
-    rows = []
+SHORT_HOW = 40
+"""A ceiling's ``how`` up to this many characters stays in its cell; a longer one is a numbered note."""
+
+
+def ceilings_frame(extra: pd.DataFrame) -> tuple[pd.DataFrame, list]:
+    """The roofline's ceilings (framework, metric, value, IQR, unit, how) with each value written in its own unit,
+    and the new notes to show under it: a long ``how`` is a numbered note of the report, its cell says which."""
+    rows, new = [], []
     scales = {"FLOP/s": (1e9, "GFLOP/s"), "bytes/s": (1e9, "GB/s")}
     for rec in extra.to_dict("records"):
         factor, unit = scales.get(rec.get("unit"), (1.0, rec.get("unit") or ""))
@@ -200,10 +203,18 @@ def ceilings_frame(extra: pd.DataFrame) -> pd.DataFrame:
         rows.append({"framework": rec.get("framework", ""), "metric": str(rec.get("metric", "")).replace("_", " "),
                      "value": "-" if is_missing(value) else f"{value / factor:,.2f} {unit}",
                      "IQR": "-" if is_missing(iqr) else f"{iqr / factor:,.2f} {unit}",
-                     "how": rec.get("how", "")})
+                     "how": _how(str(rec.get("how", "") or ""), new)})
     frame = pd.DataFrame(rows)
     frame.attrs["keys"] = ["framework", "metric"]
-    return frame
+    return frame, new
+
+
+def _how(text: str, new: list) -> str:
+    if len(text) <= SHORT_HOW:
+        return text
+    refs, added = notes.NOTES.add(text, whole=True)
+    new += added
+    return notes.numbers_text(refs)
 
 
 FLAGGED_SHOWN = 12
@@ -219,8 +230,8 @@ def _flagged(table: pd.DataFrame, note: str | None = None) -> None:
     columns = [c for c in ("framework", "batch_size", "layer_index", "layer_name", "median_ms", "pct_of_attainable",
                            "roof_check", "roof_check_why") if c in above]
     shown = above.sort_values("pct_of_attainable", ascending=False).groupby("framework").head(FLAGGED_SHOWN)
-    show_table(shown[columns], f"Points above their roof ({len(above)} of {len(table)}): measurement problems and "
-               f"their likely causes (up to {FLAGGED_SHOWN} per framework, highest first)", note=note)
+    report_table(shown[columns], f"Points above their roof ({len(above)} of {len(table)}): measurement problems and "
+                 f"their likely causes (up to {FLAGGED_SHOWN} per framework, highest first)", note=note)
 
 
 @section
@@ -228,12 +239,14 @@ def roofline(runs, labels, backend: str = "matplotlib") -> None:
     for label, run in _each_run(runs, labels):
         model = run.roofline(per="model")
         detail(model.title)
-        show_table(ceilings_frame(model.extra["ceilings"]), "Measured ceilings of this machine, per framework",
-                   key=["framework", "metric"])
-        show_table(model.table, "Whole model per framework and batch size",
-                   columns=["framework", "batch_size", "flops", "bytes", "intensity_flop_per_byte", "median_ms",
-                            "achieved_flops_per_s", "attainable_flops_per_s", "pct_of_attainable", "bound",
-                            "roof_check"])
+        ceilings, hows = ceilings_frame(model.extra["ceilings"])
+        report_table(ceilings, "Measured ceilings of this machine, per framework", key=["framework", "metric"])
+        if hows:
+            display(notes.NoteList(hows))
+        report_table(model.table, "Whole model per framework and batch size",
+                     columns=["framework", "batch_size", "flops", "bytes", "intensity_flop_per_byte", "median_ms",
+                              "achieved_flops_per_s", "attainable_flops_per_s", "pct_of_attainable", "bound",
+                              "roof_check"])
         _flagged(model.table)
         for fw in model.table["framework"].unique():
             figure(model.plot(backend, framework=fw), backend)
@@ -245,8 +258,8 @@ def roofline(runs, labels, backend: str = "matplotlib") -> None:
         counts.columns = [str(c) if c in ("framework", "batch_size") else f"{c}-bound layers" for c in counts.columns]
         checks = per_layer.table.groupby(["framework", "batch_size", "roof_check"]).size().unstack(fill_value=0)
         counts = counts.merge(checks.reset_index(), on=["framework", "batch_size"], how="left")
-        show_table(counts, "Layers per bound and against their roof (per-layer roofline: theoretical FLOPs over "
-                   "measured self time)", note=per_layer.note)
+        report_table(counts, "Layers per bound and against their roof (per-layer roofline: theoretical FLOPs over "
+                     "measured self time)", note=per_layer.note)
         _flagged(per_layer.table)
         smallest = int(per_layer.table["batch_size"].min())
         for fw in per_layer.table["framework"].unique():
@@ -282,7 +295,7 @@ def divergence(runs, labels) -> None:
                                "`mlms diverge MODEL --framework a,b` and is not stored with a run")
         if len(runs) > 1:
             heading(_name(run, label), 3)
-        show_table(frame, "Output agreement across frameworks (same inputs)")
+        report_table(frame, "Output agreement across frameworks (same inputs)")
         shown = True
     if not shown:
         left_out("no divergence data: these runs hold no per-input predictions of two or more frameworks "
@@ -324,7 +337,7 @@ def trace_overhead(runs, labels) -> None:
                            "framework and batch size, ± its noise (the two medians' 95% CI half-widths, summed); "
                            "the per-layer numbers above include this overhead; one inside its noise, or negative, "
                            "is shown as within noise")
-    show_table(frame, "Tracing overhead (traced vs untraced median)")
+    report_table(frame, "Tracing overhead (traced vs untraced median)")
 
 
 @section
@@ -335,10 +348,11 @@ def warnings(runs, labels) -> None:
         items = list(run.warnings)
         if not run.complete:
             items.insert(0, "the sweep was interrupted; the tables hold what was measured before")
-        for fw, trace in run.traces.items():
+        for fw, trace in run.traces.items():  # what was not traced, unless a warning of the run says it already
             for what, why in (trace.metadata.get("unavailable") or {}).items():
-                items.append(f"{fw}: not traced here: {what}: {why}")
-        for item in items:
+                if not any(str(why) in item for item in items):
+                    items.append(f"{fw}: {what} not traced: {why}")
+        for item in dict.fromkeys(items):  # each warning once
             note(lead + item, "⚠")
             shown = True
     if not shown:
@@ -379,7 +393,7 @@ def comparison(runs, labels, backend: str = "matplotlib") -> None:
         latency.attrs = first.table.attrs
         shown = latency.drop(columns="scenario") if latency["scenario"].nunique() == 1 else latency
         shown.attrs = latency.attrs
-        show_table(_relabel(shown, a, b), f"Median latency: {b} against {a}", note=first.note, columns=[
+        report_table(_relabel(shown, a, b), f"Median latency: {b} against {a}", note=first.note, columns=[
             "framework", "batch_size", f"{a}_median_ms", f"{b}_median_ms", "delta_median_ms", "delta_median_pct",
             "latency_ratio", "latency_ratio_low", "latency_ratio_high", "p_value", "significant", "faster"])
         if not latency.empty:
@@ -391,7 +405,7 @@ def comparison(runs, labels, backend: str = "matplotlib") -> None:
                 continue
             top = deltas.reindex(deltas["delta_ms"].abs().sort_values(ascending=False).index).head(12)
             top.attrs = deltas.attrs
-            show_table(_relabel(top, a, b), f"{fw}: per-layer deltas of self time, the 12 largest", columns=[
-                "batch_size", "name", f"{a}_layer_type", f"{a}_median_ms", f"{b}_median_ms", "delta_ms", "delta_pct",
-                "p_value", "significant"])
+            report_table(_relabel(top, a, b), f"{fw}: per-layer deltas of self time, the 12 largest", columns=[
+                  "batch_size", "name", f"{a}_layer_type", f"{a}_median_ms", f"{b}_median_ms", "delta_ms", "delta_pct",
+                  "p_value", "significant"])
             figure(result.draw(deltas, backend), backend)

@@ -69,6 +69,17 @@
     return right - el.getBoundingClientRect().left;
   }
 
+  // an output shorter than a third of the page is kept whole on its page; a taller one may break across pages
+  // (print.css): the page's content height comes from the exporter's @page rule (--mlms-page-height)
+  function keepShort(main) {
+    const page = parseFloat(getComputedStyle(document.documentElement).getPropertyValue("--mlms-page-height")) || 1000;
+    let kept = 0;
+    for (const child of main.querySelectorAll(".jp-OutputArea-child")) {
+      if (child.getBoundingClientRect().height < page / 3) { child.classList.add("mlms-keep"); kept++; }
+    }
+    return kept;
+  }
+
   function toc(main) {
     const headings = [...main.querySelectorAll("h1, h2, h3")].filter(h => !h.closest("nav.mlms-toc") && h.textContent.trim());
     const title = headings.find(h => h.tagName === "H1");
@@ -137,6 +148,7 @@
       }
     }
     report.toc = toc(main);
+    report.kept = keepShort(main);
     for (const el of main.querySelectorAll("*")) {
       const r = el.getBoundingClientRect();
       if (r.width > 0 && r.right > right + 2 && !el.closest("nav.mlms-toc")) {
