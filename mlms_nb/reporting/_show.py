@@ -80,11 +80,12 @@ def figure(fig, backend: str = "matplotlib") -> None:
     from IPython.display import Image
 
     width_in, height_in = fig.get_size_inches()
-    if width_in > MAX_FIGURE_IN:  # re-laid out narrower: its text stays readable on the page
-        fig.set_size_inches(MAX_FIGURE_IN, height_in)
-        if _collapses(fig):  # panels too wide for that (long row labels side by side): scaled down as an image
-            fig.set_size_inches(width_in, height_in)
-            _settle(fig)
+    # re-laid out narrower, so its text stays readable on the page; where its panels are too wide for that (long
+    # row labels side by side) the layout gives up, and it keeps its width (scaled down as an image)
+    for width in ([MAX_FIGURE_IN] if width_in > MAX_FIGURE_IN else []) + [width_in]:
+        fig.set_size_inches(width, height_in)
+        if _laid_out(fig):
+            break
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=FIGURE_DPI, facecolor="white")
     width_px = int(round(fig.get_figwidth() * 100))  # the figure's size at 100 dpi, its "natural" CSS size
@@ -108,26 +109,31 @@ def report_table(frame, title: str, note: str | None = None, **kwargs) -> None:
         display(new)
 
 
-def _collapses(fig) -> bool:
+def _collapses(fig, draws: int = 2) -> bool:
     """Whether matplotlib's constrained layout gives up on ``fig`` at its size (its axes would shrink to nothing);
-    drawn twice, as a layout that barely holds on a first draw (from the old positions) may give up on the next."""
+    drawn twice by default, as a layout that barely holds on a first draw (from the old positions) may give up on
+    the next."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for _ in range(2):
+        for _ in range(draws):
             fig.savefig(io.BytesIO(), format="png", dpi=40)
     return any("collapsed" in str(w.message) for w in caught)
 
 
-def _settle(fig) -> None:
-    """Lay ``fig`` out again at its size, from the collapsed positions the narrower try left (a first draw from
-    those gives up; the one after it holds), so the figure saved next is laid out whole."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fig.savefig(io.BytesIO(), format="png", dpi=40)
+def _laid_out(fig) -> bool:
+    """Lay ``fig`` out at its size and keep the first layout that holds (matplotlib's constrained layout, drawn
+    again, may give up where it held the draw before: a marginal one alternates), its layout engine then set aside,
+    so the figure saved is the one laid out; False when three draws all gave up (its axes would shrink to
+    nothing). A figure without a layout engine is laid out as it is."""
+    if fig.get_layout_engine() is None:
+        return True
+    for _ in range(3):
+        if not _collapses(fig, draws=1):
+            fig.set_layout_engine("none")
+            return True
+    return False
 
 
 def section(fn: Callable) -> Callable:
