@@ -131,16 +131,17 @@ def test_onnxruntime_ceilings_use_its_own_gemm_conv_and_copy_and_are_cached_per_
 
     ceilings_module._memo.clear()  # a new process: the history store gives it back, unmeasured
     again = api.machine_ceilings(url=ceilings_url, framework="onnxruntime", threads=1)
-    if first.busy:  # measured while other programs took the CPU: measured again, not kept
+    if first.busy:  # measured while other programs took the CPU (its roof too low): measured again, not kept
         assert again.measured_at > first.measured_at and "machine was busy" in first.note
     else:
         assert again == first and again.device == "cpu"
-    # a stored measurement made on a busy machine (its roof too low) is measured again at the next call
-    busy = {**again.to_dict(), "device": again.cache_key, "busy": "load 9.3 on 2 cores, other processes used 170% CPU",
-            "measured_at": "2999-01-01T00:00:00+00:00"}
-    HistoryStore(ceilings_url).save_ceilings(busy)
-    ceilings_module._memo.clear()
-    assert api.machine_ceilings(url=ceilings_url, framework="onnxruntime", threads=1).measured_at < busy["measured_at"]
+        # the same for a stored measurement made on a busy machine: measured again at the next call
+        busy = {**again.to_dict(), "device": again.cache_key, "measured_at": "2999-01-01T00:00:00+00:00",
+                "busy": "load 9.3 on 2 cores, other processes used 170% CPU"}
+        HistoryStore(ceilings_url).save_ceilings(busy)
+        ceilings_module._memo.clear()
+        assert api.machine_ceilings(url=ceilings_url, framework="onnxruntime",
+                                    threads=1).measured_at < busy["measured_at"]
     assert set(HistoryStore(ceilings_url).ceilings()["metric"].str.rsplit("/", n=1).str[0]) == {
         "cpu/onnxruntime/1/float32"}
     with pytest.raises(MlmsError, match="dtype 'float16'"):
