@@ -314,3 +314,23 @@ def test_two_agents_without_names_do_not_collide_and_a_taken_name_is_one_sentenc
         for a in agents:
             a.stop()
         server.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_ends_a_scheduler_and_its_agent_cleanly(tmp_path, sig):
+    """The event loop takes the stop signal (never a KeyboardInterrupt raised wherever the loop's thread is, which a
+    callback could swallow and leave the server running): each server says "stopped" and exits 0, at once."""
+    scheduler = Server(["scheduler", "--port", "0"], fault_env(tmp_path / "scheduler"))
+    agent = None
+    try:
+        address = scheduler.wait_for("mlms scheduler at").split(" at ")[-1].strip()
+        agent = Server(["agent", "--scheduler", address, "--name", "quits"], fault_env(tmp_path / "agent"))
+        agent.wait_for("mlms agent quits at")
+        for server in (agent, scheduler):
+            started = time.monotonic()
+            server.proc.send_signal(sig)
+            assert server.proc.wait(timeout=30) == 0, "".join(server.lines)
+            assert time.monotonic() - started < 15 and server.wait_for("stopped")
+    finally:
+        for server in filter(None, (agent, scheduler)):
+            server.stop()

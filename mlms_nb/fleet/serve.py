@@ -86,7 +86,7 @@ async def _scheduler(host: str, port: int, security) -> None:  # noqa: ANN001
     async with Scheduler(host=host, port=port, protocol=protocol, security=security, dashboard=False,
                          dashboard_address=f"{host}:0") as scheduler:
         announce(f"mlms scheduler at {scheduler.address}")
-        await scheduler.finished()
+        await until_stopped(scheduler.finished())
 
 
 def run_agent(scheduler: str, name: str | None = None, labels: dict[str, str] | None = None, threads: int = 1,
@@ -131,7 +131,7 @@ async def _agent(scheduler: str, name: str, plugin, host: str | None, security) 
         async with worker:
             served = ", ".join(f"{fw} {v}" for fw, v in plugin.description["frameworks"].items())
             announce(f"mlms agent {name} at {worker.address} -> {scheduler} (serves {served})")
-            await worker.finished()
+            await until_stopped(worker.finished())
     except OSError as err:
         raise MlmsError(f"mlms agent: cannot reach the scheduler at {scheduler} ({err}); start one with "
                         "`mlms scheduler`, or check the address") from None
@@ -140,6 +140,38 @@ async def _agent(scheduler: str, name: str, plugin, host: str | None, security) 
             raise MlmsError(f"mlms agent: the scheduler at {scheduler} already has an agent named {name!r}; give "
                             "this one another --name (or none: the default name is unique per process)") from None
         raise
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+async def until_stopped(finished) -> None:  # noqa: ANN001
+    """Wait until ``finished`` (the server's own end) or a stop signal (Ctrl-C, SIGTERM), then return, so the server
+    closes as its ``async with`` ends. The event loop takes the signal and acts on it between its callbacks: a
+    ``KeyboardInterrupt`` raised by a signal handler lands wherever the loop's thread is, and where that is a weakref
+    callback or a finalizer Python reports it as ignored and goes on, so the server kept running (a SIGTERM lost
+    now and then)."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    handled = []
+    for name in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(getattr(signal, name), stop.set)
+            handled.append(getattr(signal, name))
+        except (NotImplementedError, RuntimeError, ValueError):  # no loop signal handlers here: Python's own stay
+            pass
+    ended, stopping = asyncio.ensure_future(finished), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({ended, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (ended, stopping):
+            task.cancel()
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+    if stop.is_set():
+        print("stopped", file=sys.stderr, flush=True)
 
 
 def announce(line: str) -> None:
@@ -159,7 +191,8 @@ def announce(line: str) -> None:
 
 
 def main_guard(run, *args, **kwargs) -> None:  # noqa: ANN001
-    """Run a server until Ctrl-C or SIGTERM, which end it quietly."""
+    """Run a server until Ctrl-C or SIGTERM, which end it quietly (:func:`until_stopped`, once it serves; before,
+    as a ``KeyboardInterrupt``)."""
     import signal
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt, as Ctrl-C does
