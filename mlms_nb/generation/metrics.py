@@ -137,7 +137,8 @@ def generation_note(opts: dict, gen: pd.DataFrame) -> str:
     if rule:
         parts.append(f"each loop ran {rule.replace('calls', 'batches')}")
     if not gen.empty and "warmup_calls" in gen:
-        parts.append(f"after {int(gen['warmup_calls'].min())} to {int(gen['warmup_calls'].max())} untimed batches")
+        lo, hi = int(gen["warmup_calls"].min()), int(gen["warmup_calls"].max())
+        parts.append(f"after {lo if lo == hi else f'{lo} to {hi}'} untimed batch{'' if hi == 1 else 'es'}")
     threads = opts.get("threads")
     parts.append(f"{threads} threads" if threads else "threads: the framework's default")
     parts.append("TTFT, TPOT = (latency - TTFT) / (output tokens - 1), inter-token latency and request latency "

@@ -46,7 +46,7 @@ class Timing(Options):
         rule = []
         if record.get("min_repeats") is not None:
             rule.append(f"at least {record['min_repeats']} calls")
-        if record.get("min_time_s") is not None:
+        if record.get("min_time_s"):  # 0: no time rule, nothing to say
             rule.append(f"at least {record['min_time_s']:g} s")
         return " and ".join(rule)
 
