@@ -166,12 +166,21 @@ def new_lab_page(browser, width: int, height: int):
     failing test's output shows it). On a loaded machine JupyterLab itself can open one over the notebook ("Select
     Kernel", "Kernel Restarting", "Server Connection Error"), which otherwise takes every later click. mlms-nb's
     lab extension opens no dialog unasked."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page = browser.new_page(viewport={"width": width, "height": height})
 
     def answer(dialog) -> None:
-        print("JupyterLab opened a dialog, answered with its default button:", 
+        print("JupyterLab opened a dialog, answered with its default button:",
               " | ".join(line.strip() for line in dialog.inner_text().splitlines() if line.strip()))
-        dialog.locator(".jp-Dialog-button.jp-mod-accept").first.click()
+        # a "Select Kernel" dialog opened while the kernel specs still load ignores its first click: asked again
+        for _ in range(10):
+            try:
+                dialog.locator(".jp-Dialog-button.jp-mod-accept").first.click(timeout=5_000)
+                dialog.wait_for(state="hidden", timeout=2_000)
+                return
+            except PlaywrightTimeout:
+                continue
 
     page.add_locator_handler(page.locator(".jp-Dialog"), answer)
     return page
