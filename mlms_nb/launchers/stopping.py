@@ -74,6 +74,9 @@ def _handler(signum: int, frame) -> None:  # noqa: ANN001
     st = _state
     st.handled_at = time.monotonic()
     if st.again:  # a stop a callback swallowed, signalled again: raise it here, or where deferred() ends
+        if _in_hook(frame):  # it came while the hook that asked for it still runs: once more, after it
+            _Waker.signal_again()
+            return
         st.again -= 1
         if st.depth == 0:
             _raise_stop(st)
@@ -108,10 +111,23 @@ def _swallowed(hook):
         if st.installed and st.exception is not None and report.exc_value is st.exception:
             st.exception, st.raised = None, False
             st.again += 1
-            _Waker.signal_again()  # the waker thread sends it once this hook has returned
+            _Waker.signal_again()  # the waker thread sends it; the handler raises it once this hook has returned
             return
         hook(report)
     return unraisable
+
+
+_HOOK_CODE = _swallowed(None).__code__
+
+
+def _in_hook(frame) -> bool:  # noqa: ANN001
+    """Whether ``frame`` runs inside the unraisable hook of :func:`_swallowed` (an exception raised there would be
+    reported as ignored, like the one the hook caught)."""
+    while frame is not None:
+        if frame.f_code is _HOOK_CODE:
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextlib.contextmanager
