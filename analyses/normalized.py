@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mlms_nb.display import people_table
+from mlms_nb.display import is_set, people_table
 from mlms_nb.schema.evaluation import LATENCY
 
 from . import _plot
@@ -73,7 +73,7 @@ def busy_flags(latency: pd.DataFrame) -> pd.Series:
     """Per latency row, whether its timed loop ran on a busy machine (False where the load was not read)."""
     if "busy" not in latency:
         return pd.Series(False, index=latency.index)
-    return latency["busy"].map(lambda v: v is True or v == 1).astype(bool)
+    return latency["busy"].map(is_set).astype(bool)
 
 
 @people_table

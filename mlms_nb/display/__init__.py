@@ -37,7 +37,7 @@ from mlms_nb.display.spread import significant_figures, spread_decimals
 from mlms_nb.display.evaluation import (PANEL_LINK_PREFIX, evaluation_html, evaluation_json, evaluation_text,
                                         panel_link_html, target_text)
 from mlms_nb.display.layout import breakable_html, show_table, split_columns, table_html, table_text, width_of
-from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_overhead, fmt_pct, is_missing, overhead_frame
+from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_overhead, fmt_pct, is_missing, is_set, overhead_frame
 from mlms_nb.display.parts import MAX_ROWS, Notes, Page, Section, Table, records
 from mlms_nb.display.people import (FramesForPeople, PeopleFrame, PeopleSeries, SpansFrame, for_people, people_table,
                                     spans_for_people, spans_preview)
@@ -46,7 +46,7 @@ from mlms_nb.display.results import (analysis_json, analysis_parts, divergence_h
 
 __all__ = ["render_text", "render_html", "render_json", "mimebundle", "dumps", "records", "Table", "Notes",
            "Section", "Page", "MAX_ROWS", "fmt_num", "fmt_int", "fmt_pct", "fmt_overhead", "overhead_frame",
-           "is_missing", "panel_link_html", "PANEL_LINK_PREFIX", "target_text", "format_frame", "format_number",
+           "is_missing", "is_set", "panel_link_html", "PANEL_LINK_PREFIX", "target_text", "format_frame", "format_number",
            "significant_figures", "spread_decimals", "split_columns", "width_of", "table_html", "table_text", "show_table", "PeopleFrame",
            "for_people", "FramesForPeople", "ShownByDisplay", "SpansFrame", "spans_for_people",
            "spans_preview", "PeopleSeries", "people_table", "breakable_html"]

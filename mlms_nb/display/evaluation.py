@@ -11,7 +11,7 @@ import pandas as pd
 from mlms_nb.display.columns import format_number
 from mlms_nb.display.layout import table_html, table_text
 from mlms_nb.display.spread import ci_decimals, spread_decimals
-from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_pct, is_missing
+from mlms_nb.display.numbers import fmt_int, fmt_num, fmt_pct, is_missing, is_set
 from mlms_nb.display.parts import records
 
 def _evaluation_header(ev) -> list[tuple[str, str]]:
@@ -170,15 +170,15 @@ def _evaluation_rows(ev) -> pd.DataFrame:
             "p90 (ms)": num("p90_ms"), "p99 (ms)": num("p99_ms"),
             "throughput (/s)": num("throughput_per_s"),
             "IQR/median (%)": "-" if is_missing(ratio) else f"{100 * float(ratio):.1f}" + (
-                " busy" if r.get("busy") is True or r.get("busy") == 1 else  # the machine's, see the warnings
-                " unstable" if r.get("unstable") is True or r.get("unstable") == 1 else ""),
+                " busy" if is_set(r.get("busy")) else  # the machine's, see the warnings
+                " unstable" if is_set(r.get("unstable")) else ""),
             "calls": fmt_int(r.get("samples")),
         })
         if server:
             bound, met = r.get("latency_bound_ms"), r.get("meets_bound")
             row.update({"target (/s)": fmt_num(r.get("target_qps")), "achieved (/s)": fmt_num(r.get("achieved_qps")),
                         "p99 bound (ms)": "-" if is_missing(bound) else
-                        f"{fmt_num(bound)} {'met' if met is True or met == 1 else 'missed'}"})
+                        f"{fmt_num(bound)} {'met' if is_set(met) else 'missed'}"})
         out.append(row)
     return pd.DataFrame(out)
 

@@ -16,6 +16,12 @@ def is_missing(value: Any) -> bool:
     return isinstance(value, (float, np.floating)) and math.isnan(value)
 
 
+def is_set(value: Any) -> bool:
+    """A flag column's cell as a truth value: True for ``True``, a numpy bool or 1 (a flag read back from a store as
+    an integer); False for anything else, a missing value included."""
+    return not is_missing(value) and isinstance(value, (bool, np.bool_, int, np.integer)) and bool(value)
+
+
 def fmt_num(value: Any) -> str:
     """3 significant digits for small numbers, thousands separators for large ones; '-' when missing."""
     if is_missing(value):
@@ -72,7 +78,7 @@ def overhead_frame(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.drop(columns=[c for c in ("overhead_pct", "noise_pct", "busy") if c in frame])
     noise = frame["noise_pct"] if "noise_pct" in frame else [None] * len(frame)
     busy = frame["busy"] if "busy" in frame else [False] * len(frame)
-    out["overhead"] = [fmt_overhead(p, n) + ("; machine busy" if b is True or b == 1 else "")
+    out["overhead"] = [fmt_overhead(p, n) + ("; machine busy" if is_set(b) else "")
                        for p, n, b in zip(frame["overhead_pct"], noise, busy)]
     out.attrs.update(frame.attrs)
     if any(text.startswith("none: ") for text in out["overhead"]):

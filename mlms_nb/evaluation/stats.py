@@ -17,7 +17,7 @@ import numpy as np
 
 from mlms_nb._bootstrap import CI_LEVEL, median_ci
 from mlms_nb._bootstrap import RESAMPLES as BOOTSTRAP_RESAMPLES
-from mlms_nb.display import is_missing
+from mlms_nb.display import is_missing, is_set
 from mlms_nb.errors import MlmsError
 from mlms_nb.options import spell
 from mlms_nb.profilers.load import LoadReading, describe, threads_suggestion
@@ -133,10 +133,6 @@ def _spread(get, ratio, over: str = "calls") -> str:
     return detail
 
 
-def _is_true(value: Any) -> bool:
-    return value is True or (not is_missing(value) and isinstance(value, (bool, np.bool_, int)) and bool(value))
-
-
 def stability_warning(row: Mapping[str, Any], what: str = "latency", over: str = "calls") -> str | None:
     """A sentence for a latency row (a dict or a frame row) whose spread is too wide to trust; else None.
 
@@ -154,7 +150,7 @@ def stability_warning(row: Mapping[str, Any], what: str = "latency", over: str =
         return None
     reading = LoadReading.from_row(row)
     advice = "close other programs, fix the thread count"
-    if reading is not None and not _is_true(get("busy", None)):
+    if reading is not None and not is_set(get("busy", None)):
         advice = (f"the machine was quiet (other processes used {100 * reading.other_cpu_cores:.0f}% CPU), so the "
                   "spread is the framework's own: fix the thread count")
     return (f"{_where(get)}{what} is unstable: {_spread(get, ratio, over)}, above the {UNSTABLE_IQR_OVER_MEDIAN:.0%} "
@@ -171,13 +167,13 @@ def load_warning(row: Mapping[str, Any]) -> str | None:
     fewer than the framework ran). None on a quiet machine or a row without a reading."""
     get = _getter(row)
     reading = LoadReading.from_row(row)
-    if reading is None or not _is_true(get("busy", None)):
+    if reading is None or not is_set(get("busy", None)):
         return None
     framework = get("framework", None)
     who = "the model" if is_missing(framework) else str(framework)
     ratio = get("iqr_over_median", None)
     queueing = str(get("scenario", "")).startswith("generate-server")  # its spread is the scenario's, not noise
-    spread = f" ({_spread(get, ratio)})" if _is_true(get("unstable", None)) and not is_missing(ratio) and not queueing else ""
+    spread = f" ({_spread(get, ratio)})" if is_set(get("unstable", None)) and not is_missing(ratio) and not queueing else ""
     threads = threads_suggestion(reading)
     fewer = f" or run {spell('threads', threads)} (the cores the others left free)" if threads else ""
     return (f"{_where(get)}the machine was busy: {describe(reading, who)}; latencies are inflated{spread}; time "
@@ -194,7 +190,7 @@ def machine_note(latency) -> str:
     if read.empty:
         return ""
     cores = int(read["cores"].max())
-    busy = read[[_is_true(b) for b in read["busy"]]]
+    busy = read[[is_set(b) for b in read["busy"]]]
     if busy.empty:
         return (f"machine quiet during every timed loop (other processes used at most "
                 f"{100 * float(read['other_cpu_cores'].max()):.0f}% CPU of {cores} cores)")
